@@ -1,0 +1,43 @@
+# stratos: `make run` runs the main job on the built-in default problem, `make test` runs every
+# test. Both install missing Debian packages first (apt-get; run as root or with sudo).
+DEBIAN_PACKAGES := build-essential cmake pkg-config libtorch-dev libgloo-dev libeigen3-dev \
+                   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev doctest-dev \
+                   coinor-libcbc-dev python3-matplotlib
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+STRATOS := $(BUILD_DIR)/stratos
+
+.PHONY: all deps configure build run test bench clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing missing Debian packages: $$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release
+
+configure: deps $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(STRATOS) search --model gpt3-6.7b --cluster dgx-a100-80gb --nodes 2 --global-batch 512 \
+	  --algo all --output-dir out/default
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure
+
+bench: build
+	$(STRATOS) bench ladder
+
+clean:
+	rm -rf $(BUILD_DIR)

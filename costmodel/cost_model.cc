@@ -1,0 +1,333 @@
+#include "costmodel/cost_model.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+StageTerms& StageTerms::operator+=(const StageTerms& o) {
+  compute_seconds += o.compute_seconds;
+  tp_comm_seconds += o.tp_comm_seconds;
+  p2p_seconds += o.p2p_seconds;
+  zero3_gather_seconds += o.zero3_gather_seconds;
+  forward_seconds += o.forward_seconds;
+  dp_sync_exposed_seconds += o.dp_sync_exposed_seconds;
+  optimizer_seconds += o.optimizer_seconds;
+  cut_cost_seconds += o.cut_cost_seconds;
+  dp_sync_seconds += o.dp_sync_seconds;
+  state_bytes += o.state_bytes;
+  activation_bytes += o.activation_bytes;
+  working_bytes += o.working_bytes;
+  model_flops += o.model_flops;
+  hardware_flops += o.hardware_flops;
+  return *this;
+}
+
+StageTerms& StageTerms::operator*=(double w) {
+  compute_seconds *= w;
+  tp_comm_seconds *= w;
+  p2p_seconds *= w;
+  zero3_gather_seconds *= w;
+  forward_seconds *= w;
+  dp_sync_exposed_seconds *= w;
+  optimizer_seconds *= w;
+  cut_cost_seconds *= w;
+  dp_sync_seconds *= w;
+  state_bytes *= w;
+  activation_bytes *= w;
+  working_bytes *= w;
+  model_flops *= w;
+  hardware_flops *= w;
+  return *this;
+}
+
+StageTerms& StageTerms::operator-=(const StageTerms& o) {
+  StageTerms negated = o;
+  negated *= -1.0;
+  return *this += negated;
+}
+
+int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int num_microbatches) {
+  STRATOS_CHECK(stage_index >= 0 && stage_index < num_stages, "stage {} of {}", stage_index,
+                num_stages);
+  if (schedule == Schedule::kGpipe) return num_microbatches;
+  return std::min(num_microbatches, num_stages - stage_index);
+}
+
+CostModel::CostModel(const Problem& problem) : problem_(problem) {}
+
+double CostModel::DeviceMemoryCapacityBytes() const {
+  const DeviceSpec& device = problem_.cluster.Device();
+  return device.memory_bytes - device.reserved_memory_bytes;
+}
+
+double CostModel::ReplicaMicrobatchSize(const StageConfig& config, int num_microbatches) const {
+  return static_cast<double>(problem_.training.global_batch_size) /
+         (static_cast<double>(num_microbatches) * config.data_parallel);
+}
+
+std::string CostModel::CheckStructure(const StageConfig& c) const {
+  const ClusterSpec& cluster = problem_.cluster;
+  const int gpus_per_node = cluster.GpusPerNode();
+  if (c.mesh_nodes < 1 || c.mesh_gpus_per_node < 1)
+    return fmt::format("mesh {}x{} must have at least one device", c.mesh_nodes,
+                       c.mesh_gpus_per_node);
+  if (c.mesh_nodes > cluster.NumNodes())
+    return fmt::format("mesh spans {} nodes but the cluster has {}", c.mesh_nodes,
+                       cluster.NumNodes());
+  if (c.mesh_gpus_per_node > gpus_per_node)
+    return fmt::format("mesh uses {} GPUs per node but nodes have {}", c.mesh_gpus_per_node,
+                       gpus_per_node);
+  if (c.mesh_nodes > 1 && c.mesh_gpus_per_node != gpus_per_node)
+    return fmt::format("a mesh spanning {} nodes must use all {} GPUs of each node",
+                       c.mesh_nodes, gpus_per_node);
+  if (c.data_parallel < 1 || c.tensor_parallel < 1)
+    return "data_parallel and tensor_parallel must be >= 1";
+  if (c.data_parallel * c.tensor_parallel != c.NumDevices())
+    return fmt::format("data_parallel {} x tensor_parallel {} != {} devices of the mesh",
+                       c.data_parallel, c.tensor_parallel, c.NumDevices());
+  if (c.mesh_gpus_per_node % c.tensor_parallel != 0)
+    return fmt::format("tensor_parallel {} must divide the mesh's {} GPUs per node (TP stays "
+                       "inside a node)",
+                       c.tensor_parallel, c.mesh_gpus_per_node);
+  const ModelSpec& model = problem_.model;
+  if (model.num_attention_heads > 0 && model.num_attention_heads % c.tensor_parallel != 0)
+    return fmt::format("tensor_parallel {} must divide the {} attention heads",
+                       c.tensor_parallel, model.num_attention_heads);
+  if (model.num_key_value_heads > 0 && model.num_key_value_heads % c.tensor_parallel != 0)
+    return fmt::format("tensor_parallel {} must divide the {} key/value heads",
+                       c.tensor_parallel, model.num_key_value_heads);
+  if (c.zero_stage < 0 || c.zero_stage > 3)
+    return fmt::format("zero_stage {} must be 0, 1, 2 or 3", c.zero_stage);
+  return "";
+}
+
+std::string CostModel::CheckConfig(const StageConfig& c, int m) const {
+  std::string structure = CheckStructure(c);
+  if (!structure.empty()) return structure;
+  const int batch = problem_.training.global_batch_size;
+  if (m < 1 || batch % m != 0)
+    return fmt::format("num_microbatches {} must divide the global batch {}", m, batch);
+  if ((batch / m) % c.data_parallel != 0)
+    return fmt::format("data_parallel {} does not divide the microbatch of {} samples",
+                       c.data_parallel, batch / m);
+  return "";
+}
+
+// Ring collective over `nodes` x `gpn` GPUs, `concurrent` such groups sharing each node's NICs.
+// `factor` = 2 for all-reduce, 1 for all-gather / reduce-scatter (bytes moved per rank are
+// factor * (n-1)/n of the buffer; nccl-tests doc/PERFORMANCE.md). Hierarchical across nodes:
+// the intra-node ring first, then each node sends factor * (k-1)/k of the buffer over its NICs
+// for each of its concurrent groups.
+static double RingCollectiveSeconds(const ClusterSpec& cluster, double bytes, double factor,
+                                    int nodes, int gpn, int concurrent, bool with_latency) {
+  if (bytes <= 0 && !with_latency) return 0.0;
+  double seconds = 0.0;
+  if (gpn > 1) {
+    const NetworkLevel& level = cluster.IntraNode();
+    seconds += factor * (gpn - 1) / gpn * bytes / level.EffectiveBandwidth();
+    if (with_latency) seconds += factor * (gpn - 1) * level.latency_seconds;
+  }
+  if (nodes > 1) {
+    const NetworkLevel& level = cluster.InterNode();
+    seconds += concurrent * factor * (nodes - 1) / nodes * bytes / level.EffectiveBandwidth();
+    if (with_latency) seconds += factor * (nodes - 1) * level.latency_seconds;
+  }
+  return seconds;
+}
+
+double CostModel::AllReduceSeconds(double bytes, int nodes, int gpn, int concurrent) const {
+  return RingCollectiveSeconds(problem_.cluster, bytes, 2.0, nodes, gpn, concurrent, true);
+}
+
+double CostModel::AllGatherSeconds(double bytes, int nodes, int gpn, int concurrent) const {
+  return RingCollectiveSeconds(problem_.cluster, bytes, 1.0, nodes, gpn, concurrent, true);
+}
+
+namespace {
+
+// Layout of the DP groups of a stage: TP is innermost, so a DP group has mesh_gpus_per_node / tp
+// ranks in each of the mesh's nodes, and tp DP groups share each node.
+struct DpLayout {
+  int nodes;
+  int gpus_per_node;
+  int concurrent;
+};
+
+DpLayout DataParallelLayout(const StageConfig& c) {
+  return {c.mesh_nodes, c.mesh_gpus_per_node / c.tensor_parallel, c.tensor_parallel};
+}
+
+bool Recomputes(const LayerSpec& layer) {
+  return layer.kind == LayerKind::kTransformer || layer.kind == LayerKind::kExplicit;
+}
+
+// Stored activation bytes of one sample on one device (Korthikanti et al. 2022, Table 2): the
+// replicated part is split by TP only with sequence parallelism; selective recomputation drops
+// the attention scores; full recomputation keeps only the layer input.
+double ActivationBytesPerSample(const LayerSpec& layer, int tp, bool sequence_parallel,
+                                Recompute recompute) {
+  const double replicated_divisor = (sequence_parallel && tp > 1) ? tp : 1;
+  if (Recomputes(layer) && recompute == Recompute::kFull)
+    return layer.input_bytes / replicated_divisor;
+  double bytes = layer.activation_replicated_bytes / replicated_divisor +
+                 layer.activation_sharded_bytes / tp;
+  if (!(Recomputes(layer) && recompute == Recompute::kSelective))
+    bytes += layer.activation_attention_bytes / tp;
+  return bytes;
+}
+
+}  // namespace
+
+StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) const {
+  const LayerSpec& layer = problem_.model.layers.at(layer_index);
+  const TrainingSpec& training = problem_.training;
+  const ClusterSpec& cluster = problem_.cluster;
+  const DeviceSpec& device = cluster.Device();
+  const int tp = c.tensor_parallel;
+  const int dp = c.data_parallel;
+  const double b = ReplicaMicrobatchSize(c, m);
+  const double ratio = problem_.model.backward_to_forward_ratio;
+  StageTerms terms;
+
+  // Compute: GEMM FLOPs at the device's achievable matmul rate (Megatron SC'21 appendix: a
+  // block's forward is 24bsh^2 + 4bs^2h, backward twice that, full recomputation one forward
+  // more, selective recomputation the attention scores; Korthikanti et al. 2022 §5), plus a
+  // roofline term for memory-bound ops: every stored activation byte is written in forward and
+  // read and written (as its gradient) in backward.
+  const double forward_flops = layer.forward_flops * b / tp;
+  double recompute_flops = 0.0;
+  const bool recomputes = Recomputes(layer);
+  if (recomputes && c.recompute == Recompute::kFull) recompute_flops = forward_flops;
+  if (recomputes && c.recompute == Recompute::kSelective)
+    recompute_flops = layer.attention_flops * b / tp;
+  const double flops_per_second = device.peak_flops * device.matmul_efficiency;
+  const double full_activation_bytes =
+      b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone);
+  double recompute_traffic = 0.0;
+  if (recomputes && c.recompute == Recompute::kFull) recompute_traffic = full_activation_bytes;
+  if (recomputes && c.recompute == Recompute::kSelective)
+    recompute_traffic = b * layer.activation_attention_bytes / tp;
+  const double forward_compute = forward_flops / flops_per_second +
+                                 full_activation_bytes / device.hbm_bytes_per_second;
+  terms.compute_seconds = forward_compute +
+                          (ratio * forward_flops + recompute_flops) / flops_per_second +
+                          (2.0 * full_activation_bytes + recompute_traffic) /
+                              device.hbm_bytes_per_second;
+  terms.forward_seconds = forward_compute;
+  terms.model_flops = (1.0 + ratio) * forward_flops;
+  terms.hardware_flops = terms.model_flops + recompute_flops;
+
+  // Tensor parallelism (Narayanan et al. SC'21 §3.2): tp_allreduces_per_forward all-reduces of
+  // the layer's activations in forward, as many in backward, and again in a full recompute. With
+  // sequence parallelism each becomes an all-gather + reduce-scatter of the same volume.
+  if (tp > 1 && layer.tp_allreduces_per_forward > 0) {
+    const double message_bytes = b * std::max(layer.input_bytes, layer.output_bytes);
+    const double one = AllReduceSeconds(message_bytes, 1, tp, c.mesh_gpus_per_node / tp);
+    const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
+    terms.tp_comm_seconds = passes * layer.tp_allreduces_per_forward * one;
+    terms.forward_seconds += layer.tp_allreduces_per_forward * one;
+  }
+
+  // Model states (Rajbhandari et al. SC'20 §3, §5.1): (2 + 2 + K) bytes per parameter, with
+  // ZeRO-1 sharding K, ZeRO-2 also the gradients, ZeRO-3 also the parameters over the DP group.
+  const double params = layer.stored_param_count / tp;
+  const double pb = training.param_dtype_bytes;
+  const double gb = training.grad_dtype_bytes;
+  const double kb = training.optimizer_state_bytes_per_param;
+  switch (c.zero_stage) {
+    case 0: terms.state_bytes = params * (pb + gb + kb); break;
+    case 1: terms.state_bytes = params * (pb + gb + kb / dp); break;
+    case 2: terms.state_bytes = params * (pb + (gb + kb) / dp); break;
+    default: terms.state_bytes = params * (pb + gb + kb) / dp; break;
+  }
+  terms.activation_bytes =
+      b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, c.recompute);
+
+  // Data parallelism. Gradient sync once per iteration (bandwidth part here, latency once per
+  // stage in StageOverhead): all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
+  // parameters (same volume) for ZeRO 1-2; reduce-scatter only for ZeRO-3, which instead
+  // all-gathers the parameters in every forward and backward pass (1.5x volume; Rajbhandari et
+  // al. SC'20 §7).
+  if (dp > 1 && params > 0) {
+    const DpLayout g = DataParallelLayout(c);
+    const double grad_bytes = params * gb;
+    const double factor = c.zero_stage == 3 ? 1.0 : 2.0;
+    terms.dp_sync_seconds = RingCollectiveSeconds(cluster, grad_bytes, factor, g.nodes,
+                                                  g.gpus_per_node, g.concurrent, false);
+    terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
+    if (c.zero_stage == 3) {
+      const double gather = RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
+                                                  g.gpus_per_node, g.concurrent, true);
+      const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
+      terms.zero3_gather_seconds = passes * gather;
+      terms.forward_seconds += gather;
+    }
+  }
+  // Optimizer step: memory bound, over the parameters this device updates.
+  const double updated_params = c.zero_stage >= 1 ? params / dp : params;
+  terms.optimizer_seconds =
+      updated_params * training.optimizer_step_bytes_per_param / device.hbm_bytes_per_second;
+  return terms;
+}
+
+StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stage,
+                                    bool last_stage) const {
+  const ClusterSpec& cluster = problem_.cluster;
+  const ModelSpec& model = problem_.model;
+  const TrainingSpec& training = problem_.training;
+  const double b = ReplicaMicrobatchSize(c, m);
+  const int tp = c.tensor_parallel;
+  StageTerms terms;
+
+  // Pipeline point-to-point (Narayanan et al. SC'21 §4.1, scatter/gather): each TP rank sends
+  // 1/tp of the boundary activations of its replica's microbatch forward (unless last stage) and
+  // receives their gradients backward (unless first). Across nodes when the mesh fills whole
+  // nodes of a multi-node cluster (its neighbour then sits on another node); then each node's
+  // GPUs share its NICs.
+  double boundary_bytes_per_sample = 0.0;
+  for (const LayerSpec& layer : model.layers)
+    boundary_bytes_per_sample = std::max(boundary_bytes_per_sample, layer.output_bytes);
+  const double per_gpu_bytes = b * boundary_bytes_per_sample / tp;
+  const bool crosses_nodes =
+      cluster.NumNodes() > 1 && c.mesh_gpus_per_node == cluster.GpusPerNode();
+  double send_seconds = 0.0;
+  if (per_gpu_bytes > 0) {
+    if (crosses_nodes) {
+      const NetworkLevel& level = cluster.InterNode();
+      send_seconds = per_gpu_bytes * c.mesh_gpus_per_node / level.EffectiveBandwidth() +
+                     level.latency_seconds;
+    } else {
+      const NetworkLevel& level = cluster.IntraNode();
+      send_seconds = per_gpu_bytes / level.EffectiveBandwidth() + level.latency_seconds;
+    }
+  }
+  const int sends = (last_stage ? 0 : 1) + (first_stage ? 0 : 1);
+  terms.p2p_seconds = sends * send_seconds;
+  terms.forward_seconds = last_stage ? 0.0 : send_seconds;
+
+  // Latency of the bucketed DP gradient synchronization, once per iteration.
+  if (c.data_parallel > 1) {
+    const DpLayout g = DataParallelLayout(c);
+    const double factor = c.zero_stage == 3 ? 1.0 : 2.0;
+    terms.dp_sync_seconds =
+        RingCollectiveSeconds(cluster, 0.0, factor, g.nodes, g.gpus_per_node, g.concurrent, true);
+    terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
+  }
+
+  // Full recomputation re-materializes one layer's activations at a time: the largest one.
+  if (c.recompute == Recompute::kFull) {
+    double largest = 0.0;
+    for (const LayerSpec& layer : model.layers)
+      if (Recomputes(layer))
+        largest = std::max(largest, ActivationBytesPerSample(layer, tp, training.sequence_parallel,
+                                                             Recompute::kNone));
+    terms.working_bytes = b * largest;
+  }
+  if (!last_stage) terms.cut_cost_seconds = model.cut_cost_seconds;
+  return terms;
+}
+
+}  // namespace stratos

@@ -1,0 +1,105 @@
+#pragma once
+// The analytical cost model, organized so that a stage's cost is a SUM over its layers plus a
+// per-stage overhead (DESIGN.md §5, "additivity is what makes the relaxation exact"):
+//
+//   terms(stage) = sum_{l in stage} LayerTerms(l, config, m) + StageOverhead(config, m, first, last)
+//
+// and every derived figure (microbatch time t_s, exposed tail e_s, peak memory) is an affine
+// function of these sums. Evaluate(), the DP, the exhaustive search and the relaxation all use
+// these two functions; nobody re-derives a formula.
+//
+// Pipeline objective (Alpa, Zheng et al. OSDI'22, Eq. 2, plus a per-stage tail):
+//   T = sum_s t_s + (m - 1) * max_s t_s + sum_s e_s
+// where t_s is the forward+backward time of one microbatch on stage s (compute, TP collectives,
+// point-to-point sends, ZeRO-3 gathers) and e_s is charged once per iteration (exposed DP
+// gradient synchronization, optimizer step, explicit cut cost). Stage tails are summed, an upper
+// bound on their overlapped reality that keeps the objective additive, so Alpa's DP is exact.
+#include <vector>
+
+#include "costmodel/problem.h"
+#include "costmodel/stage_config.h"
+
+namespace stratos {
+
+// Additive quantities of a set of layers under one stage configuration. Per device.
+struct StageTerms {
+  // Per microbatch (t_s is their sum):
+  double compute_seconds = 0;       // GEMMs + memory-bound ops, forward + backward + recompute
+  double tp_comm_seconds = 0;       // tensor-parallel all-reduces (or SP all-gather/reduce-scatter)
+  double p2p_seconds = 0;           // pipeline sends of activations (fwd) and their grads (bwd)
+  double zero3_gather_seconds = 0;  // ZeRO-3 parameter all-gathers, forward and backward
+  double forward_seconds = 0;       // the forward share of the four above (for the simulator)
+  // Per iteration (e_s is their sum):
+  double dp_sync_exposed_seconds = 0;  // DP gradient sync not hidden behind the backward pass
+  double optimizer_seconds = 0;        // optimizer step (memory bound)
+  double cut_cost_seconds = 0;         // explicit models' one-time boundary cost
+  double dp_sync_seconds = 0;          // full DP sync time (report only; exposed share above)
+  // Memory, bytes per device:
+  double state_bytes = 0;        // weights + gradients + optimizer states (after ZeRO sharding)
+  double activation_bytes = 0;   // stored activations of ONE in-flight microbatch
+  double working_bytes = 0;      // transient working set, not multiplied by microbatches in flight
+  // Work, for reporting (per microbatch, per device):
+  double model_flops = 0;        // forward + backward, without recomputation
+  double hardware_flops = 0;     // including recomputation
+
+  double MicrobatchSeconds() const {
+    return compute_seconds + tp_comm_seconds + p2p_seconds + zero3_gather_seconds;
+  }
+  double TailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds + cut_cost_seconds; }
+  double PeakMemoryBytes(int microbatches_in_flight) const {
+    return state_bytes + microbatches_in_flight * activation_bytes + working_bytes;
+  }
+  StageTerms& operator+=(const StageTerms& o);
+  StageTerms& operator-=(const StageTerms& o);
+  StageTerms& operator*=(double w);
+};
+
+// Microbatches whose activations a stage holds at its peak (Narayanan et al. SC'21 §2.2):
+// GPipe holds all m; 1F1B holds min(m, p - s) at stage s of p (0-based).
+int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int num_microbatches);
+
+class CostModel {
+ public:
+  // Keeps a reference to `problem`, which must outlive the CostModel.
+  explicit CostModel(const Problem& problem);
+
+  const Problem& problem() const { return problem_; }
+
+  // Whether `config` can run with this microbatch count at all (mesh fits the cluster,
+  // DP divides the microbatch, TP divides the heads and the node). Empty string if valid,
+  // otherwise the rule broken, e.g. "data_parallel 3 does not divide the microbatch of 8 samples".
+  std::string CheckConfig(const StageConfig& config, int num_microbatches) const;
+  // The rules of CheckConfig that do not depend on the microbatch count.
+  std::string CheckStructure(const StageConfig& config) const;
+
+  // Terms of layer `layer` (index into problem.model.layers) on a stage with `config`, when the
+  // global batch is split into `num_microbatches`. Requires CheckConfig(...) == "".
+  StageTerms LayerTerms(int layer, const StageConfig& config, int num_microbatches) const;
+
+  // Per-stage terms that do not scale with the layers: point-to-point sends to the next stage
+  // (unless last) and of gradients to the previous one (unless first), collective latencies,
+  // the recomputation working set, the explicit cut cost.
+  StageTerms StageOverhead(const StageConfig& config, int num_microbatches, bool first_stage,
+                           bool last_stage) const;
+
+  // Samples one DP replica processes per microbatch: global_batch / (m * dp).
+  double ReplicaMicrobatchSize(const StageConfig& config, int num_microbatches) const;
+
+  // Usable memory per device, bytes.
+  double DeviceMemoryCapacityBytes() const;
+
+  // Ring collective times over a group laid out as `nodes` x `gpus_per_node_in_group` GPUs of
+  // the cluster, `concurrent_groups` such groups sharing each node's NICs. Hierarchical when the
+  // group spans nodes: intra-node ring over the node's share, then inter-node ring over nodes
+  // (NCCL's ring/tree on a two-level network; bus bandwidth per nccl-tests PERFORMANCE.md).
+  // all-reduce moves 2(n-1)/n of the bytes per rank, all-gather/reduce-scatter (n-1)/n.
+  double AllReduceSeconds(double bytes, int nodes, int gpus_per_node_in_group,
+                          int concurrent_groups) const;
+  double AllGatherSeconds(double bytes, int nodes, int gpus_per_node_in_group,
+                          int concurrent_groups) const;
+
+ private:
+  const Problem& problem_;
+};
+
+}  // namespace stratos

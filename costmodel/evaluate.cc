@@ -1,0 +1,157 @@
+#include "costmodel/evaluate.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}
+
+double PipelineObjective(const std::vector<double>& t, const std::vector<double>& e, int m) {
+  STRATOS_CHECK(t.size() == e.size() && !t.empty(), "{} stage times, {} tails", t.size(), e.size());
+  double sum = 0.0, max = 0.0, tail = 0.0;
+  for (size_t s = 0; s < t.size(); ++s) {
+    sum += t[s];
+    max = std::max(max, t[s]);
+    tail += e[s];
+  }
+  return sum + (m - 1) * max + tail;
+}
+
+bool Estimate::Fits() const { return MemoryViolation().empty(); }
+
+std::string Estimate::MemoryViolation() const {
+  int worst = -1;
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s)
+    if (stages[s].MemoryHeadroomBytes() < 0 &&
+        (worst < 0 || stages[s].MemoryHeadroomBytes() < stages[worst].MemoryHeadroomBytes()))
+      worst = s;
+  if (worst < 0) return "";
+  const StageEstimate& stage = stages[worst];
+  return fmt::format("stage {} needs {:.2f} GiB per device, {:.2f} GiB over its {:.2f} GiB capacity",
+                     worst, stage.peak_memory_bytes / kGiB, -stage.MemoryHeadroomBytes() / kGiB,
+                     stage.memory_capacity_bytes / kGiB);
+}
+
+Estimate Evaluate(const Problem& problem, const Plan& plan) {
+  return Evaluate(CostModel(problem), plan);
+}
+
+Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
+  const Problem& problem = cost_model.problem();
+  ValidatePlan(problem, plan);
+  const int m = plan.num_microbatches;
+  const int p = plan.NumStages();
+  Estimate estimate;
+  std::vector<double> t(p), e(p);
+  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  for (int s = 0; s < p; ++s) {
+    const StagePlan& stage = plan.stages[s];
+    StageEstimate se;
+    se.terms = cost_model.StageOverhead(stage.config, m, s == 0, s == p - 1);
+    for (int l = stage.first_layer; l < stage.last_layer; ++l)
+      se.terms += cost_model.LayerTerms(l, stage.config, m);
+    se.microbatch_seconds = se.terms.MicrobatchSeconds();
+    se.tail_seconds = se.terms.TailSeconds();
+    se.microbatches_in_flight = MicrobatchesInFlight(plan.schedule, p, s, m);
+    se.peak_memory_bytes = se.terms.PeakMemoryBytes(se.microbatches_in_flight);
+    se.memory_capacity_bytes = capacity;
+    t[s] = se.microbatch_seconds;
+    e[s] = se.tail_seconds;
+    estimate.stages.push_back(se);
+  }
+  estimate.iteration_seconds = PipelineObjective(t, e, m);
+  for (int s = 0; s < p; ++s) {
+    estimate.fill_seconds += t[s];
+    estimate.tail_seconds += e[s];
+    if (t[s] > estimate.max_stage_seconds) {
+      estimate.max_stage_seconds = t[s];
+      estimate.bottleneck_stage = s;
+    }
+  }
+  estimate.steady_seconds = (m - 1) * estimate.max_stage_seconds;
+  const double pipeline = estimate.fill_seconds + estimate.steady_seconds;
+  estimate.bubble_fraction =
+      pipeline > 0 ? 1.0 - m * (estimate.fill_seconds / p) / pipeline : 0.0;
+  estimate.num_devices = plan.NumDevices();
+  const ModelSpec& model = problem.model;
+  const double batch = problem.training.global_batch_size;
+  estimate.model_flops = model.TrainingFlopsPerSample() * batch;
+  const double peak = problem.cluster.Device().peak_flops;
+  if (estimate.iteration_seconds > 0) {
+    const double flops_per_second = estimate.model_flops / estimate.iteration_seconds;
+    estimate.tflops_per_gpu = flops_per_second / estimate.num_devices / 1e12;
+    estimate.mfu = flops_per_second / (estimate.num_devices * peak);
+    estimate.tokens_per_second =
+        batch * std::max(1, model.seq_length) / estimate.iteration_seconds;
+  }
+  return estimate;
+}
+
+nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < estimate.stages.size(); ++s) {
+    const StageEstimate& se = estimate.stages[s];
+    stages.push_back({{"stage", s},
+                      {"config", plan.stages[s].config.Label()},
+                      {"microbatch_seconds", se.microbatch_seconds},
+                      {"compute_seconds", se.terms.compute_seconds},
+                      {"tp_comm_seconds", se.terms.tp_comm_seconds},
+                      {"p2p_seconds", se.terms.p2p_seconds},
+                      {"zero3_gather_seconds", se.terms.zero3_gather_seconds},
+                      {"tail_seconds", se.tail_seconds},
+                      {"dp_sync_seconds", se.terms.dp_sync_seconds},
+                      {"dp_sync_exposed_seconds", se.terms.dp_sync_exposed_seconds},
+                      {"optimizer_seconds", se.terms.optimizer_seconds},
+                      {"microbatches_in_flight", se.microbatches_in_flight},
+                      {"state_bytes", se.terms.state_bytes},
+                      {"activation_bytes_per_microbatch", se.terms.activation_bytes},
+                      {"peak_memory_bytes", se.peak_memory_bytes},
+                      {"memory_capacity_bytes", se.memory_capacity_bytes}});
+  }
+  nlohmann::json peak = nlohmann::json::array();
+  for (const StageEstimate& se : estimate.stages) peak.push_back(se.peak_memory_bytes);
+  return {{"predicted_iteration_seconds", estimate.iteration_seconds},
+          {"fill_seconds", estimate.fill_seconds},
+          {"steady_seconds", estimate.steady_seconds},
+          {"tail_seconds", estimate.tail_seconds},
+          {"bubble_fraction", estimate.bubble_fraction},
+          {"num_devices", estimate.num_devices},
+          {"tflops_per_gpu", estimate.tflops_per_gpu},
+          {"mfu", estimate.mfu},
+          {"tokens_per_second", estimate.tokens_per_second},
+          {"fits_memory", estimate.Fits()},
+          {"peak_memory_bytes", peak},
+          {"stages", stages}};
+}
+
+std::string EstimateReport(const Estimate& estimate, const Plan& plan) {
+  std::string text = fmt::format(
+      "plan: {}\n"
+      "predicted iteration: {:.4f} s  (fill {:.4f} + steady {:.4f} + tail {:.4f}; bubble {:.1f}%)\n"
+      "throughput: {:.1f} TFLOP/s per GPU, MFU {:.1f}%, {:.0f} tokens/s on {} devices\n",
+      plan.Summary(), estimate.iteration_seconds, estimate.fill_seconds, estimate.steady_seconds,
+      estimate.tail_seconds, 100 * estimate.bubble_fraction, estimate.tflops_per_gpu,
+      100 * estimate.mfu, estimate.tokens_per_second, estimate.num_devices);
+  text += fmt::format("{:>5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}\n",
+                      "stage", "layers", "t_mb ms", "compute", "tp comm", "p2p", "tail ms",
+                      "dp sync", "in-flight", "mem GiB");
+  for (size_t s = 0; s < estimate.stages.size(); ++s) {
+    const StageEstimate& se = estimate.stages[s];
+    text += fmt::format(
+        "{:>5} {:>9} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9} {:>6.1f}/{:<4.0f}\n",
+        s, fmt::format("{}-{}", plan.stages[s].first_layer, plan.stages[s].last_layer - 1),
+        1e3 * se.microbatch_seconds, 1e3 * se.terms.compute_seconds,
+        1e3 * se.terms.tp_comm_seconds, 1e3 * se.terms.p2p_seconds, 1e3 * se.tail_seconds,
+        1e3 * se.terms.dp_sync_seconds, se.microbatches_in_flight, se.peak_memory_bytes / kGiB,
+        se.memory_capacity_bytes / kGiB);
+  }
+  if (!estimate.Fits()) text += "DOES NOT FIT: " + estimate.MemoryViolation() + "\n";
+  return text;
+}
+
+}  // namespace stratos

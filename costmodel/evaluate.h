@@ -1,0 +1,61 @@
+#pragma once
+// Evaluate(problem, plan) -> Estimate: the predicted iteration time, memory and throughput of a
+// discrete plan, from the additive cost model (cost_model.h).
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+#include <vector>
+
+#include "costmodel/cost_model.h"
+#include "costmodel/plan.h"
+
+namespace stratos {
+
+struct StageEstimate {
+  StageTerms terms;                 // summed over the stage's layers + its overhead
+  double microbatch_seconds = 0;    // t_s
+  double tail_seconds = 0;          // e_s
+  int microbatches_in_flight = 0;
+  double peak_memory_bytes = 0;     // per device
+  double memory_capacity_bytes = 0; // per device (usable)
+  double MemoryHeadroomBytes() const { return memory_capacity_bytes - peak_memory_bytes; }
+};
+
+struct Estimate {
+  // T = fill_seconds + steady_seconds + tail_seconds (cost_model.h).
+  double iteration_seconds = 0;
+  double fill_seconds = 0;     // sum_s t_s
+  double steady_seconds = 0;   // (m - 1) * max_s t_s
+  double tail_seconds = 0;     // sum_s e_s
+  double max_stage_seconds = 0;
+  int bottleneck_stage = 0;
+  double bubble_fraction = 0;  // idle share of the pipeline part: 1 - m*mean t / (fill+steady)
+  int num_devices = 0;
+  double model_flops = 0;      // per iteration, whole cluster, no recomputation
+  double tflops_per_gpu = 0;   // model FLOP/s per device / 1e12
+  double mfu = 0;              // model FLOP/s / (devices * peak)
+  double tokens_per_second = 0;
+  std::vector<StageEstimate> stages;
+
+  bool Fits() const;  // every stage's peak memory within capacity
+  // "" if it fits, else e.g. "stage 2 (mesh 1x4 dp4 tp1 ...) needs 93.1 GiB per device, 13.1 GiB
+  // over its 80.0 GiB capacity"
+  std::string MemoryViolation() const;
+};
+
+// Requires a structurally valid plan (ValidatePlan); throws InputError otherwise.
+// Memory overflow is reported in the Estimate, not thrown.
+Estimate Evaluate(const Problem& problem, const Plan& plan);
+
+// Same, reusing a CostModel (searchers evaluate many plans).
+Estimate Evaluate(const CostModel& cost_model, const Plan& plan);
+
+// Alpa's closed form over the stage values: sum t + (m-1) max t + sum e.
+double PipelineObjective(const std::vector<double>& microbatch_seconds,
+                         const std::vector<double>& tail_seconds, int num_microbatches);
+
+nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan);
+// Human-readable multi-line report (per-stage breakdown).
+std::string EstimateReport(const Estimate& estimate, const Plan& plan);
+
+}  // namespace stratos

@@ -1,0 +1,216 @@
+#include "costmodel/plan.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "costmodel/cost_model.h"
+#include "costmodel/error.h"
+
+namespace stratos {
+
+using nlohmann::json;
+
+int Plan::NumDevices() const {
+  int devices = 0;
+  for (const StagePlan& stage : stages) devices += stage.config.NumDevices();
+  return devices;
+}
+
+std::string Plan::Summary() const {
+  std::string layers;
+  for (const StagePlan& stage : stages)
+    layers += fmt::format("{}{}", layers.empty() ? "" : "|", stage.NumLayers());
+  std::string text = fmt::format("{} stage{} [{} layers] m={} {}", NumStages(),
+                                 NumStages() == 1 ? "" : "s", layers, num_microbatches,
+                                 ScheduleName(schedule));
+  for (int s = 0; s < NumStages(); ++s)
+    text += fmt::format("; s{}: {}", s, stages[s].config.Label());
+  return text;
+}
+
+std::vector<std::pair<int, int>> SplitLayersEvenly(int num_layers, int num_stages) {
+  if (num_stages < 1 || num_stages > num_layers)
+    ThrowInputError("plan", "pipeline_parallel", num_stages,
+                    fmt::format("must be between 1 and the model's {} layers", num_layers));
+  std::vector<std::pair<int, int>> ranges;
+  const int base = num_layers / num_stages;
+  const int larger = num_layers % num_stages;  // the last `larger` stages get one more layer
+  int first = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    const int size = base + (s >= num_stages - larger ? 1 : 0);
+    ranges.push_back({first, first + size});
+    first += size;
+  }
+  return ranges;
+}
+
+void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where) {
+  const int num_layers = problem.NumLayers();
+  if (plan.global_batch_size != problem.training.global_batch_size)
+    ThrowInputError(where, "global_batch_size", plan.global_batch_size,
+                    fmt::format("must equal the problem's global batch {}",
+                                problem.training.global_batch_size));
+  if (plan.num_microbatches < 1)
+    ThrowInputError(where, "num_microbatches", plan.num_microbatches, "must be >= 1");
+  if (plan.stages.empty()) ThrowInputError(where, "stages", "[]", "must list at least one stage");
+  int expected_first = 0;
+  for (int s = 0; s < plan.NumStages(); ++s) {
+    const StagePlan& stage = plan.stages[s];
+    const std::string key = fmt::format("stages[{}]", s);
+    if (stage.first_layer != expected_first)
+      ThrowInputError(where, key + ".first_layer", stage.first_layer,
+                      fmt::format("must be {} (stages cover the layers once, in order)",
+                                  expected_first));
+    if (stage.last_layer <= stage.first_layer)
+      ThrowInputError(where, key + ".last_layer", stage.last_layer,
+                      fmt::format("must be > first_layer = {} (a stage holds at least one layer)",
+                                  stage.first_layer));
+    if (stage.last_layer > num_layers)
+      ThrowInputError(where, key + ".last_layer", stage.last_layer,
+                      fmt::format("must be <= the model's {} layers", num_layers));
+    expected_first = stage.last_layer;
+  }
+  if (expected_first != num_layers)
+    ThrowInputError(where, fmt::format("stages[{}].last_layer", plan.NumStages() - 1),
+                    expected_first,
+                    fmt::format("must be {} (the stages must cover all layers)", num_layers));
+  if (plan.NumDevices() > problem.NumDevices())
+    ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
+                    fmt::format("the cluster has only {} devices", problem.NumDevices()));
+  const CostModel cost_model(problem);
+  for (int s = 0; s < plan.NumStages(); ++s) {
+    std::string rule = cost_model.CheckConfig(plan.stages[s].config, plan.num_microbatches);
+    if (!rule.empty())
+      ThrowInputError(where, fmt::format("stages[{}]", s), plan.stages[s].config.Label(), rule);
+  }
+}
+
+json PlanToJson(const Plan& plan) {
+  json stages = json::array();
+  for (const StagePlan& stage : plan.stages) {
+    const StageConfig& c = stage.config;
+    stages.push_back({{"first_layer", stage.first_layer},
+                      {"last_layer", stage.last_layer},
+                      {"mesh", {c.mesh_nodes, c.mesh_gpus_per_node}},
+                      {"data_parallel", c.data_parallel},
+                      {"tensor_parallel", c.tensor_parallel},
+                      {"zero_stage", c.zero_stage},
+                      {"recompute", RecomputeName(c.recompute)},
+                      {"grad_compression", "none"}});
+  }
+  return {{"schema", "stratos.plan/1"},
+          {"global_batch_size", plan.global_batch_size},
+          {"num_microbatches", plan.num_microbatches},
+          {"schedule", ScheduleName(plan.schedule)},
+          {"stages", stages}};
+}
+
+namespace {
+
+// Reads JSON objects strictly: unknown keys, missing keys and wrong types are InputErrors that
+// name the file and the key path.
+class StrictObject {
+ public:
+  StrictObject(const json& object, std::string where, std::string path)
+      : object_(object), where_(std::move(where)), path_(std::move(path)) {
+    if (!object_.is_object())
+      ThrowInputError(where_, path_.empty() ? "(top level)" : path_, object_.dump(),
+                      "must be a JSON object");
+  }
+
+  const json& Get(const std::string& key) {
+    seen_.insert(key);
+    if (!object_.contains(key)) throw InputError(fmt::format("{}: {}: missing required key", where_, Key(key)));
+    return object_.at(key);
+  }
+  bool Has(const std::string& key) const { return object_.contains(key); }
+
+  int Int(const std::string& key) {
+    const json& value = Get(key);
+    if (!value.is_number_integer()) ThrowInputError(where_, Key(key), value.dump(), "must be an integer");
+    return value.get<int>();
+  }
+  std::string String(const std::string& key) {
+    const json& value = Get(key);
+    if (!value.is_string()) ThrowInputError(where_, Key(key), value.dump(), "must be a string");
+    return value.get<std::string>();
+  }
+  std::string Key(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  // Throws for any key not read.
+  void RejectUnknown(const std::set<std::string>& also_allowed = {}) const {
+    for (const auto& item : object_.items()) {
+      if (seen_.count(item.key()) || also_allowed.count(item.key())) continue;
+      std::string known;
+      for (const std::string& k : seen_) known += (known.empty() ? "" : ", ") + k;
+      throw InputError(fmt::format("{}: {}: unknown key (known keys: {})", where_, Key(item.key()), known));
+    }
+  }
+
+ private:
+  const json& object_;
+  std::string where_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+}  // namespace
+
+Plan PlanFromJson(const json& j, const std::string& where) {
+  StrictObject top(j, where, "");
+  const std::string schema = top.String("schema");
+  if (schema != "stratos.plan/1")
+    ThrowInputError(where, "schema", fmt::format("\"{}\"", schema), "must be \"stratos.plan/1\"");
+  Plan plan;
+  plan.global_batch_size = top.Int("global_batch_size");
+  plan.num_microbatches = top.Int("num_microbatches");
+  plan.schedule = ParseSchedule(top.String("schedule"), where);
+  const json& stages = top.Get("stages");
+  if (!stages.is_array()) ThrowInputError(where, "stages", stages.dump(), "must be an array");
+  for (size_t s = 0; s < stages.size(); ++s) {
+    StrictObject stage(stages[s], where, fmt::format("stages[{}]", s));
+    StagePlan sp;
+    sp.first_layer = stage.Int("first_layer");
+    sp.last_layer = stage.Int("last_layer");
+    const json& mesh = stage.Get("mesh");
+    if (!mesh.is_array() || mesh.size() != 2 || !mesh[0].is_number_integer() ||
+        !mesh[1].is_number_integer())
+      ThrowInputError(where, stage.Key("mesh"), mesh.dump(),
+                      "must be [nodes, gpus_per_node], two integers");
+    sp.config.mesh_nodes = mesh[0].get<int>();
+    sp.config.mesh_gpus_per_node = mesh[1].get<int>();
+    sp.config.data_parallel = stage.Int("data_parallel");
+    sp.config.tensor_parallel = stage.Int("tensor_parallel");
+    sp.config.zero_stage = stage.Int("zero_stage");
+    sp.config.recompute = ParseRecompute(stage.String("recompute"), where + ": " + stage.Key(""));
+    if (stage.Has("grad_compression")) {
+      const std::string compression = stage.String("grad_compression");
+      if (compression != "none")
+        ThrowInputError(where, stage.Key("grad_compression"), fmt::format("\"{}\"", compression),
+                        "only \"none\" is supported by this version");
+    }
+    stage.RejectUnknown();
+    plan.stages.push_back(sp);
+  }
+  // "estimate" and "problem" are informative sections written beside the plan.
+  top.RejectUnknown({"estimate", "problem", "algorithm"});
+  return plan;
+}
+
+Plan ReadPlanFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open plan file", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(buffer.str());
+  } catch (const json::parse_error& e) {
+    throw InputError(fmt::format("{}: JSON parse error: {}", path, e.what()));
+  }
+  return PlanFromJson(j, path);
+}
+
+}  // namespace stratos

@@ -1,0 +1,51 @@
+#pragma once
+// The discrete plan every searcher returns (DESIGN.md §4), with JSON I/O
+// ("schema": "stratos.plan/1") and validation against a problem.
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "costmodel/problem.h"
+#include "costmodel/stage_config.h"
+
+namespace stratos {
+
+struct StagePlan {
+  int first_layer = 0;  // inclusive, index into model.layers
+  int last_layer = 0;   // exclusive
+  StageConfig config;
+  int NumLayers() const { return last_layer - first_layer; }
+};
+
+struct Plan {
+  int global_batch_size = 0;
+  int num_microbatches = 1;
+  Schedule schedule = Schedule::kOneFOneB;
+  std::vector<StagePlan> stages;
+
+  int NumStages() const { return static_cast<int>(stages.size()); }
+  int NumDevices() const;
+  // e.g. "4 stages [9|8|8|9 layers] m=64 1f1b; s0: mesh 1x4 dp2 tp2 zero1 recompute=none; ..."
+  std::string Summary() const;
+};
+
+// Splits num_layers into num_stages contiguous [first, last) ranges whose sizes differ by at most
+// one (the larger ones last, so the stage holding the embedding is not the heaviest).
+// Throws InputError if num_stages is not in [1, num_layers].
+std::vector<std::pair<int, int>> SplitLayersEvenly(int num_layers, int num_stages);
+
+// Structural validation: layers covered once and in order, degrees consistent with the mesh,
+// meshes fit the cluster, batch divisible. Throws InputError naming `where` (the plan file),
+// the key path (e.g. "stages[2].tensor_parallel"), its value and the rule. Does NOT check
+// memory; Evaluate() reports per-stage memory and EstimateFits() decides.
+void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where = "plan");
+
+// JSON I/O. PlanFromJson throws InputError naming `where`, the key and the rule for unknown
+// keys, missing keys, wrong types and a wrong "schema".
+nlohmann::json PlanToJson(const Plan& plan);
+Plan PlanFromJson(const nlohmann::json& json, const std::string& where);
+Plan ReadPlanFile(const std::string& path);
+
+}  // namespace stratos

@@ -1,0 +1,92 @@
+#include "costmodel/search_space.h"
+
+#include <algorithm>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+void SpaceOptions::Validate() const {
+  const std::string where = "SpaceOptions";
+  if (min_stages < 1) ThrowInputError(where, "min_stages", min_stages, "must be >= 1");
+  if (max_stages < 0) ThrowInputError(where, "max_stages", max_stages, "must be >= 0 (0 = auto)");
+  if (max_stages > 0 && min_stages > max_stages)
+    ThrowInputError(where, "min_stages", min_stages,
+                    fmt::format("must be <= max_stages = {}", max_stages));
+  if (max_tensor_parallel < 0)
+    ThrowInputError(where, "max_tensor_parallel", max_tensor_parallel, "must be >= 0 (0 = auto)");
+  if (max_data_parallel < 0)
+    ThrowInputError(where, "max_data_parallel", max_data_parallel, "must be >= 0 (0 = auto)");
+  if (recompute.empty()) ThrowInputError(where, "recompute", "[]", "must list at least one mode");
+  for (int m : num_microbatches)
+    if (m < 1) ThrowInputError(where, "num_microbatches", m, "every entry must be >= 1");
+}
+
+SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& options) {
+  options.Validate();
+  const ClusterSpec& cluster = problem.cluster;
+  if (!cluster.IsHomogeneous())
+    ThrowInputError(cluster.source, "node_group", cluster.node_groups.size(),
+                    "heterogeneous clusters (several node groups) are not searchable yet");
+  const int gpus_per_node = cluster.GpusPerNode();
+  const int num_nodes = cluster.NumNodes();
+  const int batch = problem.training.global_batch_size;
+  const CostModel cost_model(problem);
+  SearchSpace space;
+  space.num_devices = cluster.NumDevices();
+  space.min_stages = options.min_stages;
+  space.max_stages = options.max_stages > 0
+                         ? options.max_stages
+                         : std::min({problem.NumLayers(), space.num_devices, 16});
+  space.max_stages = std::min(space.max_stages, problem.NumLayers());
+  if (space.min_stages > space.max_stages)
+    ThrowInputError("SpaceOptions", "min_stages", space.min_stages,
+                    fmt::format("exceeds the {} stages this problem allows", space.max_stages));
+
+  // Meshes (Alpa's submesh shapes restricted to powers of two).
+  std::vector<std::pair<int, int>> meshes;
+  for (int g = 1; g < gpus_per_node; g *= 2)
+    if (gpus_per_node % g == 0) meshes.push_back({1, g});
+  for (int n = 1; n <= num_nodes; n *= 2) meshes.push_back({n, gpus_per_node});
+  const int max_tp = options.max_tensor_parallel > 0
+                         ? std::min(options.max_tensor_parallel, gpus_per_node)
+                         : gpus_per_node;
+  for (auto [nodes, gpn] : meshes) {
+    space.mesh_sizes.push_back(nodes * gpn);
+    for (int tp = 1; tp <= std::min(max_tp, gpn); tp *= 2) {
+      if (gpn % tp != 0) continue;
+      const int dp = nodes * gpn / tp;
+      if (options.max_data_parallel > 0 && dp > options.max_data_parallel) continue;
+      for (int zero = 0; zero <= ((dp > 1 && options.allow_zero) ? 3 : 0); ++zero) {
+        for (Recompute recompute : options.recompute) {
+          StageConfig config{nodes, gpn, dp, tp, zero, recompute};
+          if (!cost_model.CheckStructure(config).empty()) continue;
+          space.configs.push_back(config);
+        }
+      }
+    }
+  }
+  std::sort(space.mesh_sizes.begin(), space.mesh_sizes.end());
+  space.mesh_sizes.erase(std::unique(space.mesh_sizes.begin(), space.mesh_sizes.end()),
+                         space.mesh_sizes.end());
+
+  const int max_m = options.max_num_microbatches > 0 ? options.max_num_microbatches : batch;
+  if (!options.num_microbatches.empty()) {
+    space.num_microbatches = options.num_microbatches;
+  } else {
+    for (int m = 1; m <= std::min(batch, max_m); ++m)
+      if (batch % m == 0) space.num_microbatches.push_back(m);
+  }
+  std::sort(space.num_microbatches.begin(), space.num_microbatches.end());
+  for (int m : space.num_microbatches)
+    if (batch % m != 0)
+      ThrowInputError("SpaceOptions", "num_microbatches", m,
+                      fmt::format("must divide the global batch {}", batch));
+  if (space.configs.empty())
+    throw InputError(fmt::format("{}: no stage configuration is valid on cluster {} (check "
+                                 "max_tensor_parallel and the model's attention heads)",
+                                 problem.model.source, cluster.name));
+  return space;
+}
+
+}  // namespace stratos

@@ -1,0 +1,42 @@
+#pragma once
+// The discrete search space shared by every searcher (relax, DP, grid, exhaustive, ...):
+// contiguous layer-to-stage cuts, per-stage config (mesh size, DP x TP, ZeRO, recompute) and the
+// global microbatch count. Same space for everyone, so comparisons are fair.
+#include <string>
+#include <vector>
+
+#include "costmodel/cost_model.h"
+
+namespace stratos {
+
+struct SpaceOptions {
+  int min_stages = 1;
+  int max_stages = 0;            // 0: min(layers, devices, 16)
+  int max_tensor_parallel = 0;   // 0: gpus per node
+  int max_data_parallel = 0;     // 0: unbounded
+  bool allow_zero = true;        // ZeRO 1-3 as options (ZeRO 0 always)
+  std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  int max_num_microbatches = 0;  // 0: global batch size
+  // Empty: every divisor of the global batch up to max_num_microbatches.
+  std::vector<int> num_microbatches;
+
+  // Throws InputError naming the field and value if inconsistent (e.g. min_stages > max_stages).
+  void Validate() const;
+};
+
+struct SearchSpace {
+  std::vector<StageConfig> configs;       // per-stage options
+  std::vector<int> num_microbatches;      // global options, ascending
+  int min_stages = 1;
+  int max_stages = 1;
+  int num_devices = 0;                    // device budget: sum of stage meshes <= num_devices
+  std::vector<int> mesh_sizes;            // distinct NumDevices() of configs, ascending
+
+  // Mesh sizes: 1, 2, 4, ... up to gpus_per_node, then k * gpus_per_node for k = 1, 2, 4, ...
+  // up to the node count (powers of two, as Megatron-LM and most published plans use).
+  // For each mesh: every DP x TP with TP <= max_tensor_parallel dividing the node and the heads,
+  // ZeRO 0 (and 1-3 when DP > 1 and allowed), every allowed recompute mode.
+  static SearchSpace Build(const Problem& problem, const SpaceOptions& options = {});
+};
+
+}  // namespace stratos

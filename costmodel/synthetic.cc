@@ -1,0 +1,90 @@
+#include "costmodel/synthetic.h"
+
+#include <cmath>
+#include <random>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+SeedCase MakeSeedPartitionCase(int num_layers, int num_stages, int num_microbatches,
+                               double layer_cost, double cut_cost) {
+  STRATOS_CHECK(num_layers >= num_stages && num_stages >= 1 && num_microbatches >= 1,
+                "L={} k={} B={}", num_layers, num_stages, num_microbatches);
+  SeedCase seed;
+  ModelSpec& model = seed.problem.model;
+  model.name = fmt::format("seed-L{}-k{}-B{}", num_layers, num_stages, num_microbatches);
+  model.family = "explicit";
+  model.source = "seed_pipeline_partition_cases.csv";
+  model.cut_cost_seconds = cut_cost;
+  // The seed's layer cost is the whole forward + backward of a microbatch: a forward of
+  // `layer_cost` FLOPs on a 1 FLOP/s device, and no separate backward.
+  model.backward_to_forward_ratio = 0.0;
+  for (int l = 0; l < num_layers; ++l) {
+    LayerSpec layer;
+    layer.name = fmt::format("layer.{}", l);
+    layer.kind = LayerKind::kExplicit;
+    layer.cost_class = 0;
+    layer.forward_flops = layer_cost;  // per sample; each microbatch is one sample
+    model.layers.push_back(layer);
+  }
+  ClusterSpec& cluster = seed.problem.cluster;
+  cluster.name = "seed-unit-devices";
+  cluster.source = "synthetic";
+  cluster.devices.push_back({"unit", 1.0, 1e18, 1e18, 1.0, 0.0, "synthetic: 1 FLOP/s"});
+  cluster.node_groups.push_back({1, num_stages, "unit"});
+  cluster.networks.push_back({"synthetic", 1e18, 0.0, 1.0, "synthetic"});
+  seed.problem.training.global_batch_size = num_microbatches;
+  seed.space.min_stages = num_stages;
+  seed.space.max_stages = num_stages;
+  seed.space.max_data_parallel = 1;
+  seed.space.max_tensor_parallel = 1;
+  seed.space.allow_zero = false;
+  seed.space.recompute = {Recompute::kNone};
+  seed.space.num_microbatches = {num_microbatches};
+  return seed;
+}
+
+Problem MakeRandomSmallProblem(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&rng](std::initializer_list<int> values) {
+    std::uniform_int_distribution<size_t> index(0, values.size() - 1);
+    return *(values.begin() + index(rng));
+  };
+  Problem problem;
+  ModelSpec& model = problem.model;
+  model.name = fmt::format("random-{}", seed);
+  model.family = "gpt";
+  model.source = model.name;
+  model.hidden_size = pick({256, 512, 1024});
+  model.num_layers = pick({2, 3, 4});
+  model.num_attention_heads = pick({4, 8});
+  model.num_key_value_heads = model.num_attention_heads;
+  model.ffn_hidden_size = 4 * model.hidden_size;
+  model.vocab_size = pick({1000, 8000, 32000});
+  model.seq_length = pick({256, 1024});
+  model.max_position_embeddings = model.seq_length;
+  model.tie_word_embeddings = pick({0, 1}) == 1;
+  BuildTransformerLayers(model);
+
+  ClusterSpec& cluster = problem.cluster;
+  cluster.name = model.name + "-cluster";
+  cluster.source = "synthetic";
+  const int nodes = pick({1, 2});
+  const int gpus_per_node = nodes == 2 ? 2 : pick({2, 4});
+  // Memory between 40% and 200% of one full replica's model states (16 bytes/param), so that
+  // memory binds on some problems and not on others.
+  std::uniform_real_distribution<double> memory_share(0.4, 2.0);
+  const double memory = memory_share(rng) * 16.0 * model.ParameterCount();
+  std::uniform_real_distribution<double> log_bandwidth(9.0, 11.5);
+  cluster.devices.push_back({"random-gpu", 100e12, memory, 1e12, 0.8, 0.0, "synthetic"});
+  cluster.node_groups.push_back({nodes, gpus_per_node, "random-gpu"});
+  cluster.networks.push_back(
+      {"intra", std::pow(10.0, log_bandwidth(rng) + 0.5), 5e-6, 1.0, "synthetic"});
+  cluster.networks.push_back({"inter", std::pow(10.0, log_bandwidth(rng)), 10e-6, 1.0, "synthetic"});
+  problem.training.global_batch_size = pick({4, 8, 16});
+  problem.training.schedule = pick({0, 1}) == 1 ? Schedule::kGpipe : Schedule::kOneFOneB;
+  return problem;
+}
+
+}  // namespace stratos

@@ -1,0 +1,29 @@
+#pragma once
+// Synthetic problems built in code: the seed's pipeline-partition cases and small random
+// problems of the full space, used as regression oracles (DP = exhaustive = relax = ILP).
+#include <cstdint>
+
+#include "costmodel/problem.h"
+#include "costmodel/search_space.h"
+
+namespace stratos {
+
+// The seed notebook's problem (../shared/data/seed_pipeline_partition_cases.csv):
+// num_layers layers of cost `layer_cost` seconds (forward + backward of one microbatch),
+// exactly `num_stages` stages of one device each, a one-time `cut_cost` seconds per stage
+// boundary, `num_microbatches` microbatches. Its seed objective
+//   (num_microbatches - 1) * max stage cost + sum of cut costs
+// equals our pipeline objective minus the constant fill term num_layers * layer_cost, i.e.
+//   Estimate::steady_seconds + Estimate::tail_seconds.
+struct SeedCase {
+  Problem problem;
+  SpaceOptions space;  // fixes stage count, one device per stage, the microbatch count
+};
+SeedCase MakeSeedPartitionCase(int num_layers, int num_stages, int num_microbatches,
+                               double layer_cost, double cut_cost);
+
+// A small random problem of the full space (GPT-like layers of random width on a random
+// 1-2 node cluster with tight memory, random batch), small enough for ExhaustiveSearcher.
+Problem MakeRandomSmallProblem(std::uint64_t seed);
+
+}  // namespace stratos

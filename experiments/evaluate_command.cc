@@ -1,0 +1,89 @@
+#include <nlohmann/json.hpp>
+
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+#include "costmodel/pipeline_sim.h"
+#include "experiments/commands.h"
+#include "experiments/output.h"
+
+namespace stratos {
+
+namespace {
+
+// A Megatron-style plan: PP uniform stages, each a mesh of DP x TP devices.
+Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
+  const std::string where = "command line";
+  if (args.tensor_parallel < 1) ThrowInputError(where, "--tp", args.tensor_parallel, "must be >= 1");
+  if (args.pipeline_parallel < 1)
+    ThrowInputError(where, "--pp", args.pipeline_parallel, "must be >= 1");
+  if (args.data_parallel < 1) ThrowInputError(where, "--dp", args.data_parallel, "must be >= 1");
+  if (args.micro_batch_size < 1)
+    ThrowInputError(where, "--micro-batch", args.micro_batch_size, "must be >= 1");
+  const int batch = problem.training.global_batch_size;
+  const int per_microbatch = args.micro_batch_size * args.data_parallel;
+  if (batch % per_microbatch != 0)
+    ThrowInputError(where, "--micro-batch", args.micro_batch_size,
+                    fmt::format("micro-batch x dp = {} must divide the global batch {}",
+                                per_microbatch, batch));
+  const int gpus_per_node = problem.cluster.GpusPerNode();
+  const int mesh_devices = args.data_parallel * args.tensor_parallel;
+  StageConfig config;
+  if (mesh_devices <= gpus_per_node) {
+    config.mesh_nodes = 1;
+    config.mesh_gpus_per_node = mesh_devices;
+  } else {
+    if (mesh_devices % gpus_per_node != 0)
+      ThrowInputError(where, "--dp", args.data_parallel,
+                      fmt::format("dp x tp = {} must fit in a node or fill whole nodes of {} GPUs",
+                                  mesh_devices, gpus_per_node));
+    config.mesh_nodes = mesh_devices / gpus_per_node;
+    config.mesh_gpus_per_node = gpus_per_node;
+  }
+  config.data_parallel = args.data_parallel;
+  config.tensor_parallel = args.tensor_parallel;
+  config.zero_stage = args.zero_stage;
+  config.recompute = ParseRecompute(args.recompute, where + ": --recompute");
+  Plan plan;
+  plan.global_batch_size = batch;
+  plan.num_microbatches = batch / per_microbatch;
+  plan.schedule = problem.training.schedule;
+  for (auto [first, last] : SplitLayersEvenly(problem.NumLayers(), args.pipeline_parallel))
+    plan.stages.push_back({first, last, config});
+  ValidatePlan(problem, plan, "command line (--tp/--pp/--dp/--micro-batch)");
+  return plan;
+}
+
+}  // namespace
+
+int RunEvaluate(const EvaluateArgs& args) {
+  const Problem problem = LoadProblem(args.problem);
+  Plan plan;
+  if (!args.plan_file.empty()) {
+    plan = ReadPlanFile(args.plan_file);
+    ValidatePlan(problem, plan, args.plan_file);
+  } else {
+    plan = UniformPlan(problem, args);
+  }
+  const Estimate estimate = Evaluate(problem, plan);
+  fmt::print("problem: {} on {} x {} ({} devices), global batch {}\n", problem.model.name,
+             problem.cluster.NumNodes(), problem.cluster.name, problem.NumDevices(),
+             problem.training.global_batch_size);
+  fmt::print("{}", EstimateReport(estimate, plan));
+  if (!args.json_file.empty()) {
+    nlohmann::json json = EstimateToJson(estimate, plan);
+    json["plan"] = PlanToJson(plan);
+    WriteJsonAtomically(args.json_file, json);
+  }
+  if (!args.trace_file.empty()) {
+    const SimResult sim =
+        SimulatePipeline(SimStagesFromEstimate(estimate), plan.num_microbatches, plan.schedule);
+    WriteJsonAtomically(args.trace_file, ChromeTrace(sim, problem.model.name));
+  }
+  if (!estimate.Fits()) {
+    fmt::print(stderr, "stratos: plan does not fit: {}\n", estimate.MemoryViolation());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace stratos

@@ -1,0 +1,117 @@
+// `stratos`: finds how to parallelize the training of a model on a cluster.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "costmodel/error.h"
+#include "costmodel/zoo.h"
+#include "experiments/commands.h"
+#include "experiments/searchers.h"
+#include "runtime/device_info.h"
+
+namespace {
+
+void AddProblemOptions(CLI::App* command, stratos::ProblemArgs& args) {
+  command->add_option("--model", args.model, "zoo model name or file (.toml, HF config.json)")
+      ->capture_default_str();
+  command->add_option("--cluster", args.cluster, "zoo cluster name or .toml file")
+      ->capture_default_str();
+  command->add_option("--nodes", args.nodes, "number of nodes (default: as in the cluster file)");
+  command->add_option("--global-batch", args.global_batch_size, "global batch size, sequences")
+      ->capture_default_str();
+  command->add_option("--seq-length", args.seq_length, "sequence length (default: the model's)");
+  command->add_option("--schedule", args.schedule, "pipeline schedule: 1f1b | gpipe")
+      ->capture_default_str();
+  command->add_option("--dp-overlap", args.dp_overlap,
+                      "share of the DP gradient sync hidden behind backward, in [0, 1]")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stratos: finds how to parallelize the training of a deep-learning model on a "
+               "cluster (differentiable search beside Alpa's DP and Megatron-style grid search)"};
+  app.require_subcommand(1);
+  app.footer(fmt::format("zoo models: {}\nzoo clusters: {}",
+                         fmt::join(stratos::ZooModels(), ", "),
+                         fmt::join(stratos::ZooClusters(), ", ")));
+
+  stratos::SearchArgs search;
+  CLI::App* search_command = app.add_subcommand(
+      "search", "search a plan with one or more searchers and compare them");
+  AddProblemOptions(search_command, search.problem);
+  search_command
+      ->add_option("--algo", search.algorithms,
+                   fmt::format("comma list of {} or all", fmt::join(stratos::SearcherNames(), ",")))
+      ->capture_default_str();
+  search_command->add_option("--time-limit", search.time_limit_seconds, "seconds per searcher")
+      ->capture_default_str();
+  search_command->add_option("--seed", search.seed, "random seed")->capture_default_str();
+  search_command->add_option("--max-stages", search.max_stages,
+                             "most pipeline stages (default: min(layers, devices, 16))");
+  search_command->add_option("--output-dir", search.output_dir, "where outputs go")
+      ->capture_default_str();
+  search_command->add_flag("!--no-progress", search.progress, "no progress lines on stderr");
+
+  stratos::EvaluateArgs evaluate;
+  CLI::App* evaluate_command = app.add_subcommand(
+      "evaluate", "predict iteration time, memory and MFU of one plan");
+  AddProblemOptions(evaluate_command, evaluate.problem);
+  CLI::Option* plan_option =
+      evaluate_command->add_option("--plan", evaluate.plan_file, "plan JSON (stratos.plan/1)");
+  CLI::Option* tp = evaluate_command->add_option("--tp", evaluate.tensor_parallel,
+                                                 "tensor-parallel degree (uniform plan)");
+  evaluate_command->add_option("--pp", evaluate.pipeline_parallel, "pipeline stages")->needs(tp);
+  evaluate_command->add_option("--dp", evaluate.data_parallel, "data-parallel degree")->needs(tp);
+  evaluate_command->add_option("--micro-batch", evaluate.micro_batch_size,
+                               "samples per DP replica per microbatch")
+      ->needs(tp);
+  evaluate_command->add_option("--zero", evaluate.zero_stage, "ZeRO stage 0-3")->capture_default_str();
+  evaluate_command->add_option("--recompute", evaluate.recompute, "none | selective | full")
+      ->capture_default_str();
+  evaluate_command->add_option("--json", evaluate.json_file, "write the estimate as JSON");
+  evaluate_command->add_option("--trace", evaluate.trace_file, "write a Chrome trace");
+  plan_option->excludes(tp);
+
+  stratos::BenchArgs bench;
+  CLI::App* bench_command = app.add_subcommand("bench", "benchmarks");
+  bench_command->require_subcommand(1);
+  CLI::App* ladder = bench_command->add_subcommand(
+      "ladder", "DP vs relax on GPT problems from 24 layers x 8 GPUs to 128 layers x 1024 GPUs");
+  ladder->add_option("--output-dir", bench.output_dir)->capture_default_str();
+  ladder->add_option("--time-limit", bench.time_limit_seconds, "seconds per searcher and rung")
+      ->capture_default_str();
+  ladder->add_option("--rungs", bench.max_rungs, "run only the first N rungs");
+  ladder->add_option("--algo", bench.algorithms, "searchers to run")->capture_default_str();
+
+  CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*search_command) return stratos::RunSearch(search);
+    if (*evaluate_command) {
+      if (evaluate.plan_file.empty() && evaluate.tensor_parallel == 0)
+        throw stratos::InputError("command line: evaluate needs --plan FILE or --tp/--pp/--dp/--micro-batch");
+      return stratos::RunEvaluate(evaluate);
+    }
+    if (*ladder) return stratos::RunBenchLadder(bench);
+    if (*version) {
+      const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();
+      fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {})\n", info.torch_version,
+                 info.cuda_available ? "yes" : "no", info.cuda_device_count,
+                 info.gloo_available ? "yes" : "no");
+      return 0;
+    }
+  } catch (const stratos::InputError& e) {
+    fmt::print(stderr, "stratos: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "stratos: internal error: {}\n", e.what());
+    return 3;
+  }
+  return 0;
+}

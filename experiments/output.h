@@ -1,0 +1,17 @@
+#pragma once
+// Output files of a run. Each file is written to a temporary name and renamed into place, so a
+// failed or interrupted run never leaves a half-written file or destroys an earlier output.
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+
+namespace stratos {
+
+// Creates `dir` (and parents). Throws InputError naming the directory if that fails.
+void EnsureDirectory(const std::string& dir);
+
+// Writes `text` to `path` atomically (path.tmp + rename). Throws InputError on failure.
+void WriteFileAtomically(const std::string& path, const std::string& text);
+void WriteJsonAtomically(const std::string& path, const nlohmann::json& json);
+
+}  // namespace stratos

@@ -1,0 +1,22 @@
+#pragma once
+// Builds a Problem from the command line's --model / --cluster / --nodes / --global-batch ...
+#include <string>
+
+#include "costmodel/problem.h"
+
+namespace stratos {
+
+struct ProblemArgs {
+  std::string model = "gpt3-6.7b";        // zoo name or file (.toml, HF config.json)
+  std::string cluster = "dgx-a100-80gb";  // zoo name or file (.toml)
+  int nodes = 0;                          // 0: as in the cluster file
+  int global_batch_size = 512;
+  int seq_length = 0;                     // 0: the model's
+  std::string schedule = "1f1b";
+  double dp_overlap = 0.0;                // share of DP sync hidden behind backward
+};
+
+// Throws InputError naming the flag or file for bad values.
+Problem LoadProblem(const ProblemArgs& args);
+
+}  // namespace stratos

@@ -1,0 +1,152 @@
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+#include "costmodel/pipeline_sim.h"
+#include "experiments/commands.h"
+#include "experiments/output.h"
+#include "experiments/searchers.h"
+
+namespace stratos {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct Outcome {
+  std::string algorithm;
+  SearchResult result;
+  std::optional<Estimate> estimate;
+};
+
+double MinHeadroomBytes(const Estimate& estimate) {
+  double headroom = std::numeric_limits<double>::infinity();
+  for (const StageEstimate& stage : estimate.stages)
+    headroom = std::min(headroom, stage.MemoryHeadroomBytes());
+  return headroom;
+}
+
+nlohmann::json ProblemJson(const Problem& problem) {
+  return {{"model", problem.model.name},
+          {"model_source", problem.model.source},
+          {"parameters", problem.model.ParameterCount()},
+          {"num_layers", problem.NumLayers()},
+          {"cluster", problem.cluster.name},
+          {"cluster_source", problem.cluster.source},
+          {"nodes", problem.cluster.NumNodes()},
+          {"devices", problem.NumDevices()},
+          {"global_batch_size", problem.training.global_batch_size},
+          {"seq_length", problem.model.seq_length},
+          {"schedule", ScheduleName(problem.training.schedule)},
+          {"dp_overlap_fraction", problem.training.dp_overlap_fraction}};
+}
+
+}  // namespace
+
+int RunSearch(const SearchArgs& args) {
+  if (args.time_limit_seconds <= 0)
+    ThrowInputError("command line", "--time-limit", args.time_limit_seconds, "must be > 0");
+  const std::vector<std::string> algorithms = ParseAlgorithmList(args.algorithms);
+  const Problem problem = LoadProblem(args.problem);
+  const CostModel cost_model(problem);
+  fmt::print("problem: {} ({:.3f} B parameters, {} layers) on {} x {} ({} devices), global batch "
+             "{}, seq {}, {}\n",
+             problem.model.name, problem.model.ParameterCount() / 1e9, problem.NumLayers(),
+             problem.cluster.NumNodes(), problem.cluster.name, problem.NumDevices(),
+             problem.training.global_batch_size, problem.model.seq_length,
+             ScheduleName(problem.training.schedule));
+
+  std::vector<Outcome> outcomes;
+  for (const std::string& name : algorithms) {
+    SearchOptions options;
+    options.time_limit_seconds = args.time_limit_seconds;
+    options.seed = args.seed;
+    options.progress = args.progress;
+    options.space.max_stages = args.max_stages;
+    fmt::print("\n== {} ==\n", name);
+    std::fflush(stdout);
+    Outcome outcome{name, MakeSearcher(name)->Search(problem, options), std::nullopt};
+    fmt::print("{}\n", outcome.result.summary.BriefReport());
+    if (outcome.result.plan) {
+      outcome.estimate = Evaluate(cost_model, *outcome.result.plan);
+      fmt::print("{}", EstimateReport(*outcome.estimate, *outcome.result.plan));
+    } else {
+      fmt::print("no feasible plan: {}\n", outcome.result.summary.message);
+    }
+    outcomes.push_back(std::move(outcome));
+  }
+
+  double best = std::numeric_limits<double>::infinity();
+  for (const Outcome& o : outcomes)
+    if (o.estimate) best = std::min(best, o.estimate->iteration_seconds);
+
+  fmt::print("\n{:<11} {:<17} {:>12} {:>10} {:>7} {:>13} {:>10} {:>8}\n", "algorithm", "status",
+             "iteration s", "TFLOP/s", "MFU %", "headroom GiB", "search s", "gap %");
+  for (const Outcome& o : outcomes) {
+    const SearchSummary& summary = o.result.summary;
+    if (o.estimate) {
+      const Estimate& e = *o.estimate;
+      fmt::print("{:<11} {:<17} {:>12.4f} {:>10.1f} {:>7.1f} {:>13.2f} {:>10.3f} {:>8.2f}\n",
+                 o.algorithm, TerminationTypeName(summary.termination), e.iteration_seconds,
+                 e.tflops_per_gpu, 100 * e.mfu, MinHeadroomBytes(e) / kGiB, summary.wall_seconds,
+                 100 * (e.iteration_seconds / best - 1));
+    } else {
+      fmt::print("{:<11} {:<17} {:>12} {:>10} {:>7} {:>13} {:>10.3f} {:>8}\n", o.algorithm,
+                 TerminationTypeName(summary.termination), "-", "-", "-", "-",
+                 summary.wall_seconds, "-");
+    }
+  }
+
+  // Outputs: every file is written atomically; summary.json last.
+  EnsureDirectory(args.output_dir + "/plans");
+  EnsureDirectory(args.output_dir + "/traces");
+  nlohmann::json results = nlohmann::json::array();
+  for (const Outcome& o : outcomes) {
+    const SearchSummary& summary = o.result.summary;
+    nlohmann::json entry = {{"algorithm", o.algorithm},
+                            {"status", TerminationTypeName(summary.termination)},
+                            {"message", summary.message},
+                            {"search_wall_seconds", summary.wall_seconds},
+                            {"evaluations", summary.evaluations},
+                            {"iterations", summary.iterations}};
+    if (summary.lower_bound_seconds) entry["lower_bound_seconds"] = *summary.lower_bound_seconds;
+    if (o.estimate) {
+      const Plan& plan = *o.result.plan;
+      nlohmann::json plan_json = PlanToJson(plan);
+      entry["predicted_iteration_seconds"] = o.estimate->iteration_seconds;
+      entry["tflops_per_gpu"] = o.estimate->tflops_per_gpu;
+      entry["mfu"] = o.estimate->mfu;
+      entry["gap_to_best"] = o.estimate->iteration_seconds / best - 1;
+      entry["plan"] = plan_json;
+      plan_json["algorithm"] = o.algorithm;
+      plan_json["estimate"] = EstimateToJson(*o.estimate, plan);
+      WriteJsonAtomically(args.output_dir + "/plans/" + o.algorithm + ".json", plan_json);
+      const SimResult sim =
+          SimulatePipeline(SimStagesFromEstimate(*o.estimate), plan.num_microbatches, plan.schedule);
+      WriteJsonAtomically(args.output_dir + "/traces/" + o.algorithm + ".trace.json",
+                          ChromeTrace(sim, fmt::format("{}: {}", o.algorithm, problem.model.name)));
+    } else {
+      entry["predicted_iteration_seconds"] = nullptr;
+      entry["plan"] = nullptr;
+    }
+    results.push_back(entry);
+  }
+  WriteJsonAtomically(args.output_dir + "/summary.json",
+                      {{"problem", ProblemJson(problem)}, {"results", results}});
+  fmt::print("\nwrote {}/summary.json, plans/ and traces/ (open a trace in chrome://tracing or "
+             "Perfetto)\n",
+             args.output_dir);
+  if (!std::isfinite(best)) {
+    std::string reasons;
+    for (const Outcome& o : outcomes)
+      reasons += fmt::format("\n  {}: {}", o.algorithm, o.result.summary.message);
+    fmt::print(stderr, "stratos: no feasible plan:{}\n", reasons);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace stratos

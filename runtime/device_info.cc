@@ -1,0 +1,21 @@
+#include "runtime/device_info.h"
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+namespace stratos {
+
+RuntimeInfo QueryRuntimeInfo() {
+  RuntimeInfo info;
+  info.torch_version = TORCH_VERSION;
+  info.cuda_available = torch::cuda::is_available();
+  info.cuda_device_count = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
+#ifdef USE_C10D_GLOO
+  info.gloo_available = true;
+#else
+  info.gloo_available = false;
+#endif
+  return info;
+}
+
+}  // namespace stratos

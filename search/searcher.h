@@ -1,0 +1,72 @@
+#pragma once
+// One interface for every searcher, Ceres style (DESIGN.md §7):
+//   SearchResult result = searcher.Search(problem, options);
+// Infeasibility is a value (TerminationType::kInfeasible with a message), not an exception.
+// No LibTorch in this header: baselines include it without paying for LibTorch headers.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "costmodel/plan.h"
+#include "costmodel/search_space.h"
+
+namespace stratos {
+
+struct SearchOptions {
+  // Wall-clock budget, seconds; > 0. Searchers check it between units of work and stop with
+  // TerminationType::kTimeLimit, returning the best plan found so far.
+  double time_limit_seconds = 60.0;
+  // Budget of plan (or surrogate batch) evaluations; 0 = unbounded.
+  long max_evaluations = 0;
+  int seed = 0;
+  int threads = 1;
+  // Print progress lines to stderr on long work.
+  bool progress = false;
+  SpaceOptions space;
+  // Called with (wall seconds, best predicted iteration seconds) whenever the best improves.
+  std::function<void(double, double)> on_improvement;
+
+  // Throws InputError naming the field, its value and the rule (Ceres' Options::IsValid).
+  void Validate() const;
+};
+
+enum class TerminationType { kOptimal, kConverged, kTimeLimit, kEvaluationLimit, kInfeasible };
+const char* TerminationTypeName(TerminationType type);
+
+struct AnytimePoint {
+  double wall_seconds = 0;
+  double best_iteration_seconds = 0;
+};
+
+struct SearchSummary {
+  std::string algorithm;
+  TerminationType termination = TerminationType::kConverged;
+  std::string message;
+  double best_iteration_seconds = 0;     // of the returned plan (Evaluate), +inf if none
+  double initial_iteration_seconds = 0;  // first feasible plan found, +inf if none
+  std::optional<double> lower_bound_seconds;  // proven bound (DP/exhaustive: = best when optimal)
+  long evaluations = 0;
+  long iterations = 0;
+  double wall_seconds = 0;
+  double time_limit_seconds_given = 0;
+  std::vector<AnytimePoint> anytime;
+
+  bool HasPlan() const { return termination != TerminationType::kInfeasible; }
+  std::string BriefReport() const;  // one line
+  std::string FullReport() const;   // multi-line
+};
+
+struct SearchResult {
+  std::optional<Plan> plan;
+  SearchSummary summary;
+};
+
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+  virtual std::string Name() const = 0;
+  virtual SearchResult Search(const Problem& problem, const SearchOptions& options) = 0;
+};
+
+}  // namespace stratos

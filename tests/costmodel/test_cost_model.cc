@@ -1,0 +1,185 @@
+// The cost model pinned to published formulas and hand-computed numbers.
+#include <doctest/doctest.h>
+
+#include "costmodel/cost_model.h"
+#include "costmodel/evaluate.h"
+#include "costmodel/synthetic.h"
+
+using namespace stratos;
+
+namespace {
+
+// A GPT shape on a one-node cluster of ideal devices with plenty of memory.
+Problem GptProblem(int hidden, int heads, int seq, int layers, int gpus) {
+  Problem problem;
+  ModelSpec& m = problem.model;
+  m.name = "test-gpt";
+  m.family = "gpt";
+  m.source = "test";
+  m.hidden_size = hidden;
+  m.num_layers = layers;
+  m.num_attention_heads = heads;
+  m.num_key_value_heads = heads;
+  m.ffn_hidden_size = 4 * hidden;
+  m.vocab_size = 51200;
+  m.seq_length = seq;
+  m.max_position_embeddings = seq;
+  m.tie_word_embeddings = true;
+  BuildTransformerLayers(m);
+  problem.cluster.name = "test";
+  problem.cluster.devices.push_back({"gpu", 100e12, 1e15, 1e12, 1.0, 0.0, "test"});
+  problem.cluster.node_groups.push_back({1, gpus, "gpu"});
+  problem.cluster.networks.push_back({"nvlink", 100e9, 0.0, 1.0, "test"});
+  problem.training.global_batch_size = 8;
+  return problem;
+}
+
+StageConfig Config(int dp, int tp, int zero, Recompute recompute) {
+  return StageConfig{1, dp * tp, dp, tp, zero, recompute};
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO model-state bytes match Rajbhandari et al. Figure 1 (7.5B params, Nd = 64)") {
+  // One explicit layer holding 7.5e9 parameters, on 64 data-parallel devices.
+  Problem problem;
+  problem.model.family = "explicit";
+  LayerSpec layer;
+  layer.param_count = layer.stored_param_count = 7.5e9;
+  problem.model.layers = {layer};
+  problem.cluster.devices.push_back({"gpu", 1e15, 1e15, 1e12, 1.0, 0.0, ""});
+  problem.cluster.node_groups.push_back({8, 8, "gpu"});
+  problem.cluster.networks = {{"intra", 1e11, 0, 1, ""}, {"inter", 1e11, 0, 1, ""}};
+  problem.training.global_batch_size = 64;
+  const CostModel cost_model(problem);
+  const double expected_gb[] = {120, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    const StageConfig config{8, 8, 64, 1, zero, Recompute::kNone};
+    REQUIRE(cost_model.CheckConfig(config, 1) == "");
+    CHECK(cost_model.LayerTerms(0, config, 1).state_bytes / 1e9 ==
+          doctest::Approx(expected_gb[zero]).epsilon(0.01));
+  }
+}
+
+TEST_CASE("activation bytes per transformer layer follow Korthikanti et al. Table 2") {
+  const int h = 1024, a = 16, s = 512, t = 4;
+  Problem problem = GptProblem(h, a, s, 2, 8);
+  problem.training.global_batch_size = 8;
+  const CostModel cost_model(problem);
+  const double sbh = 1.0 * s * h;  // one sample per replica below (m = 8 / dp)
+  auto act = [&](int dp, int tp, Recompute r, bool sp) {
+    problem.training.sequence_parallel = sp;
+    const int m = 8 / dp;  // b = 1
+    return cost_model.LayerTerms(1, Config(dp, tp, 0, r), m).activation_bytes;
+  };
+  CHECK(act(1, 1, Recompute::kNone, true) == doctest::Approx(sbh * (34 + 5.0 * a * s / h)));
+  CHECK(act(1, t, Recompute::kNone, false) ==
+        doctest::Approx(sbh * (10 + 24.0 / t + 5.0 * a * s / (h * t))));
+  CHECK(act(1, t, Recompute::kNone, true) == doctest::Approx(sbh * (34.0 / t + 5.0 * a * s / (h * t))));
+  CHECK(act(1, t, Recompute::kSelective, false) == doctest::Approx(sbh * (10 + 24.0 / t)));
+  CHECK(act(1, t, Recompute::kSelective, true) == doctest::Approx(sbh * 34.0 / t));
+  CHECK(act(1, 1, Recompute::kFull, false) == doctest::Approx(sbh * 2));
+}
+
+TEST_CASE("recomputation costs one forward (full) or the attention scores (selective)") {
+  const Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const CostModel cost_model(problem);
+  const LayerSpec& block = problem.model.layers[1];
+  const auto none = cost_model.LayerTerms(1, Config(1, 1, 0, Recompute::kNone), 8);
+  const auto selective = cost_model.LayerTerms(1, Config(1, 1, 0, Recompute::kSelective), 8);
+  const auto full = cost_model.LayerTerms(1, Config(1, 1, 0, Recompute::kFull), 8);
+  CHECK(none.model_flops == doctest::Approx(3 * block.forward_flops));
+  CHECK(none.hardware_flops == doctest::Approx(none.model_flops));
+  CHECK(full.hardware_flops == doctest::Approx(4 * block.forward_flops));
+  CHECK(selective.hardware_flops == doctest::Approx(3 * block.forward_flops + block.attention_flops));
+  CHECK(none.compute_seconds < selective.compute_seconds);
+  CHECK(selective.compute_seconds < full.compute_seconds);
+}
+
+TEST_CASE("ring all-reduce moves 2(n-1)/n of the buffer per GPU plus 2(n-1) latencies") {
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.cluster.networks[0].latency_seconds = 1e-6;
+  const CostModel cost_model(problem);
+  const double bytes = 1e9;
+  CHECK(cost_model.AllReduceSeconds(bytes, 1, 8, 1) ==
+        doctest::Approx(2.0 * 7 / 8 * bytes / 100e9 + 14e-6));
+  CHECK(cost_model.AllGatherSeconds(bytes, 1, 4, 1) ==
+        doctest::Approx(3.0 / 4 * bytes / 100e9 + 3e-6));
+  CHECK(cost_model.AllReduceSeconds(bytes, 1, 1, 1) == 0.0);
+}
+
+TEST_CASE("hierarchical all-reduce across nodes shares each node's NICs among its groups") {
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.cluster.node_groups[0].count = 4;
+  problem.cluster.networks = {{"nvlink", 200e9, 0.0, 1.0, ""}, {"ib", 25e9, 0.0, 1.0, ""}};
+  const CostModel cost_model(problem);
+  const double bytes = 1e9;
+  // 4 nodes x 2 GPUs per node, 4 such groups per node.
+  const double intra = 2.0 * 1 / 2 * bytes / 200e9;
+  const double inter = 4 * 2.0 * 3 / 4 * bytes / 25e9;
+  CHECK(cost_model.AllReduceSeconds(bytes, 4, 2, 4) == doctest::Approx(intra + inter));
+}
+
+TEST_CASE("Evaluate of a seed case equals the seed objective plus the constant fill term") {
+  // 12 layers of cost 1 in 4 stages, B = 3, cut cost 2: seed optimum 12 with split 3|3|3|3.
+  const SeedCase seed = MakeSeedPartitionCase(12, 4, 3, 1.0, 2.0);
+  Plan plan;
+  plan.global_batch_size = 3;
+  plan.num_microbatches = 3;
+  for (int s = 0; s < 4; ++s) plan.stages.push_back({3 * s, 3 * s + 3, StageConfig{}});
+  const Estimate estimate = Evaluate(seed.problem, plan);
+  CHECK(estimate.steady_seconds + estimate.tail_seconds == doctest::Approx(12.0));
+  CHECK(estimate.iteration_seconds == doctest::Approx(12.0 + 12.0));
+  CHECK(estimate.max_stage_seconds == doctest::Approx(3.0));
+  CHECK(estimate.Fits());
+}
+
+TEST_CASE("Evaluate: iteration = sum t + (m-1) max t + sum e over the per-stage terms") {
+  Problem problem = GptProblem(512, 8, 256, 4, 8);
+  problem.training.global_batch_size = 16;
+  Plan plan;
+  plan.global_batch_size = 16;
+  plan.num_microbatches = 4;
+  plan.stages = {{0, 2, Config(2, 2, 1, Recompute::kSelective)},
+                 {2, 6, Config(2, 1, 0, Recompute::kNone)}};
+  const Estimate e = Evaluate(problem, plan);
+  const std::vector<double> t = {e.stages[0].microbatch_seconds, e.stages[1].microbatch_seconds};
+  const std::vector<double> tail = {e.stages[0].tail_seconds, e.stages[1].tail_seconds};
+  CHECK(e.iteration_seconds == doctest::Approx(PipelineObjective(t, tail, 4)));
+  CHECK(e.iteration_seconds ==
+        doctest::Approx(t[0] + t[1] + 3 * std::max(t[0], t[1]) + tail[0] + tail[1]));
+  // 1F1B: stage 0 of 2 holds 2 microbatches, stage 1 holds 1.
+  CHECK(e.stages[0].microbatches_in_flight == 2);
+  CHECK(e.stages[1].microbatches_in_flight == 1);
+  CHECK(e.stages[1].terms.p2p_seconds > 0);
+  CHECK(e.num_devices == 6);
+  CHECK(e.mfu > 0);
+  CHECK(e.mfu < 1);
+}
+
+TEST_CASE("a stage that does not fit reports which stage and by how much") {
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.cluster.devices[0].memory_bytes = 100e6;  // 100 MB
+  Plan plan;
+  plan.global_batch_size = 8;
+  plan.num_microbatches = 8;
+  plan.stages = {{0, 4, Config(1, 1, 0, Recompute::kNone)}};
+  const Estimate e = Evaluate(problem, plan);
+  CHECK_FALSE(e.Fits());
+  const std::string message = e.MemoryViolation();
+  CHECK(message.find("stage 0") != std::string::npos);
+  CHECK(message.find("GiB over") != std::string::npos);
+}
+
+TEST_CASE("CheckConfig names the broken rule") {
+  const Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const CostModel cost_model(problem);
+  CHECK(cost_model.CheckConfig(Config(3, 1, 0, Recompute::kNone), 1).find("does not divide") !=
+        std::string::npos);
+  CHECK(cost_model.CheckConfig(StageConfig{1, 8, 2, 2, 0, Recompute::kNone}, 1)
+            .find("!= 8 devices") != std::string::npos);
+  CHECK(cost_model.CheckConfig(StageConfig{2, 8, 16, 1, 0, Recompute::kNone}, 1)
+            .find("cluster has 1") != std::string::npos);
+  CHECK(cost_model.CheckConfig(Config(1, 1, 0, Recompute::kNone), 3).find("global batch") !=
+        std::string::npos);
+}

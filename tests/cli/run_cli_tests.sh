@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `stratos` command line: outputs, exit codes and one-line errors.
+# Usage: run_cli_tests.sh path/to/stratos   (run from the repository root)
+set -u
+STRATOS=${1:?usage: run_cli_tests.sh path/to/stratos}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+passed=0
+failed=0
+
+# expect NAME EXPECTED_EXIT PATTERN -- command...   (PATTERN is grepped in stdout+stderr)
+expect() {
+  local name=$1 expected=$2 pattern=$3
+  shift 4
+  local output
+  output=$("$@" 2>&1)
+  local code=$?
+  if [ "$code" -eq "$expected" ] && grep -qE -- "$pattern" <<<"$output"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAILED: $name (exit $code, expected $expected; pattern '$pattern')"
+    echo "  command: $*"
+    echo "$output" | tail -n 15 | sed 's/^/  | /'
+  fi
+}
+
+# Errors are exactly one line on stderr.
+expect_one_line_error() {
+  local name=$1 pattern=$2
+  shift 3
+  local stderr_lines
+  stderr_lines=$("$@" 2>&1 >/dev/null | wc -l)
+  expect "$name" 2 "$pattern" -- "$@"
+  if [ "$stderr_lines" -ne 1 ]; then
+    failed=$((failed + 1))
+    echo "FAILED: $name: error is $stderr_lines lines on stderr, expected 1"
+  else
+    passed=$((passed + 1))
+  fi
+}
+
+expect "help lists the subcommands" 0 "search" -- "$STRATOS" --help
+expect "version prints LibTorch" 0 "LibTorch" -- "$STRATOS" version
+
+expect "search dp+grid on a real model writes summary.json" 0 "gap %" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp,grid --time-limit 60 --no-progress --output-dir "$WORK/search"
+expect "summary.json has the results" 0 '"predicted_iteration_seconds"' -- cat "$WORK/search/summary.json"
+expect "each plan is written" 0 '"schema": "stratos.plan/1"' -- cat "$WORK/search/plans/dp.json"
+expect "each trace is a Chrome trace" 0 '"traceEvents"' -- cat "$WORK/search/traces/dp.trace.json"
+expect "a written plan evaluates" 0 "predicted iteration" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --plan "$WORK/search/plans/dp.json"
+
+expect "evaluate a uniform plan with JSON output" 0 "MFU" -- \
+  "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-a100-80gb --nodes 2 --global-batch 512 \
+  --tp 2 --pp 2 --dp 4 --micro-batch 2 --recompute selective --json "$WORK/estimate.json" \
+  --trace "$WORK/estimate.trace.json"
+expect "estimate JSON has the required keys" 0 '"peak_memory_bytes"' -- cat "$WORK/estimate.json"
+expect "estimate JSON has tflops_per_gpu" 0 '"tflops_per_gpu"' -- cat "$WORK/estimate.json"
+expect "evaluate reads a HuggingFace config.json" 0 "predicted iteration" -- \
+  "$STRATOS" evaluate --model llama3-8b --seq-length 4096 --cluster dgx-h100 --nodes 1 \
+  --global-batch 64 --tp 4 --pp 2 --dp 1 --micro-batch 1 --recompute full
+
+# Bad input: one line naming file/flag, value and rule; exit code 2.
+expect_one_line_error "unknown zoo model" "--model.*not a file and not a zoo model" -- \
+  "$STRATOS" search --model gpt5 --algo grid --output-dir "$WORK/x"
+expect_one_line_error "unknown algorithm" "--algo.*unknown algorithm" -- \
+  "$STRATOS" search --model gpt3-1.3b --algo annealing --output-dir "$WORK/x"
+printf '[model]\nfamily = "gpt"\nhidden_size = 1024\nnum_layers = \n' >"$WORK/broken.toml"
+expect_one_line_error "malformed TOML names the file and line" "broken.toml:4" -- \
+  "$STRATOS" search --model "$WORK/broken.toml" --algo grid --output-dir "$WORK/x"
+printf '{"schema": "stratos.plan/1", "global_batch_size": 512,' >"$WORK/broken.json"
+expect_one_line_error "malformed plan JSON names the file" "broken.json: JSON parse error" -- \
+  "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --plan "$WORK/broken.json"
+expect_one_line_error "a plan that does not fit the problem names the key" \
+  "--dp.*must divide the global batch" -- \
+  "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
+expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
+  "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"
+
+# Memory: which stage runs out and by how much; exit code 1.
+expect "a plan that runs out of memory says which stage and by how much" 1 \
+  "does not fit: stage 0 needs .* GiB over" -- \
+  "$STRATOS" evaluate --model gpt3-175b --cluster dgx-a100-80gb --nodes 1 --global-batch 8 \
+  --tp 8 --pp 1 --dp 1 --micro-batch 1
+expect "a model that fits nowhere: no feasible plan, with reasons" 1 "no feasible plan" -- \
+  "$STRATOS" search --model gpt3-175b --cluster p3.16xlarge --nodes 1 --global-batch 8 \
+  --algo dp,grid --no-progress --output-dir "$WORK/nowhere"
+
+# A failed run leaves earlier outputs intact.
+cp "$WORK/search/summary.json" "$WORK/summary.before"
+"$STRATOS" search --model gpt3-1.3b --nodes 1 --global-batch 64 --algo nope \
+  --output-dir "$WORK/search" >/dev/null 2>&1
+expect "a failed run leaves summary.json intact" 0 "" -- cmp "$WORK/summary.before" "$WORK/search/summary.json"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

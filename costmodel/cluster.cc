@@ -1,0 +1,65 @@
+#include "costmodel/cluster.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+namespace {
+
+std::string Where(const ClusterSpec& cluster) {
+  return cluster.source.empty() ? std::string("cluster") : cluster.source;
+}
+
+const NodeGroup& FirstGroup(const ClusterSpec& cluster) {
+  if (cluster.node_groups.empty()) {
+    throw InputError(
+        fmt::format("{}: node_group: missing required key (at least one "
+                    "[[node_group]])",
+                    Where(cluster)));
+  }
+  return cluster.node_groups.front();
+}
+
+}  // namespace
+
+int ClusterSpec::NumNodes() const {
+  int nodes = 0;
+  for (const NodeGroup& group : node_groups) nodes += group.count;
+  return nodes;
+}
+
+int ClusterSpec::NumDevices() const {
+  int devices = 0;
+  for (const NodeGroup& group : node_groups) devices += group.count * group.gpus_per_node;
+  return devices;
+}
+
+int ClusterSpec::GpusPerNode() const { return FirstGroup(*this).gpus_per_node; }
+
+const DeviceSpec& ClusterSpec::Device() const {
+  const NodeGroup& group = FirstGroup(*this);
+  std::string known;
+  for (const DeviceSpec& device : devices) {
+    if (device.name == group.device) return device;
+    known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", device.name);
+  }
+  ThrowInputError(
+      Where(*this), "node_group[0].device", fmt::format("\"{}\"", group.device),
+      fmt::format("not in the device catalog (known: {})", known.empty() ? "none" : known));
+}
+
+ClusterSpec ClusterSpec::WithNodes(int num_nodes) const {
+  if (num_nodes < 1) {
+    throw InputError(fmt::format("--nodes = {}: must be >= 1 (cluster {})", num_nodes, name));
+  }
+  ClusterSpec copy = *this;
+  if (copy.node_groups.empty()) FirstGroup(copy);  // throws
+  copy.node_groups.front().count = num_nodes;
+  return copy;
+}
+
+}  // namespace stratos

@@ -1,0 +1,45 @@
+#pragma once
+// Reading cluster descriptions (DESIGN.md §3). Files spell human units in their keys (_TFLOPS,
+// _GB, _GiB, _GBps, _us); they are converted here, once, to SI (FLOP/s, bytes, bytes/s, s).
+// GB = 1e9 bytes, GiB = 2^30 bytes, GBps = 1e9 bytes/s, TFLOPS = 1e12 FLOP/s, us = 1e-6 s.
+#include <string>
+#include <string_view>
+
+#include "costmodel/cluster.h"
+
+namespace stratos {
+
+// Reads a cluster TOML file (ParseClusterToml). Throws InputError
+// "<path>: cannot open cluster file" if it cannot be read, and the parser's errors otherwise.
+ClusterSpec ReadClusterFile(const std::string& path);
+
+// Parses a cluster TOML document; `where` names it in error messages (a file name).
+//
+//   [cluster]                       # optional table
+//   name = "dgx-a100-80gb"          # optional, default: file stem
+//   source = "..."                  # optional prose
+//   [[device]]                      # catalog, at least one
+//   name = "A100-SXM4-80GB"         # unique
+//   peak_TFLOPS = 312               # > 0, dense bf16 tensor-core peak (datasheet)
+//   memory_GB = 80                  # > 0; exactly one of memory_GB / memory_GiB
+//   hbm_GBps = 2039                 # > 0
+//   matmul_efficiency = 0.869       # optional, in (0, 1], default 1; or instead:
+//   measured_matmul_TFLOPS = 271.2  #   optional, in (0, peak]: efficiency = measured / peak
+//   reserved_memory_GiB = 0         # optional, >= 0 (or reserved_memory_GB)
+//   source = "..."
+//   [[node_group]]                  # at least one; several = heterogeneous cluster
+//   count = 2                       # >= 1 nodes
+//   gpus_per_node = 8               # >= 1
+//   device = "A100-SXM4-80GB"       # a catalog device name
+//   [[network]]                     # 1 or 2 levels: first intra-node (per-GPU bus bandwidth),
+//   name = "NVLink3"                #   second inter-node (per-node total NIC bandwidth)
+//   bandwidth_GBps = 232            # > 0
+//   latency_us = 5                  # >= 0
+//   efficiency = 1.0                # optional, in (0, 1], default 1
+//   source = "..."
+// Throws InputError ("<where>: <key path> = <value>: <rule>") on TOML syntax errors, unknown,
+// missing or wrongly typed keys, impossible values, duplicate or unknown device names, and more
+// than 2 network levels.
+ClusterSpec ParseClusterToml(std::string_view text, const std::string& where);
+
+}  // namespace stratos

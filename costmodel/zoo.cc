@@ -1,0 +1,85 @@
+#include "costmodel/zoo.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <system_error>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kModelsDir = STRATOS_SOURCE_DIR "/data/models";
+const char* kClustersDir = STRATOS_SOURCE_DIR "/data/clusters";
+const char* kHfConfigsDir = STRATOS_SOURCE_DIR "/../shared/data/hf_configs";
+
+// Zoo names served by a HuggingFace config.json (golden parameter counts in the data README).
+const std::map<std::string, std::string>& HfConfigs() {
+  static const std::map<std::string, std::string> configs = {
+      {"gpt2", "gpt2.config.json"},
+      {"llama3-8b", "llama3_8b.config.json"},
+  };
+  return configs;
+}
+
+bool IsFile(const std::string& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error);
+}
+
+// Stems of the *.toml files of `dir`, sorted; empty if the directory is missing.
+std::vector<std::string> TomlStems(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    if (it->is_regular_file() && it->path().extension() == ".toml") {
+      names.push_back(it->path().stem().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> ZooModels() {
+  std::vector<std::string> names = TomlStems(kModelsDir);
+  for (const auto& [name, file] : HfConfigs()) {
+    if (IsFile(fmt::format("{}/{}", kHfConfigsDir, file))) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+std::vector<std::string> ZooClusters() { return TomlStems(kClustersDir); }
+
+std::string ResolveModelPath(const std::string& name_or_path) {
+  if (IsFile(name_or_path)) return name_or_path;
+  const std::string toml = fmt::format("{}/{}.toml", kModelsDir, name_or_path);
+  if (IsFile(toml)) return toml;
+  const auto hf = HfConfigs().find(name_or_path);
+  if (hf != HfConfigs().end()) {
+    const std::string json = fmt::format("{}/{}", kHfConfigsDir, hf->second);
+    if (IsFile(json)) return json;
+  }
+  throw InputError(fmt::format("--model = {}: not a file and not a zoo model (zoo: {})",
+                               name_or_path, fmt::join(ZooModels(), ", ")));
+}
+
+std::string ResolveClusterPath(const std::string& name_or_path) {
+  if (IsFile(name_or_path)) return name_or_path;
+  const std::string toml = fmt::format("{}/{}.toml", kClustersDir, name_or_path);
+  if (IsFile(toml)) return toml;
+  throw InputError(fmt::format("--cluster = {}: not a file and not a zoo cluster (zoo: {})",
+                               name_or_path, fmt::join(ZooClusters(), ", ")));
+}
+
+}  // namespace stratos

@@ -1,0 +1,212 @@
+// Cluster files: unit conversion, the zoo, ClusterSpec accessors, and one test per input rule
+// checking that the error names the file, the key, the value and the rule.
+#include <doctest/doctest.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "costmodel/cluster.h"
+#include "costmodel/cluster_io.h"
+#include "costmodel/error.h"
+#include "costmodel/zoo.h"
+
+namespace stratos {
+namespace {
+
+template <typename F>
+std::string InputErrorMessage(F&& f) {
+  try {
+    f();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+const char* kDevice = R"(
+[[device]]
+name = "A100"
+peak_TFLOPS = 312
+memory_GiB = 80
+hbm_GBps = 2039
+matmul_efficiency = 0.5
+reserved_memory_GiB = 2
+)";
+const char* kGroup = R"(
+[[node_group]]
+count = 2
+gpus_per_node = 8
+device = "A100"
+)";
+const char* kNetworks = R"(
+[[network]]
+name = "NVLink3"
+bandwidth_GBps = 232
+latency_us = 5
+[[network]]
+name = "IB"
+bandwidth_GBps = 192
+latency_us = 10
+efficiency = 0.5
+)";
+
+std::string Cluster(const std::string& device = kDevice, const std::string& group = kGroup,
+                    const std::string& networks = kNetworks) {
+  return "[cluster]\nname = \"test\"\n" + device + group + networks;
+}
+
+void CheckClusterError(const std::string& toml, std::initializer_list<const char*> parts) {
+  const std::string message = InputErrorMessage([&] { ParseClusterToml(toml, "c.toml"); });
+  INFO("message: ", message);
+  for (const char* part : parts) CHECK(message.find(part) != std::string::npos);
+}
+
+TEST_CASE("cluster TOML units are converted once to SI") {
+  const ClusterSpec cluster = ParseClusterToml(Cluster(), "c.toml");
+  CHECK(cluster.name == "test");
+  CHECK(cluster.source == "c.toml");
+  const DeviceSpec& device = cluster.Device();
+  CHECK(device.peak_flops == 312e12);
+  CHECK(device.memory_bytes == 80.0 * 1024 * 1024 * 1024);
+  CHECK(device.hbm_bytes_per_second == 2039e9);
+  CHECK(device.matmul_efficiency == 0.5);
+  CHECK(device.reserved_memory_bytes == 2.0 * 1024 * 1024 * 1024);
+  CHECK(cluster.IntraNode().bandwidth_bytes_per_second == 232e9);
+  CHECK(cluster.IntraNode().latency_seconds == doctest::Approx(5e-6).epsilon(1e-12));
+  CHECK(cluster.InterNode().EffectiveBandwidth() == 96e9);
+}
+
+TEST_CASE("memory_GB is 1e9 bytes and measured_matmul_TFLOPS gives measured / peak") {
+  const std::string device = R"(
+[[device]]
+name = "A100"
+peak_TFLOPS = 312
+memory_GB = 80
+hbm_GBps = 2039
+measured_matmul_TFLOPS = 271.2
+)";
+  const ClusterSpec cluster = ParseClusterToml(Cluster(device), "c.toml");
+  CHECK(cluster.Device().memory_bytes == 80e9);
+  CHECK(cluster.Device().matmul_efficiency == doctest::Approx(271.2 / 312).epsilon(1e-12));
+}
+
+TEST_CASE("node and device counts sum over node groups; WithNodes changes the first group") {
+  const ClusterSpec cluster = ParseClusterToml(Cluster(), "c.toml");
+  CHECK(cluster.NumNodes() == 2);
+  CHECK(cluster.NumDevices() == 16);
+  CHECK(cluster.GpusPerNode() == 8);
+  CHECK(cluster.IsHomogeneous());
+  const ClusterSpec bigger = cluster.WithNodes(4);
+  CHECK(bigger.NumDevices() == 32);
+  CHECK(cluster.NumDevices() == 16);
+  CHECK(InputErrorMessage([&] { cluster.WithNodes(0); }).find("--nodes = 0: must be >= 1") == 0);
+}
+
+TEST_CASE("a single network level serves as inter-node level too") {
+  const std::string one = "[[network]]\nbandwidth_GBps = 100\nlatency_us = 1\n";
+  const ClusterSpec cluster = ParseClusterToml(Cluster(kDevice, kGroup, one), "c.toml");
+  CHECK(&cluster.InterNode() == &cluster.IntraNode());
+}
+
+TEST_CASE("every zoo cluster loads with a catalog device and two network levels") {
+  const std::vector<std::string> names = ZooClusters();
+  CHECK(names.size() >= 5);
+  for (const std::string& name : names) {
+    INFO("cluster: ", name);
+    const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(name));
+    CHECK(cluster.NumNodes() == 1);
+    CHECK(cluster.Device().peak_flops > 0);
+    CHECK(cluster.networks.size() == 2);
+  }
+  const ClusterSpec a100 = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb"));
+  CHECK(a100.Device().matmul_efficiency == doctest::Approx(271.2 / 312).epsilon(1e-12));
+  CHECK(a100.InterNode().bandwidth_bytes_per_second == 192e9);
+}
+
+// ---- one test per input rule ----
+
+TEST_CASE("malformed cluster TOML is an InputError with file, line and column") {
+  CheckClusterError("[cluster\nname = 1\n", {"c.toml:1:", "TOML parse error"});
+}
+
+TEST_CASE("an unknown cluster key is an InputError listing the known keys") {
+  CheckClusterError(Cluster(std::string(kDevice) + "peak_TFLOP = 1\n"),
+                    {"c.toml: device[0].peak_TFLOP: unknown key (known keys:", "peak_TFLOPS"});
+  CheckClusterError(Cluster() + "[training]\n", {"c.toml: training: unknown key"});
+}
+
+TEST_CASE("a missing required cluster key or table is an InputError") {
+  CheckClusterError(Cluster(kDevice, "[[node_group]]\ncount = 1\ndevice = \"A100\"\n"),
+                    {"c.toml: node_group[0].gpus_per_node: missing required key"});
+  CheckClusterError(Cluster(kDevice, kGroup, ""), {"c.toml: network: missing required key"});
+  CheckClusterError(Cluster("[[device]]\nname = \"A100\"\npeak_TFLOPS = 1\nhbm_GBps = 1\n"),
+                    {"c.toml: device[0].memory_GB | device[0].memory_GiB: missing required key"});
+}
+
+TEST_CASE("giving both memory_GB and memory_GiB is an InputError") {
+  CheckClusterError(Cluster(std::string(kDevice) + "memory_GB = 80\n"),
+                    {"c.toml: device[0].memory_GiB = 80: give only one of memory_GB, memory_GiB"});
+}
+
+TEST_CASE("a wrongly typed cluster key is an InputError") {
+  CheckClusterError(Cluster(kDevice,
+                            "[[node_group]]\ncount = \"two\"\ngpus_per_node = 8\n"
+                            "device = \"A100\"\n"),
+                    {"c.toml: node_group[0].count = \"two\": must be an integer"});
+}
+
+TEST_CASE("counts < 1 and bandwidth <= 0 are InputErrors") {
+  CheckClusterError(Cluster(kDevice,
+                            "[[node_group]]\ncount = 1\ngpus_per_node = 0\n"
+                            "device = \"A100\"\n"),
+                    {"c.toml: node_group[0].gpus_per_node = 0: must be >= 1"});
+  CheckClusterError(Cluster(kDevice, kGroup, "[[network]]\nbandwidth_GBps = 0\nlatency_us = 1\n"),
+                    {"c.toml: network[0].bandwidth_GBps = 0: must be > 0"});
+  CheckClusterError(Cluster(kDevice, kGroup, "[[network]]\nbandwidth_GBps = 1\nlatency_us = -1\n"),
+                    {"c.toml: network[0].latency_us = -1: must be >= 0"});
+}
+
+TEST_CASE("an unknown device in a node group is an InputError listing the catalog") {
+  CheckClusterError(Cluster(kDevice,
+                            "[[node_group]]\ncount = 1\ngpus_per_node = 8\n"
+                            "device = \"H100\"\n"),
+                    {"c.toml: node_group[0].device = \"H100\": not in the device catalog "
+                     "(known: \"A100\")"});
+}
+
+TEST_CASE("an efficiency outside (0, 1] is an InputError") {
+  CheckClusterError(Cluster("[[device]]\nname = \"A100\"\npeak_TFLOPS = 312\nmemory_GB = 80\n"
+                            "hbm_GBps = 2039\nmatmul_efficiency = 1.2\n"),
+                    {"c.toml: device[0].matmul_efficiency = 1.2: must be in (0, 1]"});
+  CheckClusterError(Cluster(kDevice, kGroup,
+                            "[[network]]\nbandwidth_GBps = 1\nlatency_us = 1\n"
+                            "efficiency = 0\n"),
+                    {"c.toml: network[0].efficiency = 0: must be in (0, 1]"});
+}
+
+TEST_CASE("a duplicate device name is an InputError") {
+  CheckClusterError(Cluster(std::string(kDevice) + kDevice),
+                    {"c.toml: device[1].name = \"A100\": duplicate device name"});
+}
+
+TEST_CASE("more than two network levels is an InputError") {
+  CheckClusterError(Cluster(kDevice, kGroup,
+                            std::string(kNetworks) + "[[network]]\nbandwidth_GBps = 1\n"
+                                                     "latency_us = 1\n"),
+                    {"c.toml: network[2]: at most 2 network levels"});
+}
+
+TEST_CASE("a missing cluster file is an InputError naming the path") {
+  CHECK(InputErrorMessage([] { ReadClusterFile("/nonexistent/c.toml"); }) ==
+        "/nonexistent/c.toml: cannot open cluster file");
+}
+
+TEST_CASE("an unknown zoo cluster name is an InputError listing the zoo") {
+  const std::string message = InputErrorMessage([] { ResolveClusterPath("dgx-b200"); });
+  CHECK(message.find("--cluster = dgx-b200: not a file and not a zoo cluster (zoo: ") == 0);
+  CHECK(message.find("dgx-a100-80gb") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace stratos

@@ -79,13 +79,17 @@ struct ModelSpec {
   double ParameterCount() const;
   // Model FLOPs of one training step per sample (forward + backward, no recomputation).
   double TrainingFlopsPerSample() const;
+  // max(cost_class) + 1: classes are indexable 0 .. NumCostClasses() - 1.
   int NumCostClasses() const;
 };
 
 // Expands a transformer family into its layer list, filling `layers` from the shape fields.
 // Llama: SwiGLU MLP (3 h f), RMSNorm, rotary positions, GQA. GPT: GeLU MLP (2 h f), LayerNorm
 // with bias, learned positions. BERT: GPT block + token types, pooler and MLM head.
-// Throws InputError if the shape is impossible (e.g. heads not dividing hidden).
+// Fills defaults in place first (num_key_value_heads = heads, ffn_hidden_size = 4h,
+// max_position_embeddings = seq_length). Throws InputError if the shape is impossible (heads not
+// dividing hidden, kv heads not dividing heads, a size <= 0, an unknown family, or for gpt/bert
+// seq_length > max_position_embeddings).
 void BuildTransformerLayers(ModelSpec& model);
 
 }  // namespace stratos

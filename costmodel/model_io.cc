@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <array>
@@ -16,119 +15,11 @@
 #include <vector>
 
 #include "costmodel/error.h"
+#include "costmodel/toml_reader.h"
 
 namespace stratos {
 
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// TOML table reading with key paths in every error. (cluster_io.cc has the same helper; see the
-// note there.)
-
-std::string Repr(const toml::node& node) {
-  if (node.is_table()) return "{table}";
-  if (node.is_string()) {  // double quotes, as written in the file (toml++ prints 'single')
-    std::string quoted = "\"";
-    for (char c : node.as_string()->get()) {
-      if (c == '"' || c == '\\') quoted += '\\';
-      quoted += c;
-    }
-    return quoted + "\"";
-  }
-  std::ostringstream out;
-  node.visit([&out](const auto& value) { out << value; });
-  return out.str();
-}
-
-toml::table ParseTomlText(std::string_view text, const std::string& where) {
-  try {
-    return toml::parse(text, where);
-  } catch (const toml::parse_error& error) {
-    throw InputError(fmt::format("{}:{}:{}: TOML parse error: {}", where, error.source().begin.line,
-                                 error.source().begin.column, error.description()));
-  }
-}
-
-class TableReader {
- public:
-  TableReader(const toml::table& table, std::string path, std::string where)
-      : table_(table), path_(std::move(path)), where_(std::move(where)) {}
-
-  std::string KeyPath(std::string_view key) const {
-    return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
-  }
-  const toml::node* Find(std::string_view key) const { return table_.get(key); }
-
-  // Throws InputError for the first key of the table not in `known`.
-  void AllowOnly(const std::vector<std::string>& known) const {
-    for (const auto& [key, node] : table_) {
-      bool ok = false;
-      for (const std::string& k : known) ok = ok || k == key.str();
-      if (!ok) {
-        throw InputError(fmt::format("{}: {}: unknown key (known keys: {})", where_,
-                                     KeyPath(key.str()), fmt::join(known, ", ")));
-      }
-    }
-  }
-
-  [[noreturn]] void Fail(std::string_view key, const std::string& rule) const {
-    ThrowInputError(where_, KeyPath(key), Repr(*Find(key)), rule);
-  }
-  [[noreturn]] void Missing(std::string_view key) const {
-    throw InputError(fmt::format("{}: {}: missing required key", where_, KeyPath(key)));
-  }
-
-  std::optional<long long> Int(std::string_view key, long long min) const {
-    const toml::node* node = Find(key);
-    if (node == nullptr) return std::nullopt;
-    if (!node->is_integer()) Fail(key, "must be an integer");
-    const long long value = node->as_integer()->get();
-    if (value < min) Fail(key, fmt::format("must be >= {}", min));
-    if (value > INT_MAX) Fail(key, fmt::format("must be <= {}", INT_MAX));
-    return value;
-  }
-  int RequireInt(std::string_view key, long long min) const {
-    if (Find(key) == nullptr) Missing(key);
-    return static_cast<int>(*Int(key, min));
-  }
-
-  // Integer or float; `min` is inclusive.
-  std::optional<double> Number(std::string_view key, double min) const {
-    const toml::node* node = Find(key);
-    if (node == nullptr) return std::nullopt;
-    if (!node->is_number()) Fail(key, "must be a number");
-    const double value = node->value<double>().value();
-    if (!(value >= min)) Fail(key, fmt::format("must be >= {}", min));
-    return value;
-  }
-  double RequireNumber(std::string_view key, double min) const {
-    if (Find(key) == nullptr) Missing(key);
-    return *Number(key, min);
-  }
-
-  std::optional<std::string> String(std::string_view key) const {
-    const toml::node* node = Find(key);
-    if (node == nullptr) return std::nullopt;
-    if (!node->is_string()) Fail(key, "must be a string");
-    return node->as_string()->get();
-  }
-  std::string RequireString(std::string_view key) const {
-    if (Find(key) == nullptr) Missing(key);
-    return *String(key);
-  }
-
-  std::optional<bool> Bool(std::string_view key) const {
-    const toml::node* node = Find(key);
-    if (node == nullptr) return std::nullopt;
-    if (!node->is_boolean()) Fail(key, "must be a boolean (true or false)");
-    return node->as_boolean()->get();
-  }
-
- private:
-  const toml::table& table_;
-  std::string path_;
-  std::string where_;
-};
 
 // "dir/gpt3-6.7b.toml" -> "gpt3-6.7b"; "dir/gpt2.config.json" -> "gpt2".
 std::string NameFromPath(const std::string& where) {
@@ -151,7 +42,7 @@ void ApplySeqLengthOverride(ModelSpec& model, int seq_length_override, const std
 // ---------------------------------------------------------------------------------------------
 // TOML models.
 
-void ReadExplicitLayers(const TableReader& m, ModelSpec& model, const std::string& where) {
+void ReadExplicitLayers(const TomlTableReader& m, ModelSpec& model, const std::string& where) {
   const toml::node* node = m.Find("layer");
   if (node == nullptr) m.Missing("layer");
   const toml::array* array = node->as_array();
@@ -162,7 +53,7 @@ void ReadExplicitLayers(const TableReader& m, ModelSpec& model, const std::strin
   std::map<std::array<double, 5>, int> classes;
   double previous_output_bytes = 0;
   for (size_t i = 0; i < array->size(); ++i) {
-    const TableReader l(*array->get(i)->as_table(), fmt::format("model.layer[{}]", i), where);
+    const TomlTableReader l(*array->get(i)->as_table(), fmt::format("model.layer[{}]", i), where);
     l.AllowOnly(
         {"name", "forward_flops", "param_bytes", "activation_bytes", "output_bytes", "count"});
     LayerSpec layer;
@@ -193,7 +84,7 @@ void ReadExplicitLayers(const TableReader& m, ModelSpec& model, const std::strin
   }
 }
 
-void ReadTransformerShape(const TableReader& m, ModelSpec& model) {
+void ReadTransformerShape(const TomlTableReader& m, ModelSpec& model) {
   const bool llama = model.family == "llama";
   model.hidden_size = m.RequireInt("hidden_size", 1);
   model.num_layers = m.RequireInt("num_layers", 1);
@@ -212,12 +103,12 @@ void ReadTransformerShape(const TableReader& m, ModelSpec& model) {
 
 ModelSpec ParseModelToml(std::string_view text, const std::string& where, int seq_length_override) {
   const toml::table root = ParseTomlText(text, where);
-  const TableReader top(root, "", where);
+  const TomlTableReader top(root, "", where);
   top.AllowOnly({"model"});
   const toml::node* model_node = top.Find("model");
   if (model_node == nullptr) top.Missing("model");
   if (!model_node->is_table()) top.Fail("model", "must be a table ([model])");
-  const TableReader m(*model_node->as_table(), "model", where);
+  const TomlTableReader m(*model_node->as_table(), "model", where);
 
   const std::vector<std::string> explicit_keys = {
       "name",       "source", "family", "cut_cost_seconds", "backward_to_forward_ratio",

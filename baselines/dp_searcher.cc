@@ -1,0 +1,534 @@
+#include "baselines/dp_searcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <queue>
+
+#include "baselines/stage_table.h"
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+
+namespace stratos {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// out[k] = min(out[k], in[k] + add): the DP's inner loop over free devices, vectorized (with an
+// AVX2 clone chosen at load time on x86-64).
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define STRATOS_DP_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef STRATOS_DP_CLONES
+#define STRATOS_DP_CLONES
+#endif
+STRATOS_DP_CLONES void MinPlusInto(double* __restrict out, const double* __restrict in, double add,
+                                   int count) {
+  for (int k = 0; k < count; ++k) {
+    const double v = in[k] + add;
+    out[k] = v < out[k] ? v : out[k];
+  }
+}
+
+// "12.34 GiB", "512 B": memory sizes in messages, readable at every scale.
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.4g} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+// A plan found by one G evaluation.
+struct GResult {
+  double sum_a = kInf;  // G(t_max)
+  double max_t = 0;     // the plan's max_s t_s (a candidate <= t_max)
+  std::vector<StagePlan> stages;
+};
+
+// Solves G(t_max) = min sum_s (t_s + e_s) over plans with every t_s <= t_max.
+class DpSolver {
+ public:
+  DpSolver(const SearchSpace& space, int num_layers, int max_stages)
+      : space_(space),
+        L_(num_layers),
+        N_(static_cast<int>(space.mesh_sizes.size())),
+        D_(space.num_devices),
+        S_(max_stages) {
+    f_.resize(static_cast<size_t>(S_) * (L_ + 1) * (D_ + 1), kInf);
+    lo_.resize(static_cast<size_t>(S_) * (L_ + 1), D_ + 1);
+  }
+
+  // Solves for `tables` until the next Use(); the buffers are reused across microbatch counts.
+  void Use(const StageFrontier& tables) {
+    STRATOS_CHECK(tables.num_layers == L_ && tables.num_meshes == N_, "tables of another problem");
+    tables_ = &tables;
+    num_levels_ = static_cast<int>(tables.inflight.size());
+    astar_.resize(static_cast<size_t>(num_levels_) * tables.NumCells());
+  }
+
+  GResult Solve(double t_max) {
+    FillAstar(t_max);
+    // s = 0: only "all layers placed" is feasible, with any number of free devices.
+    std::fill(f_.begin(), f_.begin() + static_cast<size_t>(L_ + 1) * (D_ + 1), kInf);
+    std::fill(lo_.begin(), lo_.begin() + (L_ + 1), D_ + 1);
+    std::fill(Row(0, L_), Row(0, L_) + D_ + 1, 0.0);
+    Lo(0, L_) = 0;
+    // Rows (s, i >= 1) are needed only for s <= S - 1 (some stage precedes them).
+    for (int s = 1; s <= S_ - 1; ++s) {
+      const double* astar = Astar(tables_->level_of_stages[s]);
+      for (int i = 0; i <= L_; ++i) Lo(s, i) = D_ + 1;
+      for (int i = L_ - s; i >= 1; --i) {
+        double* row = Row(s, i);
+        std::fill(row, row + D_ + 1, kInf);
+        int row_lo = D_ + 1;
+        for (int j = i + 1; j <= L_ - (s - 1); ++j) {
+          const int prev_lo = Lo(s - 1, j);
+          if (prev_lo > D_) continue;
+          const double* prev = Row(s - 1, j);
+          for (int n = 0; n < N_; ++n) {
+            const double a = astar[tables_->Cell(i, j, n)];
+            const int size = space_.mesh_sizes[n];
+            const int start = prev_lo + size;
+            if (start > D_) break;
+            if (a == kInf) continue;
+            MinPlusInto(row + start, prev + prev_lo, a, D_ + 1 - start);
+            row_lo = std::min(row_lo, start);
+          }
+        }
+        Lo(s, i) = row_lo;
+      }
+    }
+    // The first stage: i = 0, all devices free, s in [min_stages, S].
+    GResult result;
+    int best_s = 0, best_j = 0, best_n = 0;
+    for (int s = std::max(1, space_.min_stages); s <= S_; ++s) {
+      const double* astar = Astar(tables_->level_of_stages[s]);
+      for (int j = 1; j <= L_ - (s - 1); ++j) {
+        const int prev_lo = Lo(s - 1, j);
+        if (prev_lo > D_) continue;
+        for (int n = 0; n < N_; ++n) {
+          const int size = space_.mesh_sizes[n];
+          if (D_ - size < prev_lo) break;
+          const double a = astar[tables_->Cell(0, j, n)];
+          if (a == kInf) continue;
+          const double v = a + Row(s - 1, j)[D_ - size];
+          if (v < result.sum_a) {
+            result.sum_a = v;
+            best_s = s;
+            best_j = j;
+            best_n = n;
+          }
+        }
+      }
+    }
+    if (result.sum_a == kInf) return result;
+    // Reconstruct: walk down the stages, re-finding each argmin by exact equality (the DP
+    // computed every candidate with the same floating-point operations).
+    int s = best_s, i = 0, d = D_, j = best_j, n = best_n;
+    while (true) {
+      const int level = tables_->level_of_stages[s];
+      const double a = Astar(level)[tables_->Cell(i, j, n)];
+      const FrontierEntry& e = FindEntry(i, j, n, level, t_max, a);
+      result.stages.push_back({i, j, space_.configs[e.config]});
+      result.max_t = std::max(result.max_t, e.t);
+      d -= space_.mesh_sizes[n];
+      i = j;
+      --s;
+      if (s == 0) break;
+      const double target = Row(s, i)[d];
+      const double* astar = Astar(tables_->level_of_stages[s]);
+      double best_gap = kInf;
+      for (int jj = i + 1; jj <= L_ - (s - 1); ++jj) {
+        const int prev_lo = Lo(s - 1, jj);
+        if (prev_lo > D_) continue;
+        for (int nn = 0; nn < N_; ++nn) {
+          const int size = space_.mesh_sizes[nn];
+          if (d - size < prev_lo) break;
+          const double aa = astar[tables_->Cell(i, jj, nn)];
+          if (aa == kInf) continue;
+          const double gap = std::abs(aa + Row(s - 1, jj)[d - size] - target);
+          if (gap < best_gap) {
+            best_gap = gap;
+            j = jj;
+            n = nn;
+          }
+        }
+      }
+      STRATOS_CHECK(best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
+                    "DP reconstruction lost the argmin at stage {} layer {} (gap {})", s, i,
+                    best_gap);
+    }
+    STRATOS_CHECK(i == L_, "DP reconstruction ended at layer {} of {}", i, L_);
+    return result;
+  }
+
+ private:
+  void FillAstar(double t_max) {
+    std::vector<double> best(num_levels_ + 2);
+    const size_t cells = tables_->NumCells();
+    for (size_t cell = 0; cell < cells; ++cell) {
+      const std::uint32_t begin = tables_->offsets[cell], end = tables_->offsets[cell + 1];
+      std::fill(best.begin(), best.end(), kInf);
+      for (std::uint32_t k = begin; k < end; ++k) {
+        const FrontierEntry& e = tables_->entries[k];
+        if (e.t > t_max) break;
+        best[e.level] = std::min(best[e.level], e.a);
+      }
+      for (int level = num_levels_ - 1; level >= 1; --level)
+        best[level] = std::min(best[level], best[level + 1]);
+      for (int level = 1; level <= num_levels_; ++level)
+        astar_[static_cast<size_t>(level - 1) * cells + cell] = best[level];
+    }
+  }
+
+  const FrontierEntry& FindEntry(int i, int j, int n, int level, double t_max, double a) const {
+    const size_t cell = tables_->Cell(i, j, n);
+    for (std::uint32_t k = tables_->offsets[cell]; k < tables_->offsets[cell + 1]; ++k) {
+      const FrontierEntry& e = tables_->entries[k];
+      if (e.t > t_max) break;
+      if (e.level >= level && e.a == a) return e;
+    }
+    STRATOS_CHECK(false, "no configuration of cell ({}, {}, {}) has a = {}", i, j, n, a);
+  }
+
+  const double* Astar(int level) const {
+    return astar_.data() + static_cast<size_t>(level - 1) * tables_->NumCells();
+  }
+  double* Row(int s, int i) {
+    return f_.data() + (static_cast<size_t>(s) * (L_ + 1) + i) * (D_ + 1);
+  }
+  int& Lo(int s, int i) { return lo_[static_cast<size_t>(s) * (L_ + 1) + i]; }
+
+  const StageFrontier* tables_ = nullptr;
+  const SearchSpace& space_;
+  const int L_, N_, D_, S_;
+  int num_levels_ = 0;
+  std::vector<double> astar_;  // (num_levels, cells): least a with t <= t_max fitting the level
+  std::vector<double> f_;      // (S, L + 1, D + 1): F[s][i][d] for s < S
+  std::vector<int> lo_;        // (S, L + 1): first d with F[s][i][d] finite (D + 1: none)
+};
+
+// Why no plan exists, for SearchSummary::message.
+std::string ExplainInfeasible(const CostModel& cost_model, const SearchSpace& space,
+                              int max_stages) {
+  const Problem& problem = cost_model.problem();
+  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  const int L = problem.NumLayers();
+  int min_mesh = space.mesh_sizes.empty() ? 1 : space.mesh_sizes.front();
+  if (space.min_stages * min_mesh > space.num_devices)
+    return fmt::format(
+        "no feasible plan: min_stages = {} stages of at least {} device(s) need "
+        "more than the {} devices of the cluster",
+        space.min_stages, min_mesh, space.num_devices);
+  if (space.min_stages > max_stages)
+    return fmt::format(
+        "no feasible plan: min_stages = {} exceeds the {} stages this problem "
+        "allows",
+        space.min_stages, max_stages);
+  // Which configurations are valid at all, for some microbatch count?
+  bool any_valid = false;
+  std::string example_rule;
+  for (int m : space.num_microbatches)
+    for (const StageConfig& c : space.configs) {
+      std::string rule = cost_model.CheckConfig(c, m);
+      if (rule.empty())
+        any_valid = true;
+      else if (example_rule.empty())
+        example_rule = fmt::format("{} with m={}: {}", c.Label(), m, rule);
+    }
+  if (!any_valid)
+    return fmt::format(
+        "no feasible plan: no stage configuration is valid for any microbatch "
+        "count (e.g. {})",
+        example_rule);
+  // Memory. A layer that does not fit alone on any mesh (its state, one microbatch of its
+  // activations (the fewest any stage holds) and its working set) is a definitive reason.
+  const Schedule schedule = problem.training.schedule;
+  int worst_layer = -1;
+  double worst_need = 0;
+  std::string worst_config;
+  std::vector<StageTable> tables;
+  for (int m : space.num_microbatches) tables.emplace_back(cost_model, space.configs, m);
+  for (int l = 0; l < L; ++l) {
+    double need = kInf;
+    std::string best_config;
+    for (const StageTable& table : tables) {
+      const int m = table.num_microbatches();
+      const int inflight = MicrobatchesInFlight(schedule, 1, 0, m);
+      for (int c : table.ValidConfigs()) {
+        const double bytes = table.Layer(l, c).PeakMemoryBytes(inflight);
+        if (bytes < need) {
+          need = bytes;
+          best_config = fmt::format("{}, m={}", space.configs[c].Label(), m);
+        }
+      }
+    }
+    if (need > capacity && need > worst_need) {
+      worst_need = need;
+      worst_layer = l;
+      worst_config = best_config;
+    }
+  }
+  if (worst_layer >= 0)
+    return fmt::format(
+        "no feasible plan fits in device memory: layer {} ({}) alone needs at least {} per "
+        "device even in its least memory-hungry configuration ({}), {} over the {} capacity",
+        worst_layer, problem.model.layers[worst_layer].name, FormatBytes(worst_need), worst_config,
+        FormatBytes(worst_need - capacity), FormatBytes(capacity));
+  // Otherwise: the tightest single-stage plan, with the largest mesh, shows the gap.
+  double best_peak = kInf;
+  Plan best_plan;
+  Estimate best_estimate;
+  for (const StageTable& table : tables) {
+    for (int c : table.ValidConfigs()) {
+      Plan plan;
+      plan.global_batch_size = problem.training.global_batch_size;
+      plan.num_microbatches = table.num_microbatches();
+      plan.schedule = schedule;
+      plan.stages.push_back({0, L, space.configs[c]});
+      if (plan.NumDevices() > space.num_devices) continue;
+      Estimate estimate = Evaluate(cost_model, plan);
+      if (estimate.stages[0].peak_memory_bytes < best_peak) {
+        best_peak = estimate.stages[0].peak_memory_bytes;
+        best_plan = plan;
+        best_estimate = estimate;
+      }
+    }
+  }
+  std::string tightest =
+      best_peak < kInf
+          ? fmt::format("; the least memory-hungry single-stage plan ({}) {}", best_plan.Summary(),
+                        best_estimate.Fits() ? std::string("fits but breaks the stage-count "
+                                                           "bounds")
+                                             : best_estimate.MemoryViolation())
+          : std::string();
+  return fmt::format(
+      "no feasible plan fits in device memory ({} per device) with {} to {} "
+      "stages on {} devices{}",
+      FormatBytes(capacity), space.min_stages, max_stages, space.num_devices, tightest);
+}
+
+// A pending interval of t_max candidates [lo, hi] of one microbatch count, with a lower bound
+// on G over it (G at or beyond hi).
+struct Interval {
+  double bound;  // (m - 1) * candidates[lo] + g_lower
+  int lo, hi;
+  double g_lower;
+  bool operator>(const Interval& o) const { return bound > o.bound; }
+};
+using IntervalQueue = std::priority_queue<Interval, std::vector<Interval>, std::greater<Interval>>;
+
+}  // namespace
+
+SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& options) {
+  const Clock::time_point start = Clock::now();
+  options.Validate();
+  const SearchSpace space = SearchSpace::Build(problem, options.space);
+  const CostModel cost_model(problem);
+  const int L = problem.NumLayers();
+  const int max_stages = std::max(1, std::min({space.max_stages, L, space.num_devices}));
+
+  SearchResult result;
+  SearchSummary& summary = result.summary;
+  summary.algorithm = Name();
+  summary.time_limit_seconds_given = options.time_limit_seconds;
+  summary.best_iteration_seconds = kInf;
+  summary.initial_iteration_seconds = kInf;
+
+  double best = kInf;
+  bool stopped = false;
+  TerminationType stop_reason = TerminationType::kOptimal;
+  Clock::time_point last_progress = start;
+
+  auto out_of_budget = [&]() {
+    if (SecondsSince(start) >= options.time_limit_seconds) {
+      stop_reason = TerminationType::kTimeLimit;
+      return true;
+    }
+    if (options.max_evaluations > 0 && summary.evaluations >= options.max_evaluations) {
+      stop_reason = TerminationType::kEvaluationLimit;
+      return true;
+    }
+    return false;
+  };
+
+  // Evaluates G(candidates[index]), offers its plan (Evaluate()d) as the best, and returns G;
+  // *settled_from = index of the plan's own max stage time (every candidate in
+  // [*settled_from, index] is then settled: G is constant there).
+  auto evaluate_g = [&](DpSolver& solver, const StageFrontier& tables, int index,
+                        int* settled_from) {
+    const GResult g = solver.Solve(tables.candidates[index]);
+    ++summary.evaluations;
+    if (g.sum_a == kInf) return kInf;
+    *settled_from = static_cast<int>(
+        std::lower_bound(tables.candidates.begin(), tables.candidates.end(), g.max_t) -
+        tables.candidates.begin());
+    Plan plan;
+    plan.global_batch_size = problem.training.global_batch_size;
+    plan.num_microbatches = tables.m;
+    plan.schedule = problem.training.schedule;
+    plan.stages = g.stages;
+    const Estimate estimate = Evaluate(cost_model, plan);
+    STRATOS_CHECK(estimate.Fits(), "DP plan does not fit: {} ({})", estimate.MemoryViolation(),
+                  plan.Summary());
+    if (summary.initial_iteration_seconds == kInf)
+      summary.initial_iteration_seconds = estimate.iteration_seconds;
+    if (estimate.iteration_seconds < best) {
+      best = estimate.iteration_seconds;
+      result.plan = plan;
+      const double wall = SecondsSince(start);
+      summary.anytime.push_back({wall, best});
+      if (options.on_improvement) options.on_improvement(wall, best);
+    }
+    return g.sum_a;
+  };
+
+  auto progress = [&](const std::string& line, bool force) {
+    if (!options.progress) return;
+    if (!force && SecondsSince(last_progress) < 2.0) return;
+    last_progress = Clock::now();
+    std::fprintf(stderr, "[dp %8.2fs] %s\n", SecondsSince(start), line.c_str());
+  };
+
+  // Pass 1: per microbatch count, the unconstrained G (largest candidate) gives a plan and a
+  // lower bound (m - 1) * t_lb + G(inf) on everything else of that m.
+  struct Pending {
+    int m;
+    double bound;
+    double g_top;                                 // G at the largest candidate
+    int settled_from;                             // candidates >= this one are settled
+    std::shared_ptr<const StageFrontier> tables;  // kept for pass 2 while memory allows
+  };
+  std::vector<Pending> pending;
+  bool pass1_complete = true;
+  DpSolver solver(space, L, max_stages);
+  // Tables kept between the passes: a few MB per microbatch count on GPT ladders.
+  constexpr double kKeptTablesBudgetBytes = 512.0 * 1024.0 * 1024.0;
+  double kept_bytes = 0;
+  for (int m : space.num_microbatches) {
+    if (out_of_budget()) {
+      stopped = true;
+      pass1_complete = false;
+      break;
+    }
+    auto shared =
+        std::make_shared<const StageFrontier>(BuildStageFrontier(cost_model, space, max_stages, m));
+    const StageFrontier& tables = *shared;
+    if (tables.candidates.empty()) continue;
+    solver.Use(tables);
+    const int top = static_cast<int>(tables.candidates.size()) - 1;
+    int settled_from = top;
+    const double g = evaluate_g(solver, tables, top, &settled_from);
+    if (g == kInf) continue;
+    const double t_lb = std::max(tables.candidates.front(), tables.t_lower_bound);
+    const double bound = (m - 1) * t_lb + g;
+    if (settled_from > 0) {
+      const double bytes = tables.Bytes();
+      if (kept_bytes + bytes <= kKeptTablesBudgetBytes) {
+        kept_bytes += bytes;
+      } else {
+        shared.reset();  // rebuilt in pass 2 if needed
+      }
+      pending.push_back({m, bound, g, settled_from, shared});
+    }
+    progress(fmt::format("m={}: {} frontier entries, {} candidate stage times, bound {:.6g} s, "
+                         "best {:.6g} s",
+                         m, tables.entries.size(), tables.candidates.size(), bound, best),
+             false);
+  }
+
+  // Pass 2: microbatch counts by ascending bound; best-first bisection of their candidates.
+  std::sort(pending.begin(), pending.end(),
+            [](const Pending& x, const Pending& y) { return x.bound < y.bound; });
+  double open_bound = kInf;  // least lower bound of the work left when stopped
+  for (size_t k = 0; k < pending.size() && !stopped; ++k) {
+    const int m = pending[k].m;
+    if (pending[k].bound >= best) break;  // sorted: every later m is pruned too
+    if (out_of_budget()) {
+      stopped = true;
+      open_bound = pending[k].bound;  // the least of the remaining ones
+      break;
+    }
+    ++summary.iterations;
+    std::shared_ptr<const StageFrontier> shared = std::move(pending[k].tables);
+    if (!shared)
+      shared = std::make_shared<const StageFrontier>(
+          BuildStageFrontier(cost_model, space, max_stages, m));
+    const StageFrontier& tables = *shared;
+    solver.Use(tables);
+    const int first = static_cast<int>(
+        std::lower_bound(tables.candidates.begin(), tables.candidates.end(), tables.t_lower_bound) -
+        tables.candidates.begin());
+    IntervalQueue queue;
+    auto push = [&](int lo, int hi, double g_lower) {
+      lo = std::max(lo, first);
+      if (lo > hi) return;
+      queue.push({(m - 1) * tables.candidates[lo] + g_lower, lo, hi, g_lower});
+    };
+    push(0, pending[k].settled_from - 1, pending[k].g_top);
+    while (!queue.empty()) {
+      const Interval interval = queue.top();
+      if (interval.bound >= best) break;
+      if (out_of_budget()) {
+        stopped = true;
+        open_bound = interval.bound;
+        if (k + 1 < pending.size()) open_bound = std::min(open_bound, pending[k + 1].bound);
+        break;
+      }
+      queue.pop();
+      const int mid = interval.lo + (interval.hi - interval.lo) / 2;
+      int settled = mid;
+      const double g = evaluate_g(solver, tables, mid, &settled);
+      // g == inf: no plan keeps every stage under candidates[mid], nor under a smaller one.
+      if (g < kInf) push(interval.lo, settled - 1, g);
+      push(mid + 1, interval.hi, interval.g_lower);
+      progress(fmt::format("m={}: {} G evaluations, {} open intervals, best {:.6g} s", m,
+                           summary.evaluations, queue.size(), best),
+               false);
+    }
+  }
+
+  summary.wall_seconds = SecondsSince(start);
+  summary.best_iteration_seconds = best;
+  if (!stopped) {
+    if (result.plan) {
+      summary.termination = TerminationType::kOptimal;
+      summary.lower_bound_seconds = best;
+      summary.message = fmt::format("optimal over {} microbatch counts: {}",
+                                    space.num_microbatches.size(), result.plan->Summary());
+    } else {
+      summary.termination = TerminationType::kInfeasible;
+      summary.message = ExplainInfeasible(cost_model, space, max_stages);
+    }
+  } else {
+    summary.termination = stop_reason;
+    // Microbatch counts that pass 1 never reached have no bound.
+    if (result.plan && pass1_complete) summary.lower_bound_seconds = std::min(best, open_bound);
+    summary.message = fmt::format(
+        "stopped by the {} after {} G evaluations{}; best plan so far: {}",
+        stop_reason == TerminationType::kTimeLimit ? "time limit" : "evaluation limit",
+        summary.evaluations, pass1_complete ? "" : " (not every microbatch count was reached)",
+        result.plan ? result.plan->Summary() : std::string("none"));
+  }
+  progress(summary.BriefReport(), true);
+  return result;
+}
+
+}  // namespace stratos

@@ -1,0 +1,191 @@
+#include "baselines/exhaustive_searcher.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+
+namespace stratos {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Binomial coefficient C(n, k) as a double.
+double Choose(int n, int k) {
+  if (k < 0 || k > n) return 0.0;
+  double value = 1.0;
+  for (int i = 1; i <= k; ++i) value = value * (n - k + i) / i;
+  return std::round(value);
+}
+
+}  // namespace
+
+double ExhaustiveSearcher::CountPlans(const Problem& problem, const SearchSpace& space) {
+  const CostModel cost_model(problem);
+  const int L = problem.NumLayers();
+  const int D = space.num_devices;
+  const int max_stages = std::min(space.max_stages, L);
+  double total = 0.0;
+  for (int m : space.num_microbatches) {
+    std::vector<int> valid_devices;
+    for (const StageConfig& c : space.configs)
+      if (cost_model.CheckConfig(c, m).empty() && c.NumDevices() <= D)
+        valid_devices.push_back(c.NumDevices());
+    // ways[d] = configuration tuples of the current length using exactly d devices.
+    std::vector<double> ways(D + 1, 0.0);
+    ways[0] = 1.0;
+    for (int s = 1; s <= max_stages; ++s) {
+      std::vector<double> next(D + 1, 0.0);
+      for (int d = 0; d <= D; ++d)
+        if (ways[d] > 0)
+          for (int n : valid_devices)
+            if (d + n <= D) next[d + n] += ways[d];
+      ways.swap(next);
+      if (s < space.min_stages) continue;
+      double tuples = 0.0;
+      for (double w : ways) tuples += w;
+      total += Choose(L - 1, s - 1) * tuples;
+    }
+  }
+  return total;
+}
+
+SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOptions& options) {
+  const Clock::time_point start = Clock::now();
+  options.Validate();
+  const SearchSpace space = SearchSpace::Build(problem, options.space);
+  const CostModel cost_model(problem);
+  const int L = problem.NumLayers();
+  const int D = space.num_devices;
+  const int max_stages = std::min(space.max_stages, L);
+
+  SearchResult result;
+  SearchSummary& summary = result.summary;
+  summary.algorithm = Name();
+  summary.time_limit_seconds_given = options.time_limit_seconds;
+  summary.best_iteration_seconds = kInf;
+  summary.initial_iteration_seconds = kInf;
+
+  const double num_plans = CountPlans(problem, space);
+  const double cap = options.max_evaluations > 0 ? static_cast<double>(options.max_evaluations)
+                                                 : static_cast<double>(kDefaultMaxPlans);
+  if (num_plans > cap) {
+    summary.termination = TerminationType::kInfeasible;
+    summary.message = fmt::format(
+        "problem too large for exhaustive search: {:.0f} plans (limit {:.0f}; raise "
+        "SearchOptions.max_evaluations or shrink the space)",
+        num_plans, cap);
+    summary.wall_seconds = SecondsSince(start);
+    return result;
+  }
+
+  double best = kInf;
+  double least_overflow = kInf;
+  std::string least_overflow_text;
+  bool stopped = false;
+
+  Plan plan;
+  plan.global_batch_size = problem.training.global_batch_size;
+  plan.schedule = problem.training.schedule;
+  std::vector<const StageConfig*> valid;
+
+  // Assigns stage `s` of `num_stages` starting at layer `first` with `used` devices taken.
+  std::function<void(int, int, int, int)> assign = [&](int s, int num_stages, int first, int used) {
+    if (stopped) return;
+    if (s == num_stages) {
+      if ((summary.evaluations & 1023) == 0 && SecondsSince(start) >= options.time_limit_seconds) {
+        summary.termination = TerminationType::kTimeLimit;
+        stopped = true;
+        return;
+      }
+      const Estimate estimate = Evaluate(cost_model, plan);
+      ++summary.evaluations;
+      if (!estimate.Fits()) {
+        double overflow = 0;
+        for (const StageEstimate& se : estimate.stages)
+          overflow = std::max(overflow, -se.MemoryHeadroomBytes());
+        if (overflow < least_overflow) {
+          least_overflow = overflow;
+          least_overflow_text = fmt::format("{}: {}", plan.Summary(), estimate.MemoryViolation());
+        }
+        return;
+      }
+      if (summary.initial_iteration_seconds == kInf)
+        summary.initial_iteration_seconds = estimate.iteration_seconds;
+      if (estimate.iteration_seconds < best) {
+        best = estimate.iteration_seconds;
+        result.plan = plan;
+        const double wall = SecondsSince(start);
+        summary.anytime.push_back({wall, best});
+        if (options.on_improvement) options.on_improvement(wall, best);
+      }
+      return;
+    }
+    const int remaining = num_stages - s - 1;
+    const int last_end = s == num_stages - 1 ? L : L - remaining;
+    const int first_end = s == num_stages - 1 ? L : first + 1;
+    for (int end = first_end; end <= last_end; ++end) {
+      for (const StageConfig* config : valid) {
+        if (used + config->NumDevices() > D) continue;
+        plan.stages[s] = {first, end, *config};
+        assign(s + 1, num_stages, end, used + config->NumDevices());
+        if (stopped) return;
+      }
+    }
+  };
+
+  for (int m : space.num_microbatches) {
+    if (stopped) break;
+    plan.num_microbatches = m;
+    valid.clear();
+    for (const StageConfig& c : space.configs)
+      if (cost_model.CheckConfig(c, m).empty()) valid.push_back(&c);
+    for (int num_stages = space.min_stages; num_stages <= max_stages && !stopped; ++num_stages) {
+      ++summary.iterations;
+      plan.stages.assign(num_stages, StagePlan{});
+      assign(0, num_stages, 0, 0);
+      if (options.progress)
+        std::fprintf(stderr, "[exhaustive %8.2fs] m=%d, %d stages: %ld plans, best %.6g s\n",
+                     SecondsSince(start), m, num_stages, summary.evaluations, best);
+    }
+  }
+
+  summary.wall_seconds = SecondsSince(start);
+  summary.best_iteration_seconds = best;
+  if (stopped) {
+    summary.message = fmt::format("stopped by the time limit after {} of {:.0f} plans; best: {}",
+                                  summary.evaluations, num_plans,
+                                  result.plan ? result.plan->Summary() : std::string("none"));
+  } else if (result.plan) {
+    summary.termination = TerminationType::kOptimal;
+    summary.lower_bound_seconds = best;
+    summary.message =
+        fmt::format("optimal over all {} plans: {}", summary.evaluations, result.plan->Summary());
+  } else {
+    summary.termination = TerminationType::kInfeasible;
+    summary.message =
+        summary.evaluations == 0
+            ? fmt::format(
+                  "no plan: no configuration fits {} to {} stages on {} devices with any "
+                  "microbatch count",
+                  space.min_stages, max_stages, D)
+            : fmt::format(
+                  "no plan fits in device memory ({} plans); the least memory-hungry "
+                  "one, {}",
+                  summary.evaluations, least_overflow_text);
+  }
+  return result;
+}
+
+}  // namespace stratos

@@ -1,0 +1,144 @@
+#include "baselines/grid_searcher.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+
+namespace stratos {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+std::vector<int> UniformStageBoundaries(int num_layers, int num_stages, bool larger_last) {
+  STRATOS_CHECK(num_stages >= 1 && num_stages <= num_layers, "{} stages for {} layers", num_stages,
+                num_layers);
+  const int base = num_layers / num_stages, extra = num_layers % num_stages;
+  std::vector<int> bounds = {0};
+  for (int s = 0; s < num_stages; ++s) {
+    const bool larger = larger_last ? s >= num_stages - extra : s < extra;
+    bounds.push_back(bounds.back() + base + (larger ? 1 : 0));
+  }
+  return bounds;
+}
+
+SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& options) {
+  const Clock::time_point start = Clock::now();
+  options.Validate();
+  const SearchSpace space = SearchSpace::Build(problem, options.space);
+  const CostModel cost_model(problem);
+  const int L = problem.NumLayers();
+  const int max_stages = std::min(space.max_stages, L);
+
+  SearchResult result;
+  SearchSummary& summary = result.summary;
+  summary.algorithm = Name();
+  summary.time_limit_seconds_given = options.time_limit_seconds;
+  summary.best_iteration_seconds = kInf;
+  summary.initial_iteration_seconds = kInf;
+
+  double best = kInf;
+  // The least memory-hungry plan, for the infeasibility message.
+  double least_overflow = kInf;
+  std::string least_overflow_text;
+  bool stopped = false;
+  Clock::time_point last_progress = start;
+
+  for (int pp = space.min_stages; pp <= max_stages && !stopped; ++pp) {
+    std::vector<std::vector<int>> splits = {UniformStageBoundaries(L, pp, false)};
+    if (L % pp != 0) splits.push_back(UniformStageBoundaries(L, pp, true));
+    for (const StageConfig& config : space.configs) {
+      if (stopped) break;
+      if (pp * config.NumDevices() > space.num_devices) continue;
+      for (int m : space.num_microbatches) {
+        if (!cost_model.CheckConfig(config, m).empty()) continue;
+        if (SecondsSince(start) >= options.time_limit_seconds) {
+          summary.termination = TerminationType::kTimeLimit;
+          stopped = true;
+          break;
+        }
+        if (options.max_evaluations > 0 && summary.evaluations >= options.max_evaluations) {
+          summary.termination = TerminationType::kEvaluationLimit;
+          stopped = true;
+          break;
+        }
+        ++summary.iterations;
+        for (const std::vector<int>& bounds : splits) {
+          Plan plan;
+          plan.global_batch_size = problem.training.global_batch_size;
+          plan.num_microbatches = m;
+          plan.schedule = problem.training.schedule;
+          for (int s = 0; s < pp; ++s) plan.stages.push_back({bounds[s], bounds[s + 1], config});
+          const Estimate estimate = Evaluate(cost_model, plan);
+          ++summary.evaluations;
+          if (!estimate.Fits()) {
+            double overflow = 0;
+            for (const StageEstimate& se : estimate.stages)
+              overflow = std::max(overflow, -se.MemoryHeadroomBytes());
+            if (overflow < least_overflow) {
+              least_overflow = overflow;
+              least_overflow_text =
+                  fmt::format("{}: {}", plan.Summary(), estimate.MemoryViolation());
+            }
+            continue;
+          }
+          if (summary.initial_iteration_seconds == kInf)
+            summary.initial_iteration_seconds = estimate.iteration_seconds;
+          if (estimate.iteration_seconds < best) {
+            best = estimate.iteration_seconds;
+            result.plan = plan;
+            const double wall = SecondsSince(start);
+            summary.anytime.push_back({wall, best});
+            if (options.on_improvement) options.on_improvement(wall, best);
+          }
+        }
+      }
+      if (options.progress && SecondsSince(last_progress) >= 2.0) {
+        last_progress = Clock::now();
+        std::fprintf(stderr, "[grid %8.2fs] PP=%d: %ld plans, best %.6g s\n", SecondsSince(start),
+                     pp, summary.evaluations, best);
+      }
+    }
+  }
+
+  summary.wall_seconds = SecondsSince(start);
+  summary.best_iteration_seconds = best;
+  if (stopped) {
+    summary.message = fmt::format(
+        "stopped by the {} after {} plans; best plan so far: {}",
+        summary.termination == TerminationType::kTimeLimit ? "time limit" : "evaluation limit",
+        summary.evaluations, result.plan ? result.plan->Summary() : std::string("none"));
+  } else if (result.plan) {
+    summary.termination = TerminationType::kConverged;
+    summary.message =
+        fmt::format("best of {} uniform plans: {}", summary.evaluations, result.plan->Summary());
+  } else {
+    summary.termination = TerminationType::kInfeasible;
+    summary.message =
+        summary.evaluations == 0
+            ? fmt::format(
+                  "no uniform plan: no configuration fits {} to {} stages on {} devices "
+                  "with any microbatch count",
+                  space.min_stages, max_stages, space.num_devices)
+            : fmt::format(
+                  "no uniform plan fits in device memory ({} plans); the least "
+                  "memory-hungry one, {}",
+                  summary.evaluations, least_overflow_text);
+  }
+  if (options.progress) std::fprintf(stderr, "[grid] %s\n", summary.BriefReport().c_str());
+  return result;
+}
+
+}  // namespace stratos

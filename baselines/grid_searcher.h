@@ -1,0 +1,31 @@
+#pragma once
+// GridSearcher: the Megatron-LM style expert-manual reference (Narayanan et al. SC'21 §5.4):
+// uniform pipeline stages, all with the SAME intra-stage configuration, over a grid of
+// (PP, mesh, DP x TP, ZeRO, recompute, microbatch count) drawn from the shared SearchSpace.
+//
+// For each stage count PP in [min_stages, max_stages], each configuration c of space.configs
+// with PP * c.NumDevices() <= space.num_devices, and each microbatch count m that c accepts
+// (CostModel::CheckConfig), the layers are split into PP contiguous stages whose sizes differ by
+// at most one (the larger stages first, and, when the split is uneven, also last), every stage
+// uses c, and the plan is priced with Evaluate(). The best plan that fits in memory wins.
+//
+// SearchSummary: algorithm "grid"; evaluations = plans Evaluate()d; iterations = grid points
+// (PP, c, m); termination kConverged (grid exhausted), kTimeLimit, kEvaluationLimit, or
+// kInfeasible with the memory violation of the least memory-hungry grid plan. No lower bound.
+#include "search/searcher.h"
+
+namespace stratos {
+
+class GridSearcher : public Searcher {
+ public:
+  std::string Name() const override { return "grid"; }
+  // Throws InputError for invalid options (SearchOptions::Validate, SearchSpace::Build).
+  SearchResult Search(const Problem& problem, const SearchOptions& options) override;
+};
+
+// Contiguous split of `num_layers` layers into `num_stages` stages whose sizes differ by at most
+// one; the (num_layers % num_stages) larger stages come first, or last if `larger_last`.
+// Returns the stage boundaries: (num_stages + 1) ascending indices from 0 to num_layers.
+std::vector<int> UniformStageBoundaries(int num_layers, int num_stages, bool larger_last = false);
+
+}  // namespace stratos

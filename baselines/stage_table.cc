@@ -1,0 +1,208 @@
+#include "baselines/stage_table.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+StageTable::StageTable(const CostModel& cost_model, const std::vector<StageConfig>& configs,
+                       int num_microbatches)
+    : num_microbatches_(num_microbatches),
+      num_layers_(cost_model.problem().NumLayers()),
+      configs_(configs),
+      valid_(configs.size(), 0) {
+  const ModelSpec& model = cost_model.problem().model;
+  // Dense class ids, and the first layer of each class as its representative.
+  std::map<int, int> class_index;
+  std::vector<int> representative;
+  layer_class_.resize(num_layers_);
+  for (int l = 0; l < num_layers_; ++l) {
+    auto [it, inserted] =
+        class_index.emplace(model.layers[l].cost_class, static_cast<int>(representative.size()));
+    if (inserted) representative.push_back(l);
+    layer_class_[l] = it->second;
+  }
+  const size_t num_configs = configs_.size();
+  layer_terms_.assign(representative.size() * num_configs, StageTerms{});
+  overhead_.assign(num_configs * 4, StageTerms{});
+  for (size_t c = 0; c < num_configs; ++c) {
+    if (!cost_model.CheckConfig(configs_[c], num_microbatches).empty()) continue;
+    valid_[c] = 1;
+    valid_configs_.push_back(static_cast<int>(c));
+    for (size_t k = 0; k < representative.size(); ++k)
+      layer_terms_[k * num_configs + c] =
+          cost_model.LayerTerms(representative[k], configs_[c], num_microbatches);
+    for (int first = 0; first < 2; ++first)
+      for (int last = 0; last < 2; ++last)
+        overhead_[c * 4 + first * 2 + last] =
+            cost_model.StageOverhead(configs_[c], num_microbatches, first != 0, last != 0);
+  }
+}
+
+StageTerms StageTable::Terms(int first_layer, int last_layer, int config_index) const {
+  StageTerms terms = Overhead(config_index, first_layer == 0, last_layer == num_layers_);
+  for (int l = first_layer; l < last_layer; ++l) terms += Layer(l, config_index);
+  return terms;
+}
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
+
+StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
+                                 int max_stages, int m) {
+  const Problem& problem = cost_model.problem();
+  const int L = problem.NumLayers();
+  const int N = static_cast<int>(space.mesh_sizes.size());
+  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  const StageTable table(cost_model, space.configs, m);
+
+  StageFrontier frontier;
+  frontier.m = m;
+  frontier.num_layers = L;
+  frontier.num_meshes = N;
+  frontier.level_of_stages.assign(max_stages + 1, 0);
+  for (int s = 1; s <= max_stages; ++s)
+    frontier.inflight.push_back(MicrobatchesInFlight(problem.training.schedule, s, 0, m));
+  std::sort(frontier.inflight.begin(), frontier.inflight.end());
+  frontier.inflight.erase(std::unique(frontier.inflight.begin(), frontier.inflight.end()),
+                          frontier.inflight.end());
+  for (int s = 1; s <= max_stages; ++s) {
+    const int need = MicrobatchesInFlight(problem.training.schedule, s, 0, m);
+    frontier.level_of_stages[s] = static_cast<int>(
+        std::lower_bound(frontier.inflight.begin(), frontier.inflight.end(), need) -
+        frontier.inflight.begin() + 1);
+  }
+  const int num_levels = static_cast<int>(frontier.inflight.size());
+
+  std::vector<int> mesh_of_config(space.configs.size());
+  for (size_t c = 0; c < space.configs.size(); ++c)
+    mesh_of_config[c] =
+        static_cast<int>(std::lower_bound(space.mesh_sizes.begin(), space.mesh_sizes.end(),
+                                          space.configs[c].NumDevices()) -
+                         space.mesh_sizes.begin());
+
+  // Lower bound on the bottleneck stage time: every stage's t is at least the sum of its
+  // layers' t (overheads are >= 0), so sum_s n_s t_s >= sum_l min_c n_c t(l, c) and
+  // max_s t_s >= that / num_devices; and max_s t_s >= max_l min_c t(l, c).
+  {
+    double volume = 0.0, single = 0.0;
+    bool valid = !table.ValidConfigs().empty();
+    for (int l = 0; l < L && valid; ++l) {
+      double min_volume = kInf, min_time = kInf;
+      for (int c : table.ValidConfigs()) {
+        const double t = table.Layer(l, c).MicrobatchSeconds();
+        if (!(t >= 0)) valid = false;
+        min_volume = std::min(min_volume, t * space.configs[c].NumDevices());
+        min_time = std::min(min_time, t);
+      }
+      for (int c : table.ValidConfigs())
+        for (int f = 0; f < 2; ++f)
+          for (int g = 0; g < 2; ++g)
+            if (!(table.Overhead(c, f, g).MicrobatchSeconds() >= 0)) valid = false;
+      volume += min_volume;
+      single = std::max(single, min_time);
+    }
+    // Shrunk by 1e-9 so that rounding never excludes the true bottleneck candidate.
+    frontier.t_lower_bound =
+        valid ? (1.0 - 1e-9) * std::max(volume / space.num_devices, single) : 0.0;
+  }
+
+  frontier.offsets.assign(frontier.NumCells() + 1, 0);
+  std::vector<std::vector<FrontierEntry>> bucket(static_cast<size_t>(L + 1) * N);
+  std::vector<double> min_a(num_levels + 2);
+  // Configurations whose layers never free memory (every layer's memory terms >= 0).
+  std::vector<char> memory_monotone(space.configs.size(), 0);
+  for (int c : table.ValidConfigs()) {
+    bool monotone = true;
+    for (int l = 0; l < L; ++l) {
+      const StageTerms& lt = table.Layer(l, c);
+      monotone =
+          monotone && lt.state_bytes >= 0 && lt.activation_bytes >= 0 && lt.working_bytes >= 0;
+    }
+    memory_monotone[c] = monotone;
+  }
+  for (int i = 0; i < L; ++i) {
+    for (auto& b : bucket) b.clear();
+    for (int c : table.ValidConfigs()) {
+      const int n = mesh_of_config[c];
+      bool skip_to_last = false;
+      StageTerms inner = table.Overhead(c, i == 0, false);
+      for (int j = i + 1; j <= L; ++j) {
+        if (j < L && skip_to_last) j = L;
+        StageTerms terms;
+        if (j < L) {
+          inner += table.Layer(j - 1, c);
+          terms = inner;
+        } else {
+          terms = table.Terms(i, L, c);  // a last stage's overhead differs
+        }
+        // Memory: Evaluate's rule, capacity - peak >= 0, for each needed in-flight count.
+        int level = 0;
+        {
+          int lo = 0, hi = num_levels;  // fits inflight[0 .. level)
+          while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (!(capacity - terms.PeakMemoryBytes(frontier.inflight[mid]) < 0))
+              lo = mid + 1;
+            else
+              hi = mid;
+          }
+          level = lo;
+        }
+        if (level == 0) {
+          // Memory only grows with more layers (for j < L; a last stage has other overheads).
+          if (j < L && memory_monotone[c]) skip_to_last = true;
+          continue;
+        }
+        const double t = terms.MicrobatchSeconds();
+        bucket[static_cast<size_t>(j) * N + n].push_back({t, t + terms.TailSeconds(), level, c});
+      }
+    }
+    for (int j = i + 1; j <= L; ++j) {
+      for (int n = 0; n < N; ++n) {
+        std::vector<FrontierEntry>& cell = bucket[static_cast<size_t>(j) * N + n];
+        frontier.offsets[frontier.Cell(i, j, n)] =
+            static_cast<std::uint32_t>(frontier.entries.size());
+        std::sort(cell.begin(), cell.end(), [](const FrontierEntry& x, const FrontierEntry& y) {
+          if (x.t != y.t) return x.t < y.t;
+          if (x.a != y.a) return x.a < y.a;
+          return x.level > y.level;
+        });
+        // min_a[k] = least a of a kept entry with level >= k; a later entry (t no smaller) is
+        // dominated if min_a[its level] <= its a.
+        std::fill(min_a.begin(), min_a.end(), kInf);
+        for (const FrontierEntry& e : cell) {
+          if (min_a[e.level] <= e.a) continue;
+          frontier.entries.push_back(e);
+          for (int k = 1; k <= e.level; ++k) min_a[k] = std::min(min_a[k], e.a);
+        }
+        STRATOS_CHECK(frontier.entries.size() < std::numeric_limits<std::uint32_t>::max(),
+                      "{} frontier entries", frontier.entries.size());
+      }
+    }
+  }
+  // Cells are numbered (i, j, n) in the order they were filled; cells never filled (j <= i)
+  // are empty: offsets must be nondecreasing.
+  std::uint32_t running = static_cast<std::uint32_t>(frontier.entries.size());
+  frontier.offsets[frontier.NumCells()] = running;
+  for (size_t cell = frontier.NumCells(); cell-- > 0;) {
+    const int j = static_cast<int>((cell / N) % (L + 1));
+    const int i = static_cast<int>(cell / N / (L + 1));
+    if (j > i && i < L)
+      running = frontier.offsets[cell];
+    else
+      frontier.offsets[cell] = running;
+  }
+  frontier.candidates.reserve(frontier.entries.size());
+  for (const FrontierEntry& e : frontier.entries) frontier.candidates.push_back(e.t);
+  std::sort(frontier.candidates.begin(), frontier.candidates.end());
+  frontier.candidates.erase(std::unique(frontier.candidates.begin(), frontier.candidates.end()),
+                            frontier.candidates.end());
+  return frontier;
+}
+
+}  // namespace stratos

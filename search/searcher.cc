@@ -1,0 +1,96 @@
+#include "search/searcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+void SearchOptions::Validate() const {
+  const std::string where = "SearchOptions";
+  if (!(time_limit_seconds > 0) || std::isnan(time_limit_seconds)) {
+    ThrowInputError(where, "SearchOptions.time_limit_seconds", time_limit_seconds, "must be > 0");
+  }
+  if (max_evaluations < 0) {
+    ThrowInputError(where, "SearchOptions.max_evaluations", max_evaluations,
+                    "must be >= 0 (0 = unbounded)");
+  }
+  if (threads < 1) {
+    ThrowInputError(where, "SearchOptions.threads", threads, "must be >= 1");
+  }
+  space.Validate();
+}
+
+const char* TerminationTypeName(TerminationType type) {
+  switch (type) {
+    case TerminationType::kOptimal:
+      return "optimal";
+    case TerminationType::kConverged:
+      return "converged";
+    case TerminationType::kTimeLimit:
+      return "time_limit";
+    case TerminationType::kEvaluationLimit:
+      return "evaluation_limit";
+    case TerminationType::kInfeasible:
+      return "infeasible";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string Seconds(double seconds) {
+  if (!std::isfinite(seconds)) return "inf";
+  return fmt::format("{:.6g}", seconds);
+}
+
+}  // namespace
+
+std::string SearchSummary::BriefReport() const {
+  std::string best = HasPlan() ? Seconds(best_iteration_seconds) + " s" : "none";
+  return fmt::format("{}: {}, best {}, {} evaluations, {:.3f} s wall", algorithm,
+                     TerminationTypeName(termination), best, evaluations, wall_seconds);
+}
+
+std::string SearchSummary::FullReport() const {
+  std::string out;
+  auto row = [&out](const std::string& name, const std::string& value) {
+    out += fmt::format("{:<34}{}\n", name, value);
+  };
+  out += "\nSearch Report\n-------------\n";
+  row("Algorithm", algorithm);
+  row("Termination", TerminationTypeName(termination));
+  if (!message.empty()) row("Message", message);
+  out += "\nCost (predicted iteration seconds)\n";
+  row("  Best", HasPlan() ? Seconds(best_iteration_seconds) : std::string("none"));
+  row("  Initial", Seconds(initial_iteration_seconds));
+  if (lower_bound_seconds) {
+    row("  Lower bound", Seconds(*lower_bound_seconds));
+    if (HasPlan() && std::isfinite(best_iteration_seconds) && best_iteration_seconds > 0) {
+      double gap = (best_iteration_seconds - *lower_bound_seconds) / best_iteration_seconds;
+      row("  Gap", fmt::format("{:.4f} %", 100.0 * std::max(0.0, gap)));
+    }
+  } else {
+    row("  Lower bound", "none");
+  }
+  out += "\nWork\n";
+  row("  Evaluations", fmt::format("{}", evaluations));
+  row("  Iterations", fmt::format("{}", iterations));
+  row("  Improvements", fmt::format("{}", anytime.size()));
+  out += "\nTime (in seconds)\n";
+  row("  Wall", fmt::format("{:.6f}", wall_seconds));
+  row("  Time limit given", Seconds(time_limit_seconds_given));
+  if (!anytime.empty()) {
+    out += "\nAnytime trace (wall s, best s)\n";
+    for (const AnytimePoint& p : anytime) {
+      out += fmt::format("  {:>12.6f}  {}\n", p.wall_seconds, Seconds(p.best_iteration_seconds));
+    }
+  }
+  return out;
+}
+
+}  // namespace stratos

@@ -1,0 +1,128 @@
+// ExhaustiveSearcher: ground truth on tiny problems, and the DP = exhaustive cross-check.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "baselines/dp_searcher.h"
+#include "baselines/exhaustive_searcher.h"
+#include "costmodel/evaluate.h"
+#include "costmodel/synthetic.h"
+
+namespace stratos {
+namespace {
+
+struct SeedCaseRow {
+  int num_layers, num_stages, num_microbatches;
+  double layer_cost, cut_cost, optimal_cost;
+};
+
+std::vector<SeedCaseRow> ReadSeedCaseRows() {
+  const std::string path =
+      std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
+  std::string line;
+  std::getline(in, line);  // header
+  std::vector<SeedCaseRow> rows;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string field;
+    while (std::getline(ss, field, ',')) f.push_back(field);
+    REQUIRE(f.size() == 7);
+    rows.push_back({std::stoi(f[0]), std::stoi(f[1]), std::stoi(f[2]), std::stod(f[3]),
+                    std::stod(f[4]), std::stod(f[5])});
+  }
+  return rows;
+}
+
+double RelativeGap(double x, double y) { return std::abs(x - y) / std::max(1e-300, std::abs(y)); }
+
+}  // namespace
+
+TEST_CASE("Exhaustive reaches the seed optimum on every tractable seed case") {
+  ExhaustiveSearcher exhaustive;
+  int solved = 0;
+  for (const SeedCaseRow& row : ReadSeedCaseRows()) {
+    CAPTURE(row.num_layers);
+    CAPTURE(row.num_stages);
+    const SeedCase seed = MakeSeedPartitionCase(row.num_layers, row.num_stages,
+                                                row.num_microbatches, row.layer_cost, row.cut_cost);
+    SearchOptions options;
+    options.space = seed.space;
+    options.max_evaluations = 200000;  // tractable in a unit test
+    const SearchResult result = exhaustive.Search(seed.problem, options);
+    if (!result.plan) {
+      CHECK(result.summary.termination == TerminationType::kInfeasible);
+      CHECK(result.summary.message.find("problem too large for exhaustive search") == 0);
+      continue;
+    }
+    ++solved;
+    CHECK(result.summary.termination == TerminationType::kOptimal);
+    CHECK(result.plan->NumStages() == row.num_stages);
+    const Estimate estimate = Evaluate(seed.problem, *result.plan);
+    CHECK(std::abs(estimate.steady_seconds + estimate.tail_seconds - row.optimal_cost) <= 1e-9);
+  }
+  CHECK(solved >= 10);
+}
+
+TEST_CASE("Exhaustive refuses problems larger than its plan budget") {
+  const SeedCase seed = MakeSeedPartitionCase(36, 8, 3, 1, 2);  // C(35, 7) = 6,724,520 plans
+  SearchOptions options;
+  options.space = seed.space;
+  CHECK(ExhaustiveSearcher::CountPlans(seed.problem,
+                                       SearchSpace::Build(seed.problem, seed.space)) == 6724520.0);
+  const SearchResult result = ExhaustiveSearcher().Search(seed.problem, options);
+  CHECK(result.summary.termination == TerminationType::kInfeasible);
+  CHECK(result.summary.message.find("problem too large for exhaustive search: 6724520 plans") == 0);
+  CHECK(result.summary.evaluations == 0);
+}
+
+TEST_CASE("Exhaustive counts exactly the plans it evaluates") {
+  const Problem problem = MakeRandomSmallProblem(5);
+  const SearchSpace space = SearchSpace::Build(problem);
+  const SearchResult result = ExhaustiveSearcher().Search(problem, SearchOptions{});
+  CHECK(static_cast<double>(result.summary.evaluations) ==
+        ExhaustiveSearcher::CountPlans(problem, space));
+}
+
+TEST_CASE("DP equals exhaustive on 20 random small problems") {
+  DpSearcher dp;
+  ExhaustiveSearcher exhaustive;
+  int feasible = 0;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    const Problem problem = MakeRandomSmallProblem(seed);
+    CAPTURE(seed);
+    CAPTURE(problem.model.name);
+    const SearchResult truth = exhaustive.Search(problem, SearchOptions{});
+    REQUIRE_MESSAGE(truth.summary.message.find("too large") == std::string::npos,
+                    truth.summary.message);
+    const SearchResult result = dp.Search(problem, SearchOptions{});
+    INFO("exhaustive: ", truth.summary.BriefReport(), " ", truth.summary.message);
+    INFO("dp: ", result.summary.BriefReport(), " ", result.summary.message);
+    REQUIRE(truth.plan.has_value() == result.plan.has_value());
+    if (!truth.plan) {
+      CHECK(truth.summary.termination == TerminationType::kInfeasible);
+      CHECK(result.summary.termination == TerminationType::kInfeasible);
+      CHECK(result.summary.message.find("memory") != std::string::npos);
+      continue;
+    }
+    ++feasible;
+    CHECK(truth.summary.termination == TerminationType::kOptimal);
+    CHECK(result.summary.termination == TerminationType::kOptimal);
+    const double dp_seconds = Evaluate(problem, *result.plan).iteration_seconds;
+    CHECK(Evaluate(problem, *result.plan).Fits());
+    CHECK(RelativeGap(dp_seconds, truth.summary.best_iteration_seconds) <= 1e-9);
+    CHECK(dp_seconds == result.summary.best_iteration_seconds);
+  }
+  MESSAGE(feasible, " of 20 random problems are feasible");
+  CHECK(feasible >= 5);
+}
+
+}  // namespace stratos

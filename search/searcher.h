@@ -4,6 +4,7 @@
 // Infeasibility is a value (TerminationType::kInfeasible with a message), not an exception.
 // No LibTorch in this header: baselines include it without paying for LibTorch headers.
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,11 +41,13 @@ struct AnytimePoint {
 };
 
 struct SearchSummary {
+  static constexpr double kNoPlanSeconds = std::numeric_limits<double>::infinity();
+
   std::string algorithm;
   TerminationType termination = TerminationType::kConverged;
   std::string message;
-  double best_iteration_seconds = 0;     // of the returned plan (Evaluate), +inf if none
-  double initial_iteration_seconds = 0;  // first feasible plan found, +inf if none
+  double best_iteration_seconds = kNoPlanSeconds;     // of the returned plan (Evaluate)
+  double initial_iteration_seconds = kNoPlanSeconds;  // first feasible plan found
   std::optional<double> lower_bound_seconds;  // proven bound (DP/exhaustive: = best when optimal)
   long evaluations = 0;
   long iterations = 0;
@@ -52,7 +55,10 @@ struct SearchSummary {
   double time_limit_seconds_given = 0;
   std::vector<AnytimePoint> anytime;
 
-  bool HasPlan() const { return termination != TerminationType::kInfeasible; }
+  // Whether a plan was found (a search stopped by its time limit may have none yet).
+  bool HasPlan() const {
+    return termination != TerminationType::kInfeasible && best_iteration_seconds < kNoPlanSeconds;
+  }
   std::string BriefReport() const;  // one line
   std::string FullReport() const;   // multi-line
 };

@@ -1,0 +1,115 @@
+#pragma once
+// The discrete side of the relaxation (DESIGN.md §6, "Discretization"): a compact plan over the
+// relaxation's tables, its exact cost from the same tables (equal to costmodel::Evaluate by
+// additivity), repair to a valid plan, and polish by local search. No LibTorch here.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "costmodel/plan.h"
+#include "relax/tables.h"
+
+namespace stratos {
+
+// A plan in table indices.
+struct DiscretePlan {
+  int microbatch_option = 0;   // index into RelaxTables::num_microbatches
+  std::vector<int> boundaries; // (S + 1): 0 = b_0 < b_1 < ... < b_S = L; stage s = [b_s, b_s+1)
+  std::vector<int> configs;    // (S) indices into RelaxTables::configs
+  int NumStages() const { return static_cast<int>(configs.size()); }
+  bool operator==(const DiscretePlan& o) const {
+    return microbatch_option == o.microbatch_option && boundaries == o.boundaries &&
+           configs == o.configs;
+  }
+};
+
+struct DiscreteCost {
+  bool valid = false;  // structure: stage counts, configs valid for m, device budget
+  double iteration_seconds = std::numeric_limits<double>::infinity();
+  double overflow_bytes = 0;  // sum over stages of (peak memory - capacity) where positive
+  bool Fits() const { return valid && overflow_bytes <= 0; }
+  // Lexicographic: valid first, then less memory overflow, then faster.
+  bool BetterThan(const DiscreteCost& o) const;
+};
+
+struct PolishLimits {
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  long max_evaluations = 0;  // 0: unbounded
+  // Iterated local search: random kicks (2 random moves) from the local optimum, each followed
+  // by a new descent, kept when better.
+  int kicks = 0;
+  std::uint64_t seed = 0;
+};
+
+class PlanPolisher {
+ public:
+  // Keeps a reference to `tables`, which must outlive the polisher.
+  explicit PlanPolisher(const RelaxTables& tables);
+
+  // Exact cost from the tables (counts one evaluation).
+  DiscreteCost Cost(const DiscretePlan& plan);
+  long evaluations() const { return evaluations_; }
+  bool OutOfBudget(const PolishLimits& limits) const;
+
+  Plan ToPlan(const DiscretePlan& plan) const;
+  // Throws InputError if the plan uses a config or microbatch count outside the tables.
+  DiscretePlan FromPlan(const Plan& plan) const;
+
+  // Makes `plan` structurally valid (configs valid for its m, stage count within limits, device
+  // budget) and, where a config change of the same or a smaller mesh can, fit in memory.
+  // Returns false if no valid plan was reached.
+  bool Repair(DiscretePlan* plan);
+
+  // Best-improvement local search from `plan` (which must be valid), over: moving a stage
+  // boundary by 1, 2, 4, ... layers; one stage's config to a neighbour (one dimension: mesh size,
+  // DP x TP split, ZeRO stage, recompute); the same change on every stage; another microbatch
+  // count; merging or splitting stages; changing the stage count with uniform stages; and
+  // rebalancing the layers for the current configs. Returns the final cost. `on_improvement`
+  // is called with every new best fitting cost.
+  DiscreteCost Polish(DiscretePlan* plan, const PolishLimits& limits,
+                      const std::function<void(double)>& on_improvement = nullptr);
+
+  // Re-partitions the layers for the plan's stage configs and m: the smallest maximum stage
+  // time (bisection) whose greedy left-to-right fill respects memory. False if none does.
+  bool Rebalance(DiscretePlan* plan) const;
+
+  // Config k moved to microbatch option m: k itself if valid, else the nearest valid one
+  // (mesh size first, then TP, recompute, ZeRO); -1 if none is valid. With max_devices > 0 only
+  // configs of at most that many devices.
+  int NearestValidConfig(int k, int m, int max_devices = 0) const;
+
+ private:
+  // The moves listed at Polish(); `extended` also tries every structural move (same change on
+  // every stage, merge, split, stage count) with every microbatch count.
+  void Neighbors(const DiscretePlan& plan, bool extended, std::vector<DiscretePlan>* out) const;
+  // Moves each stage that overflows memory (every stage if `every_stage`) to the config of
+  // the same mesh size that fits and minimizes m t + e, its cost were it the bottleneck.
+  // Returns whether every stage fits afterwards.
+  bool FixMemory(DiscretePlan* plan, bool every_stage = false) const;
+  // Config with the same (tp, zero, recompute) as k on mesh size index mesh_index, nearest
+  // valid for m (m < 0: valid or not); -1 if none.
+  int WithMesh(int k, int mesh_index, int m) const;
+  int Lookup(int mesh_index, int tp, int zero, int recompute) const;
+  TermScalars StageScalars(int k, int m, int first_layer, int last_layer, bool first,
+                           bool last) const;
+  int InFlight(int m, int num_stages, int stage) const;
+
+  const RelaxTables& tables_;
+  long evaluations_ = 0;
+  double capacity_bytes_ = 0;            // with a 1e-9 relative safety margin
+  std::vector<int> mesh_sizes_;          // ascending distinct config mesh sizes
+  std::vector<int> config_mesh_index_;   // (K)
+  std::vector<std::vector<int>> mesh_configs_;  // per mesh size index: its configs
+  std::vector<std::vector<int>> config_neighbors_;  // (K) one dimension apart
+  std::vector<int> lookup_;              // (mesh index, log2 tp, zero, recompute) -> config or -1
+  int num_tp_slots_ = 1;
+  // Rebalance results by (configs, microbatch option); empty = no feasible partition.
+  mutable std::unordered_map<std::string, std::vector<int>> rebalance_cache_;
+};
+
+}  // namespace stratos

@@ -1,0 +1,154 @@
+#include "relax/tables.h"
+
+#include <algorithm>
+#include <map>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+TermScalars TermScalars::From(const StageTerms& terms) {
+  TermScalars s;
+  s.microbatch_seconds = terms.MicrobatchSeconds();
+  s.tail_seconds = terms.TailSeconds();
+  s.state_bytes = terms.state_bytes;
+  s.activation_bytes = terms.activation_bytes;
+  s.working_bytes = terms.working_bytes;
+  return s;
+}
+
+int RelaxTables::FindConfig(const StageConfig& config) const {
+  for (int k = 0; k < num_configs; ++k)
+    if (configs[k] == config) return k;
+  return -1;
+}
+
+int RelaxTables::FindMicrobatchOption(int m) const {
+  for (int i = 0; i < num_microbatch_options; ++i)
+    if (num_microbatches[i] == m) return i;
+  return -1;
+}
+
+namespace {
+
+// Whether every entry of `a` is <= the same entry of `b`.
+bool NoWorse(const TermScalars& a, const TermScalars& b) {
+  return a.microbatch_seconds <= b.microbatch_seconds && a.tail_seconds <= b.tail_seconds &&
+         a.state_bytes <= b.state_bytes && a.activation_bytes <= b.activation_bytes &&
+         a.working_bytes <= b.working_bytes;
+}
+
+bool Equal(const TermScalars& a, const TermScalars& b) { return NoWorse(a, b) && NoWorse(b, a); }
+
+// Whether config a dominates config b (same mesh size assumed). `strict` is set when a is better
+// somewhere (ties are broken by the caller by index).
+bool Dominates(const RelaxTables& t, int a, int b, bool* strict) {
+  *strict = false;
+  for (int m = 0; m < t.num_microbatch_options; ++m) {
+    if (!t.Valid(b, m)) {
+      if (t.Valid(a, m)) *strict = true;
+      continue;
+    }
+    if (!t.Valid(a, m)) return false;
+    for (int c = 0; c < t.num_classes; ++c) {
+      if (!NoWorse(t.Layer(c, a, m), t.Layer(c, b, m))) return false;
+      if (!Equal(t.Layer(c, a, m), t.Layer(c, b, m))) *strict = true;
+    }
+    for (int f = 0; f < 2; ++f)
+      for (int l = 0; l < 2; ++l) {
+        if (!NoWorse(t.Overhead(a, m, f, l), t.Overhead(b, m, f, l))) return false;
+        if (!Equal(t.Overhead(a, m, f, l), t.Overhead(b, m, f, l))) *strict = true;
+      }
+  }
+  return true;
+}
+
+}  // namespace
+
+RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& space) {
+  const Problem& problem = cost_model.problem();
+  const ModelSpec& model = problem.model;
+  if (model.layers.empty())
+    ThrowInputError(model.source.empty() ? std::string("model") : model.source, "layers", 0,
+                    "a model needs at least one layer to partition");
+  RelaxTables t;
+  t.num_layers = model.NumLayers();
+  t.configs = space.configs;
+  t.num_configs = static_cast<int>(space.configs.size());
+  t.num_microbatches = space.num_microbatches;
+  t.num_microbatch_options = static_cast<int>(space.num_microbatches.size());
+  t.min_stages = space.min_stages;
+  t.max_stages = std::min(space.max_stages, t.num_layers);
+  t.num_devices = space.num_devices;
+  t.global_batch_size = problem.training.global_batch_size;
+  t.schedule = problem.training.schedule;
+  t.memory_capacity_bytes = cost_model.DeviceMemoryCapacityBytes();
+  STRATOS_CHECK(t.num_configs > 0 && t.num_microbatch_options > 0, "empty search space");
+
+  std::map<int, int> dense;  // cost_class -> dense index
+  t.layer_class.resize(t.num_layers);
+  for (int l = 0; l < t.num_layers; ++l) {
+    auto [it, inserted] = dense.emplace(model.layers[l].cost_class, static_cast<int>(dense.size()));
+    if (inserted) t.class_representative.push_back(l);
+    t.layer_class[l] = it->second;
+  }
+  t.num_classes = static_cast<int>(dense.size());
+  const int C = t.num_classes, K = t.num_configs, M = t.num_microbatch_options;
+  t.class_prefix.assign(static_cast<size_t>(t.num_layers + 1) * C, 0);
+  for (int l = 0; l < t.num_layers; ++l)
+    for (int c = 0; c < C; ++c)
+      t.class_prefix[static_cast<size_t>(l + 1) * C + c] =
+          t.class_prefix[static_cast<size_t>(l) * C + c] + (t.layer_class[l] == c ? 1 : 0);
+
+  t.valid.assign(static_cast<size_t>(K) * M, 0);
+  t.layer.assign(static_cast<size_t>(C) * K * M, TermScalars{});
+  t.overhead.assign(static_cast<size_t>(K) * M * 4, TermScalars{});
+  double largest_seconds = 0;
+  for (int k = 0; k < K; ++k) {
+    for (int m = 0; m < M; ++m) {
+      if (!cost_model.CheckConfig(space.configs[k], space.num_microbatches[m]).empty()) continue;
+      t.valid[static_cast<size_t>(k) * M + m] = 1;
+      for (int c = 0; c < C; ++c) {
+        TermScalars s = TermScalars::From(
+            cost_model.LayerTerms(t.class_representative[c], space.configs[k],
+                                  space.num_microbatches[m]));
+        t.layer[(static_cast<size_t>(c) * K + k) * M + m] = s;
+        largest_seconds = std::max(largest_seconds, s.microbatch_seconds + s.tail_seconds);
+      }
+      for (int f = 0; f < 2; ++f)
+        for (int l = 0; l < 2; ++l) {
+          TermScalars s = TermScalars::From(cost_model.StageOverhead(
+              space.configs[k], space.num_microbatches[m], f == 1, l == 1));
+          t.overhead[((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l] = s;
+          largest_seconds = std::max(largest_seconds, s.microbatch_seconds + s.tail_seconds);
+        }
+    }
+  }
+  // An invalid (config, m) costs as if every layer took 10x the slowest valid entry.
+  t.invalid_seconds = 10.0 * (largest_seconds > 0 ? largest_seconds : 1.0);
+  for (int k = 0; k < K; ++k)
+    for (int m = 0; m < M; ++m) {
+      if (t.Valid(k, m)) continue;
+      for (int c = 0; c < C; ++c)
+        t.layer[(static_cast<size_t>(c) * K + k) * M + m].microbatch_seconds = t.invalid_seconds;
+      for (int i = 0; i < 4; ++i)
+        t.overhead[(static_cast<size_t>(k) * M + m) * 4 + i].microbatch_seconds =
+            t.invalid_seconds;
+    }
+
+  for (int b = 0; b < K; ++b) {
+    bool dominated = false;
+    bool any_valid = false;
+    for (int m = 0; m < M; ++m) any_valid = any_valid || t.Valid(b, m);
+    if (!any_valid) continue;
+    for (int a = 0; a < K && !dominated; ++a) {
+      if (a == b || t.configs[a].NumDevices() != t.configs[b].NumDevices()) continue;
+      bool strict = false;
+      if (Dominates(t, a, b, &strict) && (strict || a < b)) dominated = true;
+    }
+    if (!dominated) t.undominated_configs.push_back(b);
+  }
+  return t;
+}
+
+}  // namespace stratos

@@ -1,0 +1,85 @@
+#pragma once
+// Cost tables of the relaxation (DESIGN.md §6): every number the continuous surrogate and the
+// discrete polish need, read ONCE from costmodel::CostModel::LayerTerms / StageOverhead, never
+// re-derived. Additivity (cost_model.h) makes these tables exact:
+//
+//   terms(stage) = sum_c count_c(stage) * layer(c, config, m) + overhead(config, m, first, last)
+//
+// where c runs over the model's cost classes (LayerSpec::cost_class; all transformer blocks of a
+// model share one class). No LibTorch in this header: the discrete code includes it cheaply.
+#include <string>
+#include <vector>
+
+#include "costmodel/cost_model.h"
+#include "costmodel/search_space.h"
+
+namespace stratos {
+
+// The additive scalars of StageTerms that the objective and the memory check use.
+struct TermScalars {
+  double microbatch_seconds = 0;  // StageTerms::MicrobatchSeconds()
+  double tail_seconds = 0;        // StageTerms::TailSeconds()
+  double state_bytes = 0;
+  double activation_bytes = 0;    // of one in-flight microbatch
+  double working_bytes = 0;
+
+  static TermScalars From(const StageTerms& terms);
+};
+
+struct RelaxTables {
+  // Shape of the problem.
+  int num_layers = 0;            // L
+  int num_classes = 0;           // C (dense renumbering of LayerSpec::cost_class)
+  int num_configs = 0;           // K = space.configs.size()
+  int num_microbatch_options = 0;  // M = space.num_microbatches.size()
+  int min_stages = 1;
+  int max_stages = 1;            // S
+  int num_devices = 0;
+  int global_batch_size = 0;
+  Schedule schedule = Schedule::kOneFOneB;
+  double memory_capacity_bytes = 0;  // per device (CostModel::DeviceMemoryCapacityBytes)
+
+  std::vector<StageConfig> configs;     // (K) = space.configs
+  std::vector<int> num_microbatches;    // (M) = space.num_microbatches
+  std::vector<int> layer_class;         // (L) dense class of each layer
+  std::vector<int> class_representative;  // (C) first layer of each class
+  std::vector<int> class_prefix;        // (L + 1, C) layers of class c among the first l layers
+
+  // Whether config k can run with microbatch option m (CostModel::CheckConfig == ""). (K, M)
+  std::vector<char> valid;
+  // Microbatch seconds charged per layer (and per stage overhead) for an invalid (k, m): a large
+  // finite cost, so that 0 * it = 0 at one-hot parameters and gradients stay finite.
+  double invalid_seconds = 0;
+
+  std::vector<TermScalars> layer;     // (C, K, M)
+  std::vector<TermScalars> overhead;  // (K, M, 2 first, 2 last)
+
+  // Non-dominated configs (no other config of the same mesh size is at least as good in every
+  // time and memory entry of every class, overhead and microbatch option, and valid wherever it
+  // is): the optimum never needs a dominated config. Ascending indices into configs.
+  std::vector<int> undominated_configs;
+
+  bool Valid(int k, int m) const { return valid[static_cast<size_t>(k) * num_microbatch_options + m] != 0; }
+  const TermScalars& Layer(int c, int k, int m) const {
+    return layer[(static_cast<size_t>(c) * num_configs + k) * num_microbatch_options + m];
+  }
+  const TermScalars& Overhead(int k, int m, bool first, bool last) const {
+    return overhead[((static_cast<size_t>(k) * num_microbatch_options + m) * 2 + (first ? 1 : 0)) *
+                        2 +
+                    (last ? 1 : 0)];
+  }
+  int ClassCount(int first_layer, int last_layer, int c) const {
+    return class_prefix[static_cast<size_t>(last_layer) * num_classes + c] -
+           class_prefix[static_cast<size_t>(first_layer) * num_classes + c];
+  }
+  // Index of `config` in configs, -1 if absent.
+  int FindConfig(const StageConfig& config) const;
+  // Index of m in num_microbatches, -1 if absent.
+  int FindMicrobatchOption(int num_microbatches) const;
+};
+
+// Reads the tables from the cost model: C*K*M LayerTerms calls and 4*K*M StageOverhead calls.
+// Throws InputError if the model has no layers.
+RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& space);
+
+}  // namespace stratos

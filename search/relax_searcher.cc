@@ -1,0 +1,338 @@
+#include "search/relax_searcher.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+#include "relax/polish.h"
+#include "relax/surrogate.h"
+#include "relax/tables.h"
+
+namespace stratos {
+
+void RelaxOptions::Validate() const {
+  const std::string where = "RelaxOptions";
+  if (restarts < 1) ThrowInputError(where, "restarts", restarts, "must be >= 1");
+  if (iterations < 1) ThrowInputError(where, "iterations", iterations, "must be >= 1");
+  if (!(learning_rate > 0)) ThrowInputError(where, "learning_rate", learning_rate, "must be > 0");
+  if (!(initial_temperature > 0))
+    ThrowInputError(where, "initial_temperature", initial_temperature, "must be > 0");
+  if (!(final_temperature > 0) || final_temperature > initial_temperature)
+    ThrowInputError(where, "final_temperature", final_temperature,
+                    fmt::format("must be > 0 and <= initial_temperature = {}",
+                                initial_temperature));
+  if (!(initial_smoothmax_tau >= 0))
+    ThrowInputError(where, "initial_smoothmax_tau", initial_smoothmax_tau, "must be >= 0");
+  if (!(final_smoothmax_tau >= 0) || final_smoothmax_tau > initial_smoothmax_tau)
+    ThrowInputError(where, "final_smoothmax_tau", final_smoothmax_tau,
+                    fmt::format("must be >= 0 and <= initial_smoothmax_tau = {}",
+                                initial_smoothmax_tau));
+  if (!(memory_penalty_weight >= 0))
+    ThrowInputError(where, "memory_penalty_weight", memory_penalty_weight, "must be >= 0");
+  if (!(device_penalty_weight >= 0))
+    ThrowInputError(where, "device_penalty_weight", device_penalty_weight, "must be >= 0");
+  if (!(stage_count_penalty_weight >= 0))
+    ThrowInputError(where, "stage_count_penalty_weight", stage_count_penalty_weight,
+                    "must be >= 0");
+  if (discretize_every < 0)
+    ThrowInputError(where, "discretize_every", discretize_every, "must be >= 0 (0 = only at the end)");
+  if (max_polish_starts < 1)
+    ThrowInputError(where, "max_polish_starts", max_polish_starts, "must be >= 1");
+  if (polish_kicks < 0) ThrowInputError(where, "polish_kicks", polish_kicks, "must be >= 0");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Geometric(double from, double to, double fraction) {
+  if (from <= 0 || to <= 0) return from + (to - from) * fraction;
+  return from * std::pow(to / from, fraction);
+}
+
+torch::Tensor FromHost(std::vector<double>& data, std::vector<int64_t> shape, torch::Dtype dtype) {
+  return torch::from_blob(data.data(), shape, torch::kFloat64).to(dtype, false, true);
+}
+
+// Discrete plans of every restart: layer l to argmax_s P[l, s] (kept nondecreasing), the
+// argmax config of each used stage, the argmax microbatch option.
+std::vector<DiscretePlan> Discretize(const SurrogateTensors& tensors,
+                                     const SurrogateProbabilities& probabilities) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor p = StageLayerProbabilities(probabilities.cut, tensors.max_stages).contiguous();
+  torch::Tensor stage_of = p.argmax(2).contiguous();                         // (R, L)
+  torch::Tensor config_of = probabilities.config.argmax(2).contiguous();     // (R, S)
+  torch::Tensor m_of = probabilities.microbatch.argmax(1).contiguous();      // (R)
+  const int64_t R = p.size(0), L = p.size(1), S = p.size(2);
+  const int64_t* stage = stage_of.data_ptr<int64_t>();
+  const int64_t* config = config_of.data_ptr<int64_t>();
+  const int64_t* m = m_of.data_ptr<int64_t>();
+  std::vector<DiscretePlan> plans;
+  for (int64_t r = 0; r < R; ++r) {
+    DiscretePlan plan;
+    plan.microbatch_option = static_cast<int>(m[r]);
+    plan.boundaries.push_back(0);
+    int64_t current = stage[r * L];
+    plan.configs.push_back(tensors.config_indices[config[r * S + current]]);
+    for (int64_t l = 1; l < L; ++l) {
+      const int64_t s = stage[r * L + l];
+      if (s > current) {
+        current = s;
+        plan.boundaries.push_back(static_cast<int>(l));
+        plan.configs.push_back(tensors.config_indices[config[r * S + s]]);
+      }
+    }
+    plan.boundaries.push_back(static_cast<int>(L));
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+}  // namespace
+
+SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& options) {
+  options.Validate();
+  relax_options_.Validate();
+  const RelaxOptions& ro = relax_options_;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline =
+      start + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(options.time_limit_seconds));
+  auto elapsed = [&]() { return std::chrono::duration<double>(Clock::now() - start).count(); };
+
+  SearchResult result;
+  SearchSummary& summary = result.summary;
+  summary.algorithm = "relax";
+  summary.time_limit_seconds_given = options.time_limit_seconds;
+  summary.best_iteration_seconds = std::numeric_limits<double>::infinity();
+  summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
+
+  const SearchSpace space = SearchSpace::Build(problem, options.space);
+  const CostModel cost_model(problem);
+  const RelaxTables tables = BuildRelaxTables(cost_model, space);
+  PlanPolisher polisher(tables);
+  bool time_limited = false;
+  bool evaluation_limited = false;
+  long surrogate_evaluations = 0;
+  auto out_of_evaluations = [&]() {
+    return options.max_evaluations > 0 &&
+           surrogate_evaluations + polisher.evaluations() >= options.max_evaluations;
+  };
+
+  // Anytime trace over fitting plans (table cost = Evaluate by additivity).
+  double best_seen = std::numeric_limits<double>::infinity();
+  auto note = [&](double seconds) {
+    if (!(seconds < best_seen)) return;
+    best_seen = seconds;
+    const double now = elapsed();
+    if (!std::isfinite(summary.initial_iteration_seconds))
+      summary.initial_iteration_seconds = seconds;
+    summary.anytime.push_back({now, seconds});
+    if (options.on_improvement) options.on_improvement(now, seconds);
+  };
+
+  // --- 1. Surrogate tensors and initial logits. ---
+  std::vector<int> surrogate_configs;
+  if (ro.prune_dominated_configs) surrogate_configs = tables.undominated_configs;
+  if (surrogate_configs.empty())
+    for (int k = 0; k < tables.num_configs; ++k) surrogate_configs.push_back(k);
+  const torch::Dtype dtype = ro.double_precision ? torch::kFloat64 : torch::kFloat32;
+  const SurrogateTensors tensors =
+      MakeSurrogateTensors(tables, surrogate_configs, torch::kCPU, dtype);
+  const int R = ro.restarts, L = tables.num_layers, S = tables.max_stages;
+  const int K = static_cast<int>(surrogate_configs.size()), M = tables.num_microbatch_options;
+  std::mt19937_64 rng(static_cast<std::uint64_t>(options.seed) * 0x9E3779B97F4A7C15ULL + 1);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  std::vector<double> cut_init(static_cast<size_t>(R) * std::max(0, L - 1));
+  std::vector<double> config_init(static_cast<size_t>(R) * S * K);
+  std::vector<double> microbatch_init(static_cast<size_t>(R) * M);
+  for (int r = 0; r < R; ++r) {
+    const double fraction = R > 1 ? static_cast<double>(r) / (R - 1) : 0.5;
+    const int stages = std::clamp(
+        static_cast<int>(std::lround(Geometric(tables.min_stages, S, fraction))),
+        tables.min_stages, S);
+    std::vector<char> is_cut(std::max(0, L - 1), 0);
+    for (int s = 1; s < stages; ++s) is_cut[static_cast<size_t>(s) * L / stages - 1] = 1;
+    for (int j = 0; j + 1 < L; ++j)
+      cut_init[static_cast<size_t>(r) * (L - 1) + j] = (is_cut[j] ? 3.0 : -3.0) + 0.5 * noise(rng);
+    // Favour the mesh that shares the devices evenly among the initial stages.
+    int even_mesh = 0;
+    for (int k : surrogate_configs) {
+      const int n = tables.configs[k].NumDevices();
+      if (n * stages <= tables.num_devices) even_mesh = std::max(even_mesh, n);
+    }
+    for (int s = 0; s < S; ++s)
+      for (int i = 0; i < K; ++i)
+        config_init[(static_cast<size_t>(r) * S + s) * K + i] =
+            (tables.configs[surrogate_configs[i]].NumDevices() == even_mesh ? 2.0 : 0.0) +
+            0.5 * noise(rng);
+    for (int m = 0; m < M; ++m) microbatch_init[static_cast<size_t>(r) * M + m] = 0.5 * noise(rng);
+  }
+  SurrogateLogits logits{FromHost(cut_init, {R, std::max(0, L - 1)}, dtype),
+                         FromHost(config_init, {R, S, K}, dtype),
+                         FromHost(microbatch_init, {R, M}, dtype)};
+  std::vector<torch::Tensor> parameters{logits.config, logits.microbatch};
+  if (L > 1) parameters.push_back(logits.cut);
+  for (torch::Tensor& p : parameters) p.requires_grad_(true);
+  torch::optim::Adam adam(parameters, torch::optim::AdamOptions(ro.learning_rate));
+  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(options.seed));
+
+  SurrogateSettings settings;
+  settings.memory_penalty_weight = ro.memory_penalty_weight;
+  settings.device_penalty_weight = ro.device_penalty_weight;
+  settings.stage_count_penalty_weight = ro.stage_count_penalty_weight;
+  double tau_scale = 0;
+  {
+    torch::NoGradGuard no_grad;
+    SurrogateResult initial = EvaluateSurrogate(
+        tensors, SurrogateProbabilitiesFromLogits(logits, ro.initial_temperature, false, false),
+        settings);
+    ++surrogate_evaluations;
+    const double scale = initial.iteration_seconds.min().item<double>();
+    settings.penalty_scale_seconds = scale > 0 && std::isfinite(scale) ? scale : 1.0;
+    // Typical stage time: the expected bottleneck stage, over restarts and microbatch options.
+    tau_scale = std::get<0>(initial.stage_seconds.max(1)).mean().item<double>();
+    if (!(tau_scale > 0) || !std::isfinite(tau_scale)) tau_scale = settings.penalty_scale_seconds;
+  }
+
+  // --- 2. Adam on the logits, annealed. ---
+  std::vector<DiscretePlan> starts;
+  auto collect = [&](double temperature) {
+    torch::NoGradGuard no_grad;
+    for (DiscretePlan& plan : Discretize(
+             tensors, SurrogateProbabilitiesFromLogits(logits, temperature, false, false)))
+      starts.push_back(std::move(plan));
+  };
+  double temperature = ro.initial_temperature;
+  for (int it = 0; it < ro.iterations; ++it) {
+    if (Clock::now() >= deadline) {
+      time_limited = true;
+      break;
+    }
+    if (out_of_evaluations()) {
+      evaluation_limited = true;
+      break;
+    }
+    const double fraction = ro.iterations > 1 ? static_cast<double>(it) / (ro.iterations - 1) : 1.0;
+    temperature = Geometric(ro.initial_temperature, ro.final_temperature, fraction);
+    settings.smoothmax_tau_seconds =
+        tau_scale * Geometric(ro.initial_smoothmax_tau, ro.final_smoothmax_tau, fraction);
+    SurrogateProbabilities probabilities = SurrogateProbabilitiesFromLogits(
+        logits, temperature, ro.gumbel_noise, ro.straight_through, &generator);
+    SurrogateResult value = EvaluateSurrogate(tensors, probabilities, settings);
+    torch::Tensor loss = value.objective.sum() / settings.penalty_scale_seconds;
+    adam.zero_grad();
+    loss.backward();
+    adam.step();
+    ++surrogate_evaluations;
+    ++summary.iterations;
+    if (ro.discretize_every > 0 && (it + 1) % ro.discretize_every == 0 && it + 1 < ro.iterations)
+      collect(temperature);
+  }
+  collect(temperature);
+  const double gradient_seconds = elapsed();
+
+  // --- 3. Repair every start, polish the best distinct ones. ---
+  struct Candidate {
+    DiscretePlan plan;
+    DiscreteCost cost;
+  };
+  std::vector<Candidate> candidates;
+  for (DiscretePlan& plan : starts) {
+    if (!polisher.Repair(&plan)) continue;
+    const DiscreteCost cost = polisher.Cost(plan);
+    if (!cost.valid) continue;
+    bool duplicate = false;
+    for (const Candidate& c : candidates) duplicate = duplicate || c.plan == plan;
+    if (!duplicate) candidates.push_back({plan, cost});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.cost.BetterThan(b.cost);
+  });
+  for (const Candidate& c : candidates)
+    if (c.cost.Fits()) {
+      note(c.cost.iteration_seconds);
+      break;
+    }
+  if (static_cast<int>(candidates.size()) > ro.max_polish_starts)
+    candidates.resize(ro.max_polish_starts);
+  PolishLimits limits;
+  limits.deadline = deadline;
+  limits.kicks = ro.polish_kicks;
+  if (options.max_evaluations > 0)
+    limits.max_evaluations = std::max<long>(1, options.max_evaluations - surrogate_evaluations);
+  bool polish_cut_short = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (polisher.OutOfBudget(limits)) {
+      polish_cut_short = true;
+      break;
+    }
+    limits.seed = static_cast<std::uint64_t>(options.seed) * 1000003ULL + i;
+    candidates[i].cost = polisher.Polish(&candidates[i].plan, limits, note);
+  }
+  if (polisher.OutOfBudget(limits)) polish_cut_short = true;
+  if (polish_cut_short) {
+    if (Clock::now() >= deadline) {
+      time_limited = true;
+    } else {
+      evaluation_limited = true;
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.cost.BetterThan(b.cost);
+  });
+
+  // --- 4. The best plan that Evaluate() confirms. ---
+  summary.evaluations = surrogate_evaluations + polisher.evaluations();
+  std::string why_not;
+  for (const Candidate& c : candidates) {
+    Plan plan = polisher.ToPlan(c.plan);
+    ValidatePlan(problem, plan, "relax plan");
+    const Estimate estimate = Evaluate(cost_model, plan);
+    ++summary.evaluations;
+    if (!estimate.Fits()) {
+      if (why_not.empty()) why_not = estimate.MemoryViolation() + " (" + plan.Summary() + ")";
+      continue;
+    }
+    summary.best_iteration_seconds = estimate.iteration_seconds;
+    if (!std::isfinite(summary.initial_iteration_seconds))
+      summary.initial_iteration_seconds = estimate.iteration_seconds;
+    result.plan = plan;
+    break;
+  }
+  summary.wall_seconds = elapsed();
+  if (!result.plan) {
+    summary.termination = TerminationType::kInfeasible;
+    summary.message =
+        candidates.empty()
+            ? "no restart could be repaired to a valid plan (device budget, stage counts or "
+              "microbatch divisibility)"
+            : "no plan found fits in memory; closest: " + why_not;
+    if (time_limited) summary.message += " (time limit reached)";
+    return result;
+  }
+  if (time_limited) {
+    summary.termination = TerminationType::kTimeLimit;
+    summary.message = "time limit reached; best plan so far";
+  } else if (evaluation_limited) {
+    summary.termination = TerminationType::kEvaluationLimit;
+    summary.message = "evaluation budget reached; best plan so far";
+  } else {
+    summary.termination = TerminationType::kConverged;
+    summary.message = fmt::format(
+        "{} restarts x {} Adam steps ({:.3f} s), {} plans polished to local optima ({:.3f} s)", R,
+        summary.iterations, gradient_seconds, candidates.size(),
+        summary.wall_seconds - gradient_seconds);
+  }
+  return result;
+}
+
+}  // namespace stratos

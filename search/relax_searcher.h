@@ -1,0 +1,81 @@
+#pragma once
+// RelaxSearcher: the differentiable search of DESIGN.md §6 (DARTS-style relaxation of the
+// pipeline-parallel plan space, Liu et al. ICLR'19), name "relax".
+//
+//   1. Tables from costmodel (relax/tables.h), the surrogate over the undominated configs
+//      (relax/surrogate.h).
+//   2. Adam on the logits of R random restarts at once (one tensor batch), the restarts
+//      starting from different stage counts; softmax temperature and smooth-max tau annealed
+//      geometrically; optional Gumbel noise and straight-through estimator.
+//   3. Every restart is discretized (layer l goes to argmax_s P[l, s], argmax config per stage,
+//      argmax microbatch count), repaired to a valid plan and polished by local search on the
+//      exact table cost (relax/polish.h), which equals costmodel::Evaluate.
+//   4. The best plan that Evaluate() confirms to fit is returned.
+//
+// SearchSummary: algorithm "relax"; iterations = Adam steps; evaluations = surrogate batch
+// evaluations + discrete plan evaluations; termination kConverged, kTimeLimit (best plan so far),
+// kEvaluationLimit, or kInfeasible with the reason (which stage overflows memory, by how much).
+// Deterministic for a given options.seed (unless the time limit cuts it short).
+#include <string>
+
+#include "search/searcher.h"
+
+namespace stratos {
+
+struct RelaxOptions {
+  // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
+  // are spread geometrically over [min_stages, max_stages].
+  int restarts = 8;
+  // Adam steps; >= 1.
+  int iterations = 60;
+  // Adam learning rate on the logits; > 0. Logits live on a scale of a few units.
+  double learning_rate = 0.15;
+  // Softmax / sigmoid temperature, annealed geometrically from initial to final; > 0,
+  // final <= initial.
+  double initial_temperature = 1.0;
+  double final_temperature = 0.2;
+  // Smooth-max tau relative to the mean stage time of the initial point, annealed
+  // geometrically from initial to final; >= 0 (0: exact max from the start), final <= initial.
+  double initial_smoothmax_tau = 0.2;
+  double final_smoothmax_tau = 0.005;
+  // Gumbel-softmax noise on the config and microbatch logits (logistic noise on the cuts).
+  bool gumbel_noise = false;
+  // Straight-through estimator: forward with hard samples, backward through the soft ones.
+  bool straight_through = false;
+  // Penalty weights (relax/surrogate.h), in units of the initial expected iteration time; >= 0.
+  double memory_penalty_weight = 5.0;
+  double device_penalty_weight = 5.0;
+  double stage_count_penalty_weight = 5.0;
+  // Discretize the restarts also every this many steps (0: only at the end), for more diverse
+  // polish starts; >= 0.
+  int discretize_every = 20;
+  // Restart results polished (best discretized first); >= 1.
+  int max_polish_starts = 6;
+  // Iterated-local-search kicks after the first descent of each polish start; >= 0.
+  int polish_kicks = 4;
+  // Surrogate in float64 instead of float32 (float32 is about twice as fast and precise enough
+  // to rank plans; every plan is priced exactly by the polish and Evaluate()).
+  bool double_precision = false;
+  // Restrict the surrogate to configs not dominated by another of the same mesh size (exact:
+  // the optimum never needs a dominated config). The polish always sees every config.
+  bool prune_dominated_configs = true;
+
+  // Throws InputError naming the field, its value and the rule.
+  void Validate() const;
+};
+
+class RelaxSearcher : public Searcher {
+ public:
+  RelaxSearcher() = default;
+  explicit RelaxSearcher(RelaxOptions relax_options) : relax_options_(relax_options) {}
+  std::string Name() const override { return "relax"; }
+  const RelaxOptions& relax_options() const { return relax_options_; }
+  // Throws InputError for invalid options (SearchOptions::Validate, RelaxOptions::Validate,
+  // SearchSpace::Build).
+  SearchResult Search(const Problem& problem, const SearchOptions& options) override;
+
+ private:
+  RelaxOptions relax_options_;
+};
+
+}  // namespace stratos

@@ -8,12 +8,15 @@
 // function of these sums. Evaluate(), the DP, the exhaustive search and the relaxation all use
 // these two functions; nobody re-derives a formula.
 //
-// Pipeline objective (Alpa, Zheng et al. OSDI'22, Eq. 2, plus a per-stage tail):
-//   T = sum_s t_s + (m - 1) * max_s t_s + sum_s e_s
+// Pipeline objective (Alpa, Zheng et al. OSDI'22, Eq. 2, plus the iteration's tail):
+//   T = sum_s t_s + (m - 1) * max_s t_s + max_s e_s + sum_s c_s
 // where t_s is the forward+backward time of one microbatch on stage s (compute, TP collectives,
-// point-to-point sends, ZeRO-3 gathers) and e_s is charged once per iteration (exposed DP
-// gradient synchronization, optimizer step, explicit cut cost). Stage tails are summed, an upper
-// bound on their overlapped reality that keeps the objective additive, so Alpa's DP is exact.
+// point-to-point sends, ZeRO-3 gathers), e_s the stage's exposed tail after its last backward
+// (DP gradient synchronization not hidden behind backward, optimizer step) and c_s a one-time
+// cost charged per stage (explicit models' cut cost). Stages own disjoint devices, so their tails
+// run concurrently: the iteration pays the longest, max_s e_s (conservatively ignoring that later
+// stages finish their last backward earlier in 1F1B). The DP stays exact by enumerating both
+// maxima (baselines/dp_searcher.h).
 #include <vector>
 
 #include "costmodel/problem.h"
@@ -29,9 +32,10 @@ struct StageTerms {
   double p2p_seconds = 0;           // pipeline sends of activations (fwd) and their grads (bwd)
   double zero3_gather_seconds = 0;  // ZeRO-3 parameter all-gathers, forward and backward
   double forward_seconds = 0;       // the forward share of the four above (for the simulator)
-  // Per iteration (e_s is their sum):
+  // Per iteration, exposed tail (e_s is their sum):
   double dp_sync_exposed_seconds = 0;  // DP gradient sync not hidden behind the backward pass
   double optimizer_seconds = 0;        // optimizer step (memory bound)
+  // Per iteration, one-time cost (c_s):
   double cut_cost_seconds = 0;         // explicit models' one-time boundary cost
   double dp_sync_seconds = 0;          // full DP sync time (report only; exposed share above)
   // Memory, bytes per device:
@@ -45,7 +49,10 @@ struct StageTerms {
   double MicrobatchSeconds() const {
     return compute_seconds + tp_comm_seconds + p2p_seconds + zero3_gather_seconds;
   }
-  double TailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds + cut_cost_seconds; }
+  // e_s: combined over stages by max (they run concurrently at the end of the iteration).
+  double ExposedTailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds; }
+  // c_s: combined over stages by sum.
+  double OneTimeSeconds() const { return cut_cost_seconds; }
   double PeakMemoryBytes(int microbatches_in_flight) const {
     return state_bytes + microbatches_in_flight * activation_bytes + working_bytes;
   }

@@ -11,15 +11,18 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }
 
-double PipelineObjective(const std::vector<double>& t, const std::vector<double>& e, int m) {
-  STRATOS_CHECK(t.size() == e.size() && !t.empty(), "{} stage times, {} tails", t.size(), e.size());
-  double sum = 0.0, max = 0.0, tail = 0.0;
+double PipelineObjective(const std::vector<double>& t, const std::vector<double>& e,
+                         const std::vector<double>& c, int m) {
+  STRATOS_CHECK(t.size() == e.size() && t.size() == c.size() && !t.empty(),
+                "{} stage times, {} tails, {} one-time costs", t.size(), e.size(), c.size());
+  double sum = 0.0, max = 0.0, tail = 0.0, one_time = 0.0;
   for (size_t s = 0; s < t.size(); ++s) {
     sum += t[s];
     max = std::max(max, t[s]);
-    tail += e[s];
+    tail = std::max(tail, e[s]);
+    one_time += c[s];
   }
-  return sum + (m - 1) * max + tail;
+  return sum + (m - 1) * max + tail + one_time;
 }
 
 bool Estimate::Fits() const { return MemoryViolation().empty(); }
@@ -47,7 +50,7 @@ Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
   const int m = plan.num_microbatches;
   const int p = plan.NumStages();
   Estimate estimate;
-  std::vector<double> t(p), e(p);
+  std::vector<double> t(p), e(p), c(p);
   const double capacity = cost_model.DeviceMemoryCapacityBytes();
   for (int s = 0; s < p; ++s) {
     const StagePlan& stage = plan.stages[s];
@@ -56,23 +59,26 @@ Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
     for (int l = stage.first_layer; l < stage.last_layer; ++l)
       se.terms += cost_model.LayerTerms(l, stage.config, m);
     se.microbatch_seconds = se.terms.MicrobatchSeconds();
-    se.tail_seconds = se.terms.TailSeconds();
+    se.tail_seconds = se.terms.ExposedTailSeconds();
+    se.one_time_seconds = se.terms.OneTimeSeconds();
     se.microbatches_in_flight = MicrobatchesInFlight(plan.schedule, p, s, m);
     se.peak_memory_bytes = se.terms.PeakMemoryBytes(se.microbatches_in_flight);
     se.memory_capacity_bytes = capacity;
     t[s] = se.microbatch_seconds;
     e[s] = se.tail_seconds;
+    c[s] = se.one_time_seconds;
     estimate.stages.push_back(se);
   }
-  estimate.iteration_seconds = PipelineObjective(t, e, m);
+  estimate.iteration_seconds = PipelineObjective(t, e, c, m);
   for (int s = 0; s < p; ++s) {
     estimate.fill_seconds += t[s];
-    estimate.tail_seconds += e[s];
+    estimate.tail_seconds = std::max(estimate.tail_seconds, e[s]);
     if (t[s] > estimate.max_stage_seconds) {
       estimate.max_stage_seconds = t[s];
       estimate.bottleneck_stage = s;
     }
   }
+  for (int s = 0; s < p; ++s) estimate.tail_seconds += c[s];
   estimate.steady_seconds = (m - 1) * estimate.max_stage_seconds;
   const double pipeline = estimate.fill_seconds + estimate.steady_seconds;
   estimate.bubble_fraction =
@@ -104,6 +110,7 @@ nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
                       {"p2p_seconds", se.terms.p2p_seconds},
                       {"zero3_gather_seconds", se.terms.zero3_gather_seconds},
                       {"tail_seconds", se.tail_seconds},
+                      {"one_time_seconds", se.one_time_seconds},
                       {"dp_sync_seconds", se.terms.dp_sync_seconds},
                       {"dp_sync_exposed_seconds", se.terms.dp_sync_exposed_seconds},
                       {"optimizer_seconds", se.terms.optimizer_seconds},

@@ -14,7 +14,8 @@ namespace stratos {
 struct StageEstimate {
   StageTerms terms;                 // summed over the stage's layers + its overhead
   double microbatch_seconds = 0;    // t_s
-  double tail_seconds = 0;          // e_s
+  double tail_seconds = 0;          // e_s, exposed tail after the stage's last backward
+  double one_time_seconds = 0;      // c_s
   int microbatches_in_flight = 0;
   double peak_memory_bytes = 0;     // per device
   double memory_capacity_bytes = 0; // per device (usable)
@@ -23,10 +24,11 @@ struct StageEstimate {
 
 struct Estimate {
   // T = fill_seconds + steady_seconds + tail_seconds (cost_model.h).
+  // tail_seconds = max_s e_s + sum_s c_s: everything charged once per iteration.
   double iteration_seconds = 0;
   double fill_seconds = 0;     // sum_s t_s
   double steady_seconds = 0;   // (m - 1) * max_s t_s
-  double tail_seconds = 0;     // sum_s e_s
+  double tail_seconds = 0;     // max_s e_s + sum_s c_s
   double max_stage_seconds = 0;
   int bottleneck_stage = 0;
   double bubble_fraction = 0;  // idle share of the pipeline part: 1 - m*mean t / (fill+steady)
@@ -50,9 +52,11 @@ Estimate Evaluate(const Problem& problem, const Plan& plan);
 // Same, reusing a CostModel (searchers evaluate many plans).
 Estimate Evaluate(const CostModel& cost_model, const Plan& plan);
 
-// Alpa's closed form over the stage values: sum t + (m-1) max t + sum e.
+// The closed form of cost_model.h over per-stage values: sum t + (m-1) max t + max e + sum c.
+// Throws InternalError unless the three vectors have the same, nonzero length.
 double PipelineObjective(const std::vector<double>& microbatch_seconds,
-                         const std::vector<double>& tail_seconds, int num_microbatches);
+                         const std::vector<double>& tail_seconds,
+                         const std::vector<double>& one_time_seconds, int num_microbatches);
 
 nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan);
 // Human-readable multi-line report (per-stage breakdown).

@@ -24,6 +24,7 @@ int RecomputeIndex(Recompute r) { return static_cast<int>(r); }
 void AddScaled(TermScalars* x, const TermScalars& y, double n) {
   x->microbatch_seconds += n * y.microbatch_seconds;
   x->tail_seconds += n * y.tail_seconds;
+  x->one_time_seconds += n * y.one_time_seconds;
   x->state_bytes += n * y.state_bytes;
   x->activation_bytes += n * y.activation_bytes;
   x->working_bytes += n * y.working_bytes;
@@ -140,21 +141,23 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
     devices += tables_.configs[k].NumDevices();
   }
   if (devices > tables_.num_devices) return cost;
-  double sum_t = 0, max_t = 0, sum_e = 0, overflow = 0;
+  double sum_t = 0, max_t = 0, max_e = 0, sum_c = 0, overflow = 0;
   for (int s = 0; s < S; ++s) {
     if (plan.boundaries[s] >= plan.boundaries[s + 1]) return cost;
     const TermScalars x = StageScalars(plan.configs[s], m, plan.boundaries[s],
                                        plan.boundaries[s + 1], s == 0, s == S - 1);
     sum_t += x.microbatch_seconds;
     max_t = std::max(max_t, x.microbatch_seconds);
-    sum_e += x.tail_seconds;
+    max_e = std::max(max_e, x.tail_seconds);
+    sum_c += x.one_time_seconds;
     const double peak =
         x.state_bytes + InFlight(m, S, s) * x.activation_bytes + x.working_bytes;
     if (peak > capacity_bytes_) overflow += peak - capacity_bytes_;
   }
   cost.valid = true;
   cost.overflow_bytes = overflow;
-  cost.iteration_seconds = sum_t + (tables_.num_microbatches[m] - 1) * max_t + sum_e;
+  // costmodel::PipelineObjective, in the same order of operations as Evaluate.
+  cost.iteration_seconds = sum_t + (tables_.num_microbatches[m] - 1) * max_t + max_e + sum_c;
   return cost;
 }
 
@@ -247,7 +250,8 @@ bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
     auto peak_of = [&](int k, double* seconds) {
       const TermScalars x = StageScalars(k, m, plan->boundaries[s], plan->boundaries[s + 1],
                                          s == 0, s == S - 1);
-      *seconds = x.microbatch_seconds + x.tail_seconds / std::max(1, tables_.num_microbatches[m]);
+      *seconds = x.microbatch_seconds + (x.tail_seconds + x.one_time_seconds) /
+                                            std::max(1, tables_.num_microbatches[m]);
       return x.state_bytes + InFlight(m, S, s) * x.activation_bytes + x.working_bytes;
     };
     double seconds = 0;

@@ -88,7 +88,7 @@ class PlanPolisher {
   // every stage, merge, split, stage count) with every microbatch count.
   void Neighbors(const DiscretePlan& plan, bool extended, std::vector<DiscretePlan>* out) const;
   // Moves each stage that overflows memory (every stage if `every_stage`) to the config of
-  // the same mesh size that fits and minimizes m t + e, its cost were it the bottleneck.
+  // the same mesh size that fits and minimizes m t + e + c, its cost were it the bottleneck.
   // Returns whether every stage fits afterwards.
   bool FixMemory(DiscretePlan* plan, bool every_stage = false) const;
   // Config with the same (tp, zero, recompute) as k on mesh size index mesh_index, nearest

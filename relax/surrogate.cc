@@ -86,73 +86,82 @@ struct StageProbabilityFunction : public torch::autograd::Function<StageProbabil
 };
 
 
-// Fused core of the surrogate, per (r, s): for every config k and option m
-//   X[k, j] = sum_f features[f] time[k, f, j]            (j < 2M: stage seconds, tail seconds)
-//   peak[k, m] = sum_f features[f] (memory[k, f, m] + in_flight[m] memory[k, f, M + m])
-//   both[j] = sum_k q[k] X[k, j],  overflow[m] = sum_k q[k] relu(peak[k, m] - capacity).
-// The backward recomputes X and peak instead of storing (R, S, K, M) intermediates.
+// Fused core of the surrogate, per (r, s): with the kernel table W = [time | memory] of width
+// T + 2M per (config k, feature f) (time: T = 2M or 3M columns [stage seconds | tail seconds
+// (| one-time seconds)]; memory: [state + working | activation of one in-flight microbatch]),
+//   X[k, :] = sum_f features[f] W[k, f, :]
+//   expected[j] = sum_k q[k] X[k, j]                                  (j < T)
+//   overflow[m] = sum_k q[k] relu(X[k, T + m] + in_flight[m] X[k, T + M + m] - capacity).
+// The backward recomputes X instead of storing (R, S, K, T + 2M) intermediates. Every inner loop
+// is an axpy over contiguous rows (vectorizable); the only reductions are one dot product of
+// length T per (r, s, k) and F per (r, s):
+//   d q[k] = g_expected . X[k, :T] + sum_m g_overflow[m] relu(...)
+//   d features[f] = g_expected . (sum_k q[k] W[k, f, :T]) + sum_k (memory part, where overflowing).
 struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
   static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx,
                                               torch::Tensor features, torch::Tensor q,
-                                              torch::Tensor in_flight, torch::Tensor time,
-                                              torch::Tensor memory, double capacity) {
+                                              torch::Tensor in_flight, torch::Tensor table,
+                                              int64_t time_columns, double capacity) {
     features = features.contiguous();
     q = q.contiguous();
     in_flight = in_flight.contiguous();
     const int64_t R = q.size(0), S = q.size(1), K = q.size(2);
-    const int64_t F = features.size(2), M = in_flight.size(2);
-    torch::Tensor both = torch::zeros({R, S, 2 * M}, features.options());
+    const int64_t F = features.size(2), M = in_flight.size(2), T = time_columns;
+    const int64_t W = table.size(2);  // T + 2M
+    torch::Tensor expected = torch::zeros({R, S, T}, features.options());
     torch::Tensor overflow = torch::zeros({R, S, M}, features.options());
     AT_DISPATCH_FLOATING_TYPES(features.scalar_type(), "StageCost", [&] {
       const scalar_t* fe = features.data_ptr<scalar_t>();
       const scalar_t* qq = q.data_ptr<scalar_t>();
       const scalar_t* infl = in_flight.data_ptr<scalar_t>();
-      const scalar_t* tt = time.data_ptr<scalar_t>();
-      const scalar_t* mt = memory.data_ptr<scalar_t>();
-      scalar_t* bo = both.data_ptr<scalar_t>();
+      const scalar_t* tab = table.data_ptr<scalar_t>();
+      scalar_t* ex = expected.data_ptr<scalar_t>();
       scalar_t* ov = overflow.data_ptr<scalar_t>();
-      std::vector<scalar_t> x(2 * M), y(2 * M);
-      for (int64_t rs = 0; rs < R * S; ++rs) {
-        const scalar_t* f = fe + rs * F;
-        const scalar_t* in = infl + rs * M;
-        for (int64_t k = 0; k < K; ++k) {
+      std::vector<scalar_t> xbuf(W);
+      scalar_t* x = xbuf.data();
+      // Configs outer, rows inner: one config's (F, W) block stays in L1 over all R * S rows.
+      for (int64_t k = 0; k < K; ++k) {
+        const scalar_t* block = tab + k * F * W;
+        for (int64_t rs = 0; rs < R * S; ++rs) {
           const scalar_t qk = qq[rs * K + k];
           if (qk == 0.0) continue;
-          std::fill(x.begin(), x.end(), scalar_t(0));
-          std::fill(y.begin(), y.end(), scalar_t(0));
+          const scalar_t* f = fe + rs * F;
+          const scalar_t* in = infl + rs * M;
+          scalar_t* exr = ex + rs * T;
+          scalar_t* ovr = ov + rs * M;
+          std::fill(x, x + W, scalar_t(0));
           for (int64_t i = 0; i < F; ++i) {
             const scalar_t fi = f[i];
             if (fi == 0.0) continue;
-            const scalar_t* trow = tt + (k * F + i) * 2 * M;
-            const scalar_t* mrow = mt + (k * F + i) * 2 * M;
-            for (int64_t j = 0; j < 2 * M; ++j) {
-              x[j] += fi * trow[j];
-              y[j] += fi * mrow[j];
-            }
+            const scalar_t* row = block + i * W;
+            for (int64_t j = 0; j < W; ++j) x[j] += fi * row[j];
           }
-          for (int64_t j = 0; j < 2 * M; ++j) bo[rs * 2 * M + j] += qk * x[j];
+          for (int64_t j = 0; j < T; ++j) exr[j] += qk * x[j];
+          const scalar_t* y = x + T;
           for (int64_t m = 0; m < M; ++m) {
             const scalar_t excess = y[m] + in[m] * y[M + m] - capacity;
-            if (excess > 0) ov[rs * M + m] += qk * excess;
+            if (excess > 0) ovr[m] += qk * excess;
           }
         }
       }
     });
-    ctx->save_for_backward({features, q, in_flight, time, memory});
+    ctx->save_for_backward({features, q, in_flight, table});
     ctx->saved_data["capacity"] = capacity;
-    return {both, overflow};
+    ctx->saved_data["time_columns"] = time_columns;
+    return {expected, overflow};
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
-    torch::Tensor features = saved[0], q = saved[1], in_flight = saved[2];
-    torch::Tensor time = saved[3], memory = saved[4];
+    torch::Tensor features = saved[0], q = saved[1], in_flight = saved[2], table = saved[3];
     const double capacity = ctx->saved_data["capacity"].toDouble();
+    const int64_t T = ctx->saved_data["time_columns"].toInt();
     const int64_t R = q.size(0), S = q.size(1), K = q.size(2);
-    const int64_t F = features.size(2), M = in_flight.size(2);
-    torch::Tensor g_both = grad_outputs[0].defined() ? grad_outputs[0].contiguous()
-                                                     : torch::zeros({R, S, 2 * M}, q.options());
+    const int64_t F = features.size(2), M = in_flight.size(2), W = table.size(2);
+    torch::Tensor g_expected = grad_outputs[0].defined()
+                                   ? grad_outputs[0].contiguous()
+                                   : torch::zeros({R, S, T}, q.options());
     torch::Tensor g_over = grad_outputs[1].defined() ? grad_outputs[1].contiguous()
                                                      : torch::zeros({R, S, M}, q.options());
     torch::Tensor d_features = torch::zeros_like(features);
@@ -162,36 +171,38 @@ struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
       const scalar_t* fe = features.data_ptr<scalar_t>();
       const scalar_t* qq = q.data_ptr<scalar_t>();
       const scalar_t* infl = in_flight.data_ptr<scalar_t>();
-      const scalar_t* tt = time.data_ptr<scalar_t>();
-      const scalar_t* mt = memory.data_ptr<scalar_t>();
-      const scalar_t* gb = g_both.data_ptr<scalar_t>();
+      const scalar_t* tab = table.data_ptr<scalar_t>();
+      const scalar_t* ge = g_expected.data_ptr<scalar_t>();
       const scalar_t* go = g_over.data_ptr<scalar_t>();
       scalar_t* df = d_features.data_ptr<scalar_t>();
       scalar_t* dq = d_q.data_ptr<scalar_t>();
       scalar_t* di = d_in_flight.data_ptr<scalar_t>();
-      std::vector<scalar_t> y(2 * M), gy(2 * M);
-      for (int64_t rs = 0; rs < R * S; ++rs) {
-        const scalar_t* f = fe + rs * F;
-        const scalar_t* in = infl + rs * M;
-        const scalar_t* gbr = gb + rs * 2 * M;
-        const scalar_t* gor = go + rs * M;
-        for (int64_t k = 0; k < K; ++k) {
+      std::vector<scalar_t> xbuf(W), gybuf(2 * M), abuf(static_cast<size_t>(R) * S * F * T, 0);
+      scalar_t* x = xbuf.data();
+      scalar_t* gy = gybuf.data();
+      scalar_t* a = abuf.data();  // (R S, F, T): sum_k q[rs, k] W[k, f, :T]
+      // Configs outer, rows inner (as in the forward).
+      for (int64_t k = 0; k < K; ++k) {
+        const scalar_t* block = tab + k * F * W;
+        for (int64_t rs = 0; rs < R * S; ++rs) {
           const scalar_t qk = qq[rs * K + k];
-          std::fill(y.begin(), y.end(), scalar_t(0));
-          scalar_t dqk = 0;
+          const scalar_t* f = fe + rs * F;
+          const scalar_t* in = infl + rs * M;
+          const scalar_t* ger = ge + rs * T;
+          const scalar_t* gor = go + rs * M;
+          scalar_t* ar = a + rs * F * T;
+          std::fill(x, x + W, scalar_t(0));
           for (int64_t i = 0; i < F; ++i) {
             const scalar_t fi = f[i];
-            const scalar_t* trow = tt + (k * F + i) * 2 * M;
-            const scalar_t* mrow = mt + (k * F + i) * 2 * M;
-            scalar_t time_dot = 0;
-            for (int64_t j = 0; j < 2 * M; ++j) {
-              time_dot += gbr[j] * trow[j];
-              y[j] += fi * mrow[j];
-            }
-            dqk += fi * time_dot;                 // d both / d q
-            df[rs * F + i] += qk * time_dot;      // d both / d features
+            const scalar_t* row = block + i * W;
+            for (int64_t j = 0; j < W; ++j) x[j] += fi * row[j];
+            scalar_t* ai = ar + i * T;
+            for (int64_t j = 0; j < T; ++j) ai[j] += qk * row[j];
           }
+          scalar_t dqk = 0;
+          for (int64_t j = 0; j < T; ++j) dqk += ger[j] * x[j];  // d expected / d q
           // Memory: gy[m] = d overflow / d (state part), gy[M + m] = d / d (activation part).
+          const scalar_t* y = x + T;
           bool any = false;
           for (int64_t m = 0; m < M; ++m) {
             const scalar_t excess = y[m] + in[m] * y[M + m] - capacity;
@@ -207,13 +218,22 @@ struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
           }
           if (any) {
             for (int64_t i = 0; i < F; ++i) {
-              const scalar_t* mrow = mt + (k * F + i) * 2 * M;
+              const scalar_t* mrow = block + i * W + T;
               scalar_t dot = 0;
               for (int64_t j = 0; j < 2 * M; ++j) dot += gy[j] * mrow[j];
               df[rs * F + i] += dot;
             }
           }
           dq[rs * K + k] = dqk;
+        }
+      }
+      for (int64_t rs = 0; rs < R * S; ++rs) {  // d expected / d features
+        const scalar_t* ger = ge + rs * T;
+        for (int64_t i = 0; i < F; ++i) {
+          const scalar_t* ai = a + (rs * F + i) * T;
+          scalar_t dot = 0;
+          for (int64_t j = 0; j < T; ++j) dot += ger[j] * ai[j];
+          df[rs * F + i] += dot;
         }
       }
     });
@@ -256,17 +276,26 @@ SurrogateTensors MakeSurrogateTensors(const RelaxTables& tables,
     static constexpr bool kLast[4] = {true, false, true, false};
     return tables.Overhead(k, m, kFirst[f - C], kLast[f - C]);
   };
-  std::vector<double> time(static_cast<size_t>(K) * F * 2 * M);
-  std::vector<double> memory(time.size());
+  // The one-time column block only where some entry is nonzero (explicit models' cut cost).
+  t.has_one_time = false;
+  for (int i = 0; i < K && !t.has_one_time; ++i)
+    for (int f = 0; f < F && !t.has_one_time; ++f)
+      for (int m = 0; m < M; ++m)
+        if (scalars(f, i, m).one_time_seconds != 0) t.has_one_time = true;
+  const int blocks = t.has_one_time ? 3 : 2;
+  std::vector<double> time(static_cast<size_t>(K) * F * blocks * M);
+  std::vector<double> memory(static_cast<size_t>(K) * F * 2 * M);
   for (int i = 0; i < K; ++i)
     for (int f = 0; f < F; ++f)
       for (int m = 0; m < M; ++m) {
         const TermScalars& x = scalars(f, i, m);
-        const size_t row = (static_cast<size_t>(i) * F + f) * 2 * M;
-        time[row + m] = x.microbatch_seconds;
-        time[row + M + m] = x.tail_seconds;
-        memory[row + m] = x.state_bytes + x.working_bytes;
-        memory[row + M + m] = x.activation_bytes;
+        const size_t time_row = (static_cast<size_t>(i) * F + f) * blocks * M;
+        time[time_row + m] = x.microbatch_seconds;
+        time[time_row + M + m] = x.tail_seconds;
+        if (t.has_one_time) time[time_row + 2 * M + m] = x.one_time_seconds;
+        const size_t memory_row = (static_cast<size_t>(i) * F + f) * 2 * M;
+        memory[memory_row + m] = x.state_bytes + x.working_bytes;
+        memory[memory_row + M + m] = x.activation_bytes;
       }
   std::vector<double> mesh(K), mcount(M);
   for (int i = 0; i < K; ++i) mesh[i] = tables.configs[config_indices[i]].NumDevices();
@@ -277,8 +306,9 @@ SurrogateTensors MakeSurrogateTensors(const RelaxTables& tables,
   };
   t.class_onehot = make(onehot, {L, C});
   t.first_stage = make(first, {S});
-  t.time_table = make(time, {K, F, 2 * M});
+  t.time_table = make(time, {K, F, blocks * M});
   t.memory_table = make(memory, {K, F, 2 * M});
+  t.kernel_table = torch::cat({t.time_table, t.memory_table}, 2).contiguous();
   t.mesh_devices = make(mesh, {K});
   t.microbatch_counts = make(mcount, {M});
   return t;
@@ -344,18 +374,19 @@ SurrogateResult EvaluateSurrogate(const SurrogateTensors& t, const SurrogateProb
     torch::Tensor stages_from = nonempty.flip({1}).cumsum(1).flip({1});  // (R, S)
     in_flight = torch::minimum(t.microbatch_counts.reshape({1, 1, M}), stages_from.unsqueeze(-1));
   }
-  torch::Tensor both;      // (R, S, 2M) expected [stage seconds | tail seconds] under q
+  const int64_t T = t.time_table.size(2);  // 2M or 3M time columns
+  torch::Tensor expected;  // (R, S, T) expected [stage seconds | tail seconds (| one-time)] under q
   torch::Tensor overflow;  // (R, S, M) sum_k q relu(peak - capacity), bytes
   if (!use_reference_ops && features.device().is_cpu()) {
-    auto outputs = StageCostFunction::apply(features, q, in_flight, t.time_table, t.memory_table,
+    auto outputs = StageCostFunction::apply(features, q, in_flight, t.kernel_table, T,
                                             t.memory_capacity_bytes);
-    both = outputs[0];
+    expected = outputs[0];
     overflow = outputs[1];
   } else {
-    both = (features.unsqueeze(3) * q.unsqueeze(2))
-               .reshape({R * S, F * K})
-               .matmul(t.time_table.permute({1, 0, 2}).reshape({F * K, 2 * M}))
-               .reshape({R, S, 2 * M});
+    expected = (features.unsqueeze(3) * q.unsqueeze(2))
+                   .reshape({R * S, F * K})
+                   .matmul(t.time_table.permute({1, 0, 2}).reshape({F * K, T}))
+                   .reshape({R, S, T});
     torch::Tensor memory = features.reshape({R * S, F})
                                .matmul(t.memory_table.permute({1, 0, 2}).reshape({F, K * 2 * M}))
                                .reshape({R, S, K, 2, M});
@@ -363,19 +394,24 @@ SurrogateResult EvaluateSurrogate(const SurrogateTensors& t, const SurrogateProb
                                         in_flight.unsqueeze(2));  // (R, S, K, M)
     overflow = (torch::relu(peak - t.memory_capacity_bytes) * q.unsqueeze(-1)).sum(2);
   }
-  torch::Tensor stage_seconds = both.narrow(2, 0, M);  // (R, S, M)
-  torch::Tensor tail_seconds = both.narrow(2, M, M);   // (R, S, M)
+  torch::Tensor stage_seconds = expected.narrow(2, 0, M);  // (R, S, M) t_s
+  torch::Tensor tail_seconds = expected.narrow(2, M, M);   // (R, S, M) e_s (0 when empty)
   out.stage_seconds = stage_seconds;
+  out.stage_tail_seconds = tail_seconds;
 
-  torch::Tensor max_seconds;  // (R, M)
-  if (settings.smoothmax_tau_seconds > 0) {
-    const double tau = settings.smoothmax_tau_seconds;
-    max_seconds = tau * torch::logsumexp(stage_seconds / tau, 1);
-  } else {
-    max_seconds = std::get<0>(stage_seconds.max(1));
-  }
-  torch::Tensor per_m = stage_seconds.sum(1) + (t.microbatch_counts - 1.0) * max_seconds +
-                        tail_seconds.sum(1);  // (R, M)
+  // Smooth maximum over stages (dim 1); tau = 0: the exact max. Empty stages enter with 0,
+  // which never exceeds a nonempty stage's t or e (both >= 0).
+  auto smooth_max = [&](const torch::Tensor& x) {
+    if (settings.smoothmax_tau_seconds > 0) {
+      const double tau = settings.smoothmax_tau_seconds;
+      return tau * torch::logsumexp(x / tau, 1);
+    }
+    return std::get<0>(x.max(1));
+  };
+  torch::Tensor per_m = stage_seconds.sum(1) +
+                        (t.microbatch_counts - 1.0) * smooth_max(stage_seconds) +
+                        smooth_max(tail_seconds);  // (R, M)
+  if (T == 3 * M) per_m = per_m + expected.narrow(2, 2 * M, M).sum(1);  // + sum_s c_s
   out.iteration_seconds = (w * per_m).sum(1);
 
   // Memory: per config, so that one overflowing option is penalized on its own.

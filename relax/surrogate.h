@@ -15,10 +15,13 @@
 // probability e_s = sum_{s' >= s} P[L-1, s'] and is the last one with probability P[L-1, s].
 //
 // For each m: t_s = sum_k q[s,k] (sum_c N[s,c] T[c,k,m] + overhead(k, m, s == 0, last) weighted
-// by Pr(last) and Pr(nonempty, not last)), tail_s likewise, and
-//   iteration(m) = sum_s t_s + (m - 1) smoothmax_s t_s + sum_s tail_s,
-//   smoothmax = tau logsumexp(t / tau) (tau = 0: the exact max),
-// averaged over w. Penalties, each relu(excess) / scale:
+// by Pr(last) and Pr(nonempty, not last)), the exposed tail e_s and the one-time cost c_s
+// likewise (all three are 0 for a surely empty stage), and
+//   iteration(m) = sum_s t_s + (m - 1) smoothmax_s t_s + smoothmax_s e_s + sum_s c_s,
+//   smoothmax = tau logsumexp(x / tau) over the S stages (tau = 0: the exact max; empty stages
+//   enter with 0 <= every nonempty stage's value, so they never change the exact max),
+// averaged over w (costmodel/cost_model.h: stages' tails run concurrently, the iteration pays
+// the longest; one-time costs add up). Penalties, each relu(excess) / scale:
 //   memory   sum_m w_m sum_s sum_k q[s,k] relu(peak(s,k,m) - capacity) / capacity, where
 //            peak = state + in_flight * activation + working with in_flight = m (GPipe) or
 //            min(m, sum_{s' >= s} e_s') (1F1B),
@@ -48,10 +51,16 @@ struct SurrogateTensors {
   int num_features = 0;             // F = C + 4
   torch::Tensor class_onehot;       // (L, C)
   torch::Tensor first_stage;        // (S) 1 for stage 0, else 0
-  // (K, F, 2M): [microbatch seconds | tail seconds] of feature f under config k at option m.
+  // (K, F, 3M): [microbatch seconds t | exposed tail seconds e | one-time seconds c] of feature f
+  // under config k at option m; (K, F, 2M) without the c block when every c entry is 0
+  // (has_one_time false: implicit models have no cut cost).
   torch::Tensor time_table;
+  bool has_one_time = false;
   // (K, F, 2M): [state + working bytes | activation bytes of one in-flight microbatch].
   torch::Tensor memory_table;
+  // (K, F, T + 2M) = [time_table | memory_table]: the fused CPU kernel's layout (one row per
+  // (config, feature)).
+  torch::Tensor kernel_table;
   torch::Tensor mesh_devices;       // (K)
   torch::Tensor microbatch_counts;  // (M) m as a number
   double memory_capacity_bytes = 0;
@@ -95,6 +104,7 @@ struct SurrogateResult {
   torch::Tensor stage_count_excess;  // (R) probability
   torch::Tensor stage_probabilities; // (R, L, S) P[l, s]
   torch::Tensor stage_seconds;       // (R, S, M) expected t_s
+  torch::Tensor stage_tail_seconds;  // (R, S, M) expected e_s
 };
 
 // P[r, l, s] from cut probabilities (R, L-1) -> (R, L, S). Differentiable; on CPU a fused
@@ -104,8 +114,9 @@ torch::Tensor StageLayerProbabilities(const torch::Tensor& cut, int max_stages);
 torch::Tensor StageLayerProbabilitiesReference(const torch::Tensor& cut, int max_stages);
 
 // The surrogate from explicit probabilities (exact 0/1 allowed). On CPU the O(R S K F M) core
-// (expected stage times and per-config memory overflow) is a fused kernel with its own
-// backward; `use_reference_ops` (and any other device) computes it with plain tensor ops.
+// (expected stage times, tails, one-time costs and per-config memory overflow) is a fused
+// kernel with its own backward; `use_reference_ops` (and any other device) computes it with
+// plain tensor ops.
 SurrogateResult EvaluateSurrogate(const SurrogateTensors& tensors,
                                   const SurrogateProbabilities& probabilities,
                                   const SurrogateSettings& settings,

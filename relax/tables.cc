@@ -10,7 +10,8 @@ namespace stratos {
 TermScalars TermScalars::From(const StageTerms& terms) {
   TermScalars s;
   s.microbatch_seconds = terms.MicrobatchSeconds();
-  s.tail_seconds = terms.TailSeconds();
+  s.tail_seconds = terms.ExposedTailSeconds();
+  s.one_time_seconds = terms.OneTimeSeconds();
   s.state_bytes = terms.state_bytes;
   s.activation_bytes = terms.activation_bytes;
   s.working_bytes = terms.working_bytes;
@@ -34,8 +35,8 @@ namespace {
 // Whether every entry of `a` is <= the same entry of `b`.
 bool NoWorse(const TermScalars& a, const TermScalars& b) {
   return a.microbatch_seconds <= b.microbatch_seconds && a.tail_seconds <= b.tail_seconds &&
-         a.state_bytes <= b.state_bytes && a.activation_bytes <= b.activation_bytes &&
-         a.working_bytes <= b.working_bytes;
+         a.one_time_seconds <= b.one_time_seconds && a.state_bytes <= b.state_bytes &&
+         a.activation_bytes <= b.activation_bytes && a.working_bytes <= b.working_bytes;
 }
 
 bool Equal(const TermScalars& a, const TermScalars& b) { return NoWorse(a, b) && NoWorse(b, a); }
@@ -113,14 +114,16 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
             cost_model.LayerTerms(t.class_representative[c], space.configs[k],
                                   space.num_microbatches[m]));
         t.layer[(static_cast<size_t>(c) * K + k) * M + m] = s;
-        largest_seconds = std::max(largest_seconds, s.microbatch_seconds + s.tail_seconds);
+        largest_seconds = std::max(
+            largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);
       }
       for (int f = 0; f < 2; ++f)
         for (int l = 0; l < 2; ++l) {
           TermScalars s = TermScalars::From(cost_model.StageOverhead(
               space.configs[k], space.num_microbatches[m], f == 1, l == 1));
           t.overhead[((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l] = s;
-          largest_seconds = std::max(largest_seconds, s.microbatch_seconds + s.tail_seconds);
+          largest_seconds = std::max(
+              largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);
         }
     }
   }

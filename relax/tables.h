@@ -17,8 +17,9 @@ namespace stratos {
 
 // The additive scalars of StageTerms that the objective and the memory check use.
 struct TermScalars {
-  double microbatch_seconds = 0;  // StageTerms::MicrobatchSeconds()
-  double tail_seconds = 0;        // StageTerms::TailSeconds()
+  double microbatch_seconds = 0;  // t: StageTerms::MicrobatchSeconds()
+  double tail_seconds = 0;        // e: StageTerms::ExposedTailSeconds() (max over stages)
+  double one_time_seconds = 0;    // c: StageTerms::OneTimeSeconds() (summed over stages)
   double state_bytes = 0;
   double activation_bytes = 0;    // of one in-flight microbatch
   double working_bytes = 0;
@@ -55,8 +56,10 @@ struct RelaxTables {
   std::vector<TermScalars> overhead;  // (K, M, 2 first, 2 last)
 
   // Non-dominated configs (no other config of the same mesh size is at least as good in every
-  // time and memory entry of every class, overhead and microbatch option, and valid wherever it
-  // is): the optimum never needs a dominated config. Ascending indices into configs.
+  // entry -- t, e, c and each memory term, compared separately -- of every class, overhead and
+  // microbatch option, and valid wherever it is): the objective is nondecreasing in every stage's
+  // t, e and c and memory only constrains, so the optimum never needs a dominated config.
+  // Ascending indices into configs.
   std::vector<int> undominated_configs;
 
   bool Valid(int k, int m) const { return valid[static_cast<size_t>(k) * num_microbatch_options + m] != 0; }

@@ -57,12 +57,14 @@ std::string FormatBytes(double bytes) {
 
 // A plan found by one G evaluation.
 struct GResult {
-  double sum_a = kInf;  // G(t_max)
-  double max_t = 0;     // the plan's max_s t_s (a candidate <= t_max)
+  double sum_a = kInf;   // G(t_max, e_max)
+  double max_t = -kInf;  // the plan's max_s t_s (a candidate <= t_max)
+  double max_e = -kInf;  // the plan's max_s e_s (a candidate <= e_max)
   std::vector<StagePlan> stages;
 };
 
-// Solves G(t_max) = min sum_s (t_s + e_s) over plans with every t_s <= t_max.
+// Solves G(t_max, e_max) = min sum_s (t_s + c_s) over plans with every t_s <= t_max and every
+// e_s <= e_max.
 class DpSolver {
  public:
   DpSolver(const SearchSpace& space, int num_layers, int max_stages)
@@ -80,11 +82,12 @@ class DpSolver {
     STRATOS_CHECK(tables.num_layers == L_ && tables.num_meshes == N_, "tables of another problem");
     tables_ = &tables;
     num_levels_ = static_cast<int>(tables.inflight.size());
-    astar_.resize(static_cast<size_t>(num_levels_) * tables.NumCells());
+    astar_.resize(static_cast<size_t>(num_levels_) * tables.NumGroups());
   }
 
-  GResult Solve(double t_max) {
-    FillAstar(t_max);
+  GResult Solve(double t_max, double e_max) {
+    FillAstar(t_max, e_max);
+    const std::uint32_t* group = tables_->cell_group.data();
     // s = 0: only "all layers placed" is feasible, with any number of free devices.
     std::fill(f_.begin(), f_.begin() + static_cast<size_t>(L_ + 1) * (D_ + 1), kInf);
     std::fill(lo_.begin(), lo_.begin() + (L_ + 1), D_ + 1);
@@ -102,12 +105,16 @@ class DpSolver {
           const int prev_lo = Lo(s - 1, j);
           if (prev_lo > D_) continue;
           const double* prev = Row(s - 1, j);
+          // F is nonincreasing in the free devices d, so a mesh no cheaper than a smaller one
+          // of the same cell never improves the minimum: only a strictly decreasing a counts.
+          double least_a = kInf;
           for (int n = 0; n < N_; ++n) {
-            const double a = astar[tables_->Cell(i, j, n)];
+            const double a = astar[group[tables_->Cell(i, j, n)]];
             const int size = space_.mesh_sizes[n];
             const int start = prev_lo + size;
             if (start > D_) break;
-            if (a == kInf) continue;
+            if (!(a < least_a)) continue;
+            least_a = a;
             MinPlusInto(row + start, prev + prev_lo, a, D_ + 1 - start);
             row_lo = std::min(row_lo, start);
           }
@@ -126,7 +133,7 @@ class DpSolver {
         for (int n = 0; n < N_; ++n) {
           const int size = space_.mesh_sizes[n];
           if (D_ - size < prev_lo) break;
-          const double a = astar[tables_->Cell(0, j, n)];
+          const double a = astar[group[tables_->Cell(0, j, n)]];
           if (a == kInf) continue;
           const double v = a + Row(s - 1, j)[D_ - size];
           if (v < result.sum_a) {
@@ -144,10 +151,11 @@ class DpSolver {
     int s = best_s, i = 0, d = D_, j = best_j, n = best_n;
     while (true) {
       const int level = tables_->level_of_stages[s];
-      const double a = Astar(level)[tables_->Cell(i, j, n)];
-      const FrontierEntry& e = FindEntry(i, j, n, level, t_max, a);
+      const double a = Astar(level)[group[tables_->Cell(i, j, n)]];
+      const FrontierEntry& e = FindEntry(i, j, n, level, t_max, e_max, a);
       result.stages.push_back({i, j, space_.configs[e.config]});
       result.max_t = std::max(result.max_t, e.t);
+      result.max_e = std::max(result.max_e, e.e);
       d -= space_.mesh_sizes[n];
       i = j;
       --s;
@@ -161,7 +169,7 @@ class DpSolver {
         for (int nn = 0; nn < N_; ++nn) {
           const int size = space_.mesh_sizes[nn];
           if (d - size < prev_lo) break;
-          const double aa = astar[tables_->Cell(i, jj, nn)];
+          const double aa = astar[group[tables_->Cell(i, jj, nn)]];
           if (aa == kInf) continue;
           const double gap = std::abs(aa + Row(s - 1, jj)[d - size] - target);
           if (gap < best_gap) {
@@ -180,36 +188,37 @@ class DpSolver {
   }
 
  private:
-  void FillAstar(double t_max) {
+  void FillAstar(double t_max, double e_max) {
     std::vector<double> best(num_levels_ + 2);
-    const size_t cells = tables_->NumCells();
-    for (size_t cell = 0; cell < cells; ++cell) {
-      const std::uint32_t begin = tables_->offsets[cell], end = tables_->offsets[cell + 1];
+    const size_t groups = tables_->NumGroups();
+    for (size_t g = 0; g < groups; ++g) {
+      const std::uint32_t begin = tables_->group_offsets[g], end = tables_->group_offsets[g + 1];
       std::fill(best.begin(), best.end(), kInf);
       for (std::uint32_t k = begin; k < end; ++k) {
         const FrontierEntry& e = tables_->entries[k];
         if (e.t > t_max) break;
-        best[e.level] = std::min(best[e.level], e.a);
+        if (e.e <= e_max) best[e.level] = std::min(best[e.level], e.a);
       }
       for (int level = num_levels_ - 1; level >= 1; --level)
         best[level] = std::min(best[level], best[level + 1]);
       for (int level = 1; level <= num_levels_; ++level)
-        astar_[static_cast<size_t>(level - 1) * cells + cell] = best[level];
+        astar_[static_cast<size_t>(level - 1) * groups + g] = best[level];
     }
   }
 
-  const FrontierEntry& FindEntry(int i, int j, int n, int level, double t_max, double a) const {
-    const size_t cell = tables_->Cell(i, j, n);
-    for (std::uint32_t k = tables_->offsets[cell]; k < tables_->offsets[cell + 1]; ++k) {
+  const FrontierEntry& FindEntry(int i, int j, int n, int level, double t_max, double e_max,
+                                 double a) const {
+    const std::uint32_t g = tables_->cell_group[tables_->Cell(i, j, n)];
+    for (std::uint32_t k = tables_->group_offsets[g]; k < tables_->group_offsets[g + 1]; ++k) {
       const FrontierEntry& e = tables_->entries[k];
       if (e.t > t_max) break;
-      if (e.level >= level && e.a == a) return e;
+      if (e.e <= e_max && e.level >= level && e.a == a) return e;
     }
     STRATOS_CHECK(false, "no configuration of cell ({}, {}, {}) has a = {}", i, j, n, a);
   }
 
   const double* Astar(int level) const {
-    return astar_.data() + static_cast<size_t>(level - 1) * tables_->NumCells();
+    return astar_.data() + static_cast<size_t>(level - 1) * tables_->NumGroups();
   }
   double* Row(int s, int i) {
     return f_.data() + (static_cast<size_t>(s) * (L_ + 1) + i) * (D_ + 1);
@@ -220,7 +229,8 @@ class DpSolver {
   const SearchSpace& space_;
   const int L_, N_, D_, S_;
   int num_levels_ = 0;
-  std::vector<double> astar_;  // (num_levels, cells): least a with t <= t_max fitting the level
+  // (num_levels, groups): least a with t <= t_max and e <= e_max fitting the level
+  std::vector<double> astar_;
   std::vector<double> f_;      // (S, L + 1, D + 1): F[s][i][d] for s < S
   std::vector<int> lo_;        // (S, L + 1): first d with F[s][i][d] finite (D + 1: none)
 };
@@ -325,15 +335,18 @@ std::string ExplainInfeasible(const CostModel& cost_model, const SearchSpace& sp
       FormatBytes(capacity), space.min_stages, max_stages, space.num_devices, tightest);
 }
 
-// A pending interval of t_max candidates [lo, hi] of one microbatch count, with a lower bound
-// on G over it (G at or beyond hi).
-struct Interval {
-  double bound;  // (m - 1) * candidates[lo] + g_lower
-  int lo, hi;
+// A pending rectangle of (t_max, e_max) candidates of one microbatch count: indices
+// [tl, th] x [el, eh] into StageFrontier::t_candidates x e_candidates, with a lower bound on G over
+// it (G at its upper corner, or beyond it).
+struct Rectangle {
+  double bound;  // (m - 1) * t_candidates[tl] + e_candidates[el] + g_lower
+  int tl, th, el, eh;
   double g_lower;
-  bool operator>(const Interval& o) const { return bound > o.bound; }
+  bool corner;    // evaluate the upper corner (else bisect)
+  bool operator>(const Rectangle& o) const { return bound > o.bound; }
 };
-using IntervalQueue = std::priority_queue<Interval, std::vector<Interval>, std::greater<Interval>>;
+using RectangleQueue =
+    std::priority_queue<Rectangle, std::vector<Rectangle>, std::greater<Rectangle>>;
 
 }  // namespace
 
@@ -369,17 +382,21 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     return false;
   };
 
-  // Evaluates G(candidates[index]), offers its plan (Evaluate()d) as the best, and returns G;
-  // *settled_from = index of the plan's own max stage time (every candidate in
-  // [*settled_from, index] is then settled: G is constant there).
-  auto evaluate_g = [&](DpSolver& solver, const StageFrontier& tables, int index,
-                        int* settled_from) {
-    const GResult g = solver.Solve(tables.candidates[index]);
+  // Evaluates G(t_candidates[ti], e_candidates[ei]), offers its plan (Evaluate()d) as the best,
+  // and returns G; *t_act, *e_act = indices of the plan's own max stage time and longest tail
+  // (every candidate pair in [*t_act, ti] x [*e_act, ei] is then settled: G is constant there and
+  // the objective no less than this plan's).
+  auto evaluate_g = [&](DpSolver& solver, const StageFrontier& tables, int ti, int ei, int* t_act,
+                        int* e_act) {
+    const GResult g = solver.Solve(tables.t_candidates[ti], tables.e_candidates[ei]);
     ++summary.evaluations;
     if (g.sum_a == kInf) return kInf;
-    *settled_from = static_cast<int>(
-        std::lower_bound(tables.candidates.begin(), tables.candidates.end(), g.max_t) -
-        tables.candidates.begin());
+    *t_act = static_cast<int>(
+        std::lower_bound(tables.t_candidates.begin(), tables.t_candidates.end(), g.max_t) -
+        tables.t_candidates.begin());
+    *e_act = static_cast<int>(
+        std::lower_bound(tables.e_candidates.begin(), tables.e_candidates.end(), g.max_e) -
+        tables.e_candidates.begin());
     Plan plan;
     plan.global_batch_size = problem.training.global_batch_size;
     plan.num_microbatches = tables.m;
@@ -407,13 +424,14 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     std::fprintf(stderr, "[dp %8.2fs] %s\n", SecondsSince(start), line.c_str());
   };
 
-  // Pass 1: per microbatch count, the unconstrained G (largest candidate) gives a plan and a
-  // lower bound (m - 1) * t_lb + G(inf) on everything else of that m.
+  // Pass 1: per microbatch count, the unconstrained G (largest candidates) gives a plan and a
+  // lower bound (m - 1) * t_lb + e_lb + G(inf, inf) on everything else of that m.
   struct Pending {
     int m;
     double bound;
-    double g_top;                                 // G at the largest candidate
-    int settled_from;                             // candidates >= this one are settled
+    double g_top;  // G at the largest candidates
+    int t_act;     // [t_act, top] x [e_act, top] is settled
+    int e_act;
     std::shared_ptr<const StageFrontier> tables;  // kept for pass 2 while memory allows
   };
   std::vector<Pending> pending;
@@ -431,30 +449,34 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     auto shared =
         std::make_shared<const StageFrontier>(BuildStageFrontier(cost_model, space, max_stages, m));
     const StageFrontier& tables = *shared;
-    if (tables.candidates.empty()) continue;
+    if (tables.t_candidates.empty()) continue;
     solver.Use(tables);
-    const int top = static_cast<int>(tables.candidates.size()) - 1;
-    int settled_from = top;
-    const double g = evaluate_g(solver, tables, top, &settled_from);
+    const int t_top = static_cast<int>(tables.t_candidates.size()) - 1;
+    const int e_top = static_cast<int>(tables.e_candidates.size()) - 1;
+    int t_act = t_top, e_act = e_top;
+    const double g = evaluate_g(solver, tables, t_top, e_top, &t_act, &e_act);
     if (g == kInf) continue;
-    const double t_lb = std::max(tables.candidates.front(), tables.t_lower_bound);
-    const double bound = (m - 1) * t_lb + g;
-    if (settled_from > 0) {
+    const double t_lb = std::max(tables.t_candidates.front(), tables.t_lower_bound);
+    const double e_lb = std::max(tables.e_candidates.front(), tables.e_lower_bound);
+    const double bound = (m - 1) * t_lb + e_lb + g;
+    if (t_act > 0 || e_act > 0) {
       const double bytes = tables.Bytes();
       if (kept_bytes + bytes <= kKeptTablesBudgetBytes) {
         kept_bytes += bytes;
       } else {
         shared.reset();  // rebuilt in pass 2 if needed
       }
-      pending.push_back({m, bound, g, settled_from, shared});
+      pending.push_back({m, bound, g, t_act, e_act, shared});
     }
-    progress(fmt::format("m={}: {} frontier entries, {} candidate stage times, bound {:.6g} s, "
-                         "best {:.6g} s",
-                         m, tables.entries.size(), tables.candidates.size(), bound, best),
+    progress(fmt::format("m={}: {} frontier entries, {} x {} candidate stage times x tails, "
+                         "bound {:.6g} s, best {:.6g} s",
+                         m, tables.entries.size(), tables.t_candidates.size(),
+                         tables.e_candidates.size(), bound, best),
              false);
   }
 
-  // Pass 2: microbatch counts by ascending bound; best-first bisection of their candidates.
+  // Pass 2: microbatch counts by ascending bound; best-first bisection of the rectangles of
+  // their (t_max, e_max) candidates.
   std::sort(pending.begin(), pending.end(),
             [](const Pending& x, const Pending& y) { return x.bound < y.bound; });
   double open_bound = kInf;  // least lower bound of the work left when stopped
@@ -472,34 +494,71 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
       shared = std::make_shared<const StageFrontier>(
           BuildStageFrontier(cost_model, space, max_stages, m));
     const StageFrontier& tables = *shared;
+    const std::vector<double>& tc = tables.t_candidates;
+    const std::vector<double>& ec = tables.e_candidates;
     solver.Use(tables);
-    const int first = static_cast<int>(
-        std::lower_bound(tables.candidates.begin(), tables.candidates.end(), tables.t_lower_bound) -
-        tables.candidates.begin());
-    IntervalQueue queue;
-    auto push = [&](int lo, int hi, double g_lower) {
-      lo = std::max(lo, first);
-      if (lo > hi) return;
-      queue.push({(m - 1) * tables.candidates[lo] + g_lower, lo, hi, g_lower});
+    // No plan has its max below the lower bounds: candidates under them need no exploring.
+    const int t_first =
+        static_cast<int>(std::lower_bound(tc.begin(), tc.end(), tables.t_lower_bound) - tc.begin());
+    const int e_first =
+        static_cast<int>(std::lower_bound(ec.begin(), ec.end(), tables.e_lower_bound) - ec.begin());
+    RectangleQueue queue;
+    auto push = [&](int tl, int th, int el, int eh, double g_lower, bool corner) {
+      tl = std::max(tl, t_first);
+      el = std::max(el, e_first);
+      if (tl > th || el > eh) return;
+      queue.push({(m - 1) * tc[tl] + ec[el] + g_lower, tl, th, el, eh, g_lower, corner});
     };
-    push(0, pending[k].settled_from - 1, pending[k].g_top);
+    // After G(tc[tm], ec[em]) = g over rectangle r, by a plan with maxima (tc[ta], ec[ea]):
+    // [ta, tm] x [ea, em] is settled; G >= g on the rest of [tl, tm] x [el, em] (g == inf: all
+    // of it is infeasible), and G >= r.g_lower on the rest of r. The parts below (tm, em) try
+    // their corners first only if G grew.
+    auto split = [&](const Rectangle& r, int tm, int em, double g, int ta, int ea) {
+      if (g < kInf) {
+        ta = std::max(ta, r.tl);
+        ea = std::max(ea, r.el);
+        const bool progress = g > r.g_lower;
+        push(r.tl, ta - 1, r.el, em, g, progress);
+        push(ta, tm, r.el, ea - 1, g, progress);
+      }
+      push(tm + 1, r.th, r.el, r.eh, r.g_lower, true);
+      push(r.tl, tm, em + 1, r.eh, r.g_lower, true);
+    };
+    const int t_top = static_cast<int>(tc.size()) - 1, e_top = static_cast<int>(ec.size()) - 1;
+    split({0, 0, t_top, 0, e_top, 0, true}, t_top, e_top, pending[k].g_top, pending[k].t_act,
+          pending[k].e_act);
     while (!queue.empty()) {
-      const Interval interval = queue.top();
-      if (interval.bound >= best) break;
+      Rectangle r = queue.top();
+      if (r.bound >= best) break;
       if (out_of_budget()) {
         stopped = true;
-        open_bound = interval.bound;
+        open_bound = r.bound;
         if (k + 1 < pending.size()) open_bound = std::min(open_bound, pending[k + 1].bound);
         break;
       }
       queue.pop();
-      const int mid = interval.lo + (interval.hi - interval.lo) / 2;
-      int settled = mid;
-      const double g = evaluate_g(solver, tables, mid, &settled);
-      // g == inf: no plan keeps every stage under candidates[mid], nor under a smaller one.
-      if (g < kInf) push(interval.lo, settled - 1, g);
-      push(mid + 1, interval.hi, interval.g_lower);
-      progress(fmt::format("m={}: {} G evaluations, {} open intervals, best {:.6g} s", m,
+      // Clip: candidates whose bound alone reaches the best plan need no exploring (the
+      // expression of Rectangle::bound, so that r.tl and r.el always stay).
+      auto t_room = [&](double t) { return (m - 1) * t + ec[r.el] + r.g_lower < best; };
+      auto e_room = [&](double e) { return (m - 1) * tc[r.tl] + e + r.g_lower < best; };
+      r.th = static_cast<int>(
+          std::partition_point(tc.begin() + r.tl, tc.begin() + r.th + 1, t_room) - tc.begin() - 1);
+      r.eh = static_cast<int>(
+          std::partition_point(ec.begin() + r.el, ec.begin() + r.eh + 1, e_room) - ec.begin() - 1);
+      // Evaluate the upper corner: G there bounds the whole rectangle, and its plan settles a
+      // block of it. Where the corner brought no progress (the parent's G did not grow), bisect
+      // instead, along the dimension whose span weighs more in the objective.
+      int tm = r.th, em = r.eh;
+      if (!r.corner) {
+        if (r.th > r.tl && (m - 1) * (tc[r.th] - tc[r.tl]) >= ec[r.eh] - ec[r.el])
+          tm = r.tl + (r.th - r.tl) / 2;
+        else if (r.eh > r.el)
+          em = r.el + (r.eh - r.el) / 2;
+      }
+      int ta = tm, ea = em;
+      const double g = evaluate_g(solver, tables, tm, em, &ta, &ea);
+      split(r, tm, em, g, ta, ea);
+      progress(fmt::format("m={}: {} G evaluations, {} open rectangles, best {:.6g} s", m,
                            summary.evaluations, queue.size(), best),
                false);
     }

@@ -85,35 +85,49 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
                                           space.configs[c].NumDevices()) -
                          space.mesh_sizes.begin());
 
-  // Lower bound on the bottleneck stage time: every stage's t is at least the sum of its
-  // layers' t (overheads are >= 0), so sum_s n_s t_s >= sum_l min_c n_c t(l, c) and
-  // max_s t_s >= that / num_devices; and max_s t_s >= max_l min_c t(l, c).
-  {
+  // Lower bounds on the bottleneck stage time and on the longest tail, for x = t and x = e: every
+  // stage's x is at least the sum of its layers' x (when overheads and layers are >= 0), so
+  // sum_s n_s x_s >= sum_l min_c n_c x(l, c) and max_s x_s >= that / num_devices; and
+  // max_s x_s >= max_l min_c x(l, c).
+  auto max_lower_bound = [&](auto&& x) {
     double volume = 0.0, single = 0.0;
     bool valid = !table.ValidConfigs().empty();
+    for (int c : table.ValidConfigs())
+      for (int f = 0; f < 2; ++f)
+        for (int g = 0; g < 2; ++g)
+          if (!(x(table.Overhead(c, f, g)) >= 0)) valid = false;
     for (int l = 0; l < L && valid; ++l) {
-      double min_volume = kInf, min_time = kInf;
+      double min_volume = kInf, min_value = kInf;
       for (int c : table.ValidConfigs()) {
-        const double t = table.Layer(l, c).MicrobatchSeconds();
-        if (!(t >= 0)) valid = false;
-        min_volume = std::min(min_volume, t * space.configs[c].NumDevices());
-        min_time = std::min(min_time, t);
+        const double v = x(table.Layer(l, c));
+        if (!(v >= 0)) valid = false;
+        min_volume = std::min(min_volume, v * space.configs[c].NumDevices());
+        min_value = std::min(min_value, v);
       }
-      for (int c : table.ValidConfigs())
-        for (int f = 0; f < 2; ++f)
-          for (int g = 0; g < 2; ++g)
-            if (!(table.Overhead(c, f, g).MicrobatchSeconds() >= 0)) valid = false;
       volume += min_volume;
-      single = std::max(single, min_time);
+      single = std::max(single, min_value);
     }
-    // Shrunk by 1e-9 so that rounding never excludes the true bottleneck candidate.
-    frontier.t_lower_bound =
-        valid ? (1.0 - 1e-9) * std::max(volume / space.num_devices, single) : 0.0;
-  }
+    // Shrunk by 1e-9 so that rounding never excludes the true candidate.
+    return valid ? (1.0 - 1e-9) * std::max(volume / space.num_devices, single) : 0.0;
+  };
+  frontier.t_lower_bound =
+      max_lower_bound([](const StageTerms& terms) { return terms.MicrobatchSeconds(); });
+  frontier.e_lower_bound =
+      max_lower_bound([](const StageTerms& terms) { return terms.ExposedTailSeconds(); });
 
-  frontier.offsets.assign(frontier.NumCells() + 1, 0);
+  // Group 0: the empty frontier (cells with j <= i, and cells where nothing fits).
+  frontier.cell_group.assign(frontier.NumCells(), 0);
+  frontier.group_offsets.assign(2, 0);
+  // Cell (i, j, n) is priced exactly like (i - 1, j - 1, n) (the same overhead, then layers of the
+  // same cost classes in the same order, so bit-identical terms) when neither is a first stage
+  // (i >= 2), neither is a last one (j < L) and class(i + k) == class(i - 1 + k) for k < j - i;
+  // it then shares that cell's group. run_end[x] = least y >= x with class(y) != class(y - 1).
+  std::vector<int> run_end(L + 1, L);
+  for (int x = L - 1; x >= 1; --x)
+    run_end[x] = problem.model.layers[x].cost_class != problem.model.layers[x - 1].cost_class
+                     ? x
+                     : run_end[x + 1];
   std::vector<std::vector<FrontierEntry>> bucket(static_cast<size_t>(L + 1) * N);
-  std::vector<double> min_a(num_levels + 2);
   // Configurations whose layers never free memory (every layer's memory terms >= 0).
   std::vector<char> memory_monotone(space.configs.size(), 0);
   for (int c : table.ValidConfigs()) {
@@ -126,16 +140,24 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
     memory_monotone[c] = monotone;
   }
   for (int i = 0; i < L; ++i) {
+    // Cells (i, j) with j <= shared_end copy row i - 1.
+    const int shared_end = i >= 2 ? std::min(L - 1, run_end[i]) : i;
+    for (int j = i + 1; j <= shared_end; ++j)
+      for (int n = 0; n < N; ++n)
+        frontier.cell_group[frontier.Cell(i, j, n)] =
+            frontier.cell_group[frontier.Cell(i - 1, j - 1, n)];
     for (auto& b : bucket) b.clear();
     for (int c : table.ValidConfigs()) {
       const int n = mesh_of_config[c];
       bool skip_to_last = false;
       StageTerms inner = table.Overhead(c, i == 0, false);
-      for (int j = i + 1; j <= L; ++j) {
+      // Only the last stage is new when every other cell of the row is shared.
+      for (int j = shared_end >= L - 1 ? L : i + 1; j <= L; ++j) {
         if (j < L && skip_to_last) j = L;
         StageTerms terms;
         if (j < L) {
           inner += table.Layer(j - 1, c);
+          if (j <= shared_end) continue;
           terms = inner;
         } else {
           terms = table.Terms(i, L, c);  // a last stage's overhead differs
@@ -159,49 +181,49 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
           continue;
         }
         const double t = terms.MicrobatchSeconds();
-        bucket[static_cast<size_t>(j) * N + n].push_back({t, t + terms.TailSeconds(), level, c});
+        bucket[static_cast<size_t>(j) * N + n].push_back(
+            {t, t + terms.OneTimeSeconds(), terms.ExposedTailSeconds(), level, c});
       }
     }
-    for (int j = i + 1; j <= L; ++j) {
+    for (int j = shared_end + 1; j <= L; ++j) {
       for (int n = 0; n < N; ++n) {
         std::vector<FrontierEntry>& cell = bucket[static_cast<size_t>(j) * N + n];
-        frontier.offsets[frontier.Cell(i, j, n)] =
-            static_cast<std::uint32_t>(frontier.entries.size());
+        if (cell.empty()) continue;  // group 0
         std::sort(cell.begin(), cell.end(), [](const FrontierEntry& x, const FrontierEntry& y) {
           if (x.t != y.t) return x.t < y.t;
           if (x.a != y.a) return x.a < y.a;
+          if (x.e != y.e) return x.e < y.e;
           return x.level > y.level;
         });
-        // min_a[k] = least a of a kept entry with level >= k; a later entry (t no smaller) is
-        // dominated if min_a[its level] <= its a.
-        std::fill(min_a.begin(), min_a.end(), kInf);
+        // In this order a dominating entry precedes the ones it dominates: a later entry is
+        // dropped if a kept one (t no larger) has no larger a and e and at least its level.
+        const size_t group_begin = frontier.entries.size();
         for (const FrontierEntry& e : cell) {
-          if (min_a[e.level] <= e.a) continue;
-          frontier.entries.push_back(e);
-          for (int k = 1; k <= e.level; ++k) min_a[k] = std::min(min_a[k], e.a);
+          bool dominated = false;
+          for (size_t k = group_begin; k < frontier.entries.size() && !dominated; ++k) {
+            const FrontierEntry& kept = frontier.entries[k];
+            dominated = kept.a <= e.a && kept.e <= e.e && kept.level >= e.level;
+          }
+          if (!dominated) frontier.entries.push_back(e);
         }
         STRATOS_CHECK(frontier.entries.size() < std::numeric_limits<std::uint32_t>::max(),
                       "{} frontier entries", frontier.entries.size());
+        frontier.cell_group[frontier.Cell(i, j, n)] =
+            static_cast<std::uint32_t>(frontier.group_offsets.size() - 1);
+        frontier.group_offsets.push_back(static_cast<std::uint32_t>(frontier.entries.size()));
       }
     }
   }
-  // Cells are numbered (i, j, n) in the order they were filled; cells never filled (j <= i)
-  // are empty: offsets must be nondecreasing.
-  std::uint32_t running = static_cast<std::uint32_t>(frontier.entries.size());
-  frontier.offsets[frontier.NumCells()] = running;
-  for (size_t cell = frontier.NumCells(); cell-- > 0;) {
-    const int j = static_cast<int>((cell / N) % (L + 1));
-    const int i = static_cast<int>(cell / N / (L + 1));
-    if (j > i && i < L)
-      running = frontier.offsets[cell];
-    else
-      frontier.offsets[cell] = running;
-  }
-  frontier.candidates.reserve(frontier.entries.size());
-  for (const FrontierEntry& e : frontier.entries) frontier.candidates.push_back(e.t);
-  std::sort(frontier.candidates.begin(), frontier.candidates.end());
-  frontier.candidates.erase(std::unique(frontier.candidates.begin(), frontier.candidates.end()),
-                            frontier.candidates.end());
+  auto distinct_sorted = [&](double FrontierEntry::*field) {
+    std::vector<double> values;
+    values.reserve(frontier.entries.size());
+    for (const FrontierEntry& e : frontier.entries) values.push_back(e.*field);
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+    return values;
+  };
+  frontier.t_candidates = distinct_sorted(&FrontierEntry::t);
+  frontier.e_candidates = distinct_sorted(&FrontierEntry::e);
   return frontier;
 }
 

@@ -56,15 +56,17 @@ class StageTable {
 
 // The stage options of one microbatch count m in the form Alpa's inter-operator DP consumes
 // (dp_searcher.h): for every layer range [i, j) and mesh size n, the Pareto frontier of the
-// configurations of that mesh size, each with its microbatch time t_s, t_s + e_s and the
-// in-flight microbatch counts with which it fits in memory (decided exactly as Evaluate() does).
-// A configuration is dropped when another one of the same cell is no slower (t), no costlier
-// (t + e) and fits at least as many microbatches in flight.
+// configurations of that mesh size, each with its microbatch time t_s, the DP's additive part
+// t_s + c_s, its exposed tail e_s and the in-flight microbatch counts with which it fits in memory
+// (decided exactly as Evaluate() does). A configuration is dropped when another one of the same
+// cell is no slower (t), no costlier (t + c), has no longer a tail (e) and fits at least as many
+// microbatches in flight.
 //
 // One Pareto-optimal configuration of a (layer range, mesh size) cell:
 struct FrontierEntry {
   double t;    // microbatch seconds t_s
-  double a;    // t_s + e_s
+  double a;    // t_s + c_s (summed over stages by the objective)
+  double e;    // exposed tail e_s (maximized over stages by the objective)
   int level;   // fits in memory with the first `level` in-flight counts of StageFrontier::inflight
   int config;  // index into SearchSpace::configs
 };
@@ -77,30 +79,39 @@ struct StageFrontier {
   // level a stage with s stages from it to the end needs (1F1B: min(m, s); GPipe: m).
   std::vector<int> inflight;
   std::vector<int> level_of_stages;
-  // Cell (i, j, n) = layers [i, j) on a mesh of size mesh_sizes[n]; its Pareto frontier of
-  // entries (t ascending, no entry dominated in (t, a, level)) is entries[offsets[cell] ..
-  // offsets[cell + 1]).
-  std::vector<std::uint32_t> offsets;
+  // Cell (i, j, n) = layers [i, j) on a mesh of size mesh_sizes[n]. Cells priced identically
+  // (ranges of the same cost classes, neither first nor last, e.g. any k transformer layers in
+  // the middle of a GPT) share one group: cell_group[cell]. The Pareto frontier of group g
+  // (entries t ascending, none dominated in (t, a, e, level)) is entries[group_offsets[g] ..
+  // group_offsets[g + 1]); group 0 is empty (cells with j <= i, or where nothing fits).
+  std::vector<std::uint32_t> cell_group;
+  std::vector<std::uint32_t> group_offsets;
   std::vector<FrontierEntry> entries;
-  std::vector<double> candidates;  // distinct t of all entries, ascending
-  // Lower bound on max_s t_s of any plan (volume and single-layer bounds).
+  std::vector<double> t_candidates;  // distinct t of all entries, ascending
+  std::vector<double> e_candidates;  // distinct e of all entries, ascending
+  // Lower bounds on max_s t_s and on max_s e_s of any plan (volume and single-layer bounds).
   double t_lower_bound = 0;
+  double e_lower_bound = 0;
 
   size_t Cell(int i, int j, int n) const {
     return (static_cast<size_t>(i) * (num_layers + 1) + j) * num_meshes + n;
   }
   double Bytes() const {
     return sizeof(FrontierEntry) * static_cast<double>(entries.capacity()) +
-           sizeof(std::uint32_t) * static_cast<double>(offsets.capacity()) +
-           sizeof(double) * static_cast<double>(candidates.capacity());
+           sizeof(std::uint32_t) *
+               static_cast<double>(cell_group.capacity() + group_offsets.capacity()) +
+           sizeof(double) * static_cast<double>(t_candidates.capacity() +
+                                                e_candidates.capacity());
   }
+  int NumGroups() const { return static_cast<int>(group_offsets.size()) - 1; }
   size_t NumCells() const {
     return static_cast<size_t>(num_layers + 1) * (num_layers + 1) * num_meshes;
   }
 };
 
 // Builds the frontier of microbatch count `num_microbatches` for plans of up to `max_stages`
-// stages. O(L^2 * configs) time; memory O(L^2 * mesh sizes * frontier size).
+// stages. O(L^2 * configs) time (stage terms; shared groups' frontiers are built once); memory
+// O(L^2 * mesh sizes) plus the groups' frontiers.
 StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
                                  int max_stages, int num_microbatches);
 

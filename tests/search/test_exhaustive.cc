@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -123,6 +124,57 @@ TEST_CASE("DP equals exhaustive on 20 random small problems") {
   }
   MESSAGE(feasible, " of 20 random problems are feasible");
   CHECK(feasible >= 5);
+}
+
+TEST_CASE("DP pays the longest stage tail, not their sum, and pipelines where a sum would not") {
+  // Stages' tails (exposed DP sync, optimizer step) run concurrently: the objective charges
+  // max_s e_s. On these problems the optimum (exhaustive) has several stages whose tails differ,
+  // and charged the sum of its tails instead it would lose to the best single-stage plan (whose
+  // one tail is both the max and the sum): a sum-of-tails DP would choose another plan.
+  DpSearcher dp;
+  ExhaustiveSearcher exhaustive;
+  SearchOptions single_stage;
+  single_stage.space.max_stages = 1;
+  int max_tail_matters = 0;
+  for (std::uint64_t seed = 30; seed <= 40; ++seed) {
+    const Problem problem = MakeRandomSmallProblem(seed);
+    CAPTURE(seed);
+    const SearchResult truth = exhaustive.Search(problem, SearchOptions{});
+    const SearchResult result = dp.Search(problem, SearchOptions{});
+    REQUIRE(truth.plan.has_value() == result.plan.has_value());
+    if (!truth.plan) continue;
+    CHECK(result.summary.termination == TerminationType::kOptimal);
+    CHECK(RelativeGap(result.summary.best_iteration_seconds,
+                      truth.summary.best_iteration_seconds) <= 1e-9);
+    const Estimate estimate = Evaluate(problem, *result.plan);
+    double max_tail = 0, sum_tails = 0, one_time = 0;
+    for (const StageEstimate& stage : estimate.stages) {
+      max_tail = std::max(max_tail, stage.tail_seconds);
+      sum_tails += stage.tail_seconds;
+      one_time += stage.one_time_seconds;
+    }
+    CHECK(estimate.tail_seconds == doctest::Approx(max_tail + one_time).epsilon(1e-12));
+    CHECK(estimate.iteration_seconds ==
+          doctest::Approx(estimate.fill_seconds + estimate.steady_seconds + max_tail + one_time)
+              .epsilon(1e-12));
+    if (result.plan->NumStages() < 2) continue;
+    const SearchResult one = exhaustive.Search(problem, single_stage);
+    const SearchResult one_dp = dp.Search(problem, single_stage);
+    REQUIRE(one.plan.has_value());
+    REQUIRE(one_dp.plan.has_value());
+    CHECK(RelativeGap(one_dp.summary.best_iteration_seconds, one.summary.best_iteration_seconds) <=
+          1e-9);
+    CHECK(result.summary.best_iteration_seconds < one.summary.best_iteration_seconds);
+    const double sum_objective =
+        estimate.fill_seconds + estimate.steady_seconds + sum_tails + one_time;
+    if (sum_tails > max_tail && sum_objective > one.summary.best_iteration_seconds) {
+      ++max_tail_matters;
+      MESSAGE("seed ", seed, ": ", result.plan->Summary(), " costs ", estimate.iteration_seconds,
+              " s; with the sum of its tails ", sum_objective,
+              " s, more than the best single stage ", one.summary.best_iteration_seconds, " s");
+    }
+  }
+  CHECK(max_tail_matters >= 1);
 }
 
 }  // namespace stratos

@@ -31,7 +31,7 @@ build: configure
 
 run: build
 	$(STRATOS) search --model gpt3-6.7b --cluster dgx-a100-80gb --nodes 2 --global-batch 512 \
-	  --algo all --output-dir out/default
+	  --algo all --time-limit 20 --output-dir out/default
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure

@@ -53,6 +53,23 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   search_command->add_flag("!--no-progress", search.progress, "no progress lines on stderr");
 
+  stratos::SearchArgs compare;
+  compare.output_dir = "out/compare";
+  CLI::App* compare_command = app.add_subcommand(
+      "compare", "run every searcher on one problem with the same budget; writes anytime.csv");
+  AddProblemOptions(compare_command, compare.problem);
+  compare_command
+      ->add_option("--algos", compare.algorithms,
+                   fmt::format("comma list of {} or all", fmt::join(stratos::SearcherNames(), ",")))
+      ->capture_default_str();
+  compare_command->add_option("--time-limit", compare.time_limit_seconds, "seconds per searcher")
+      ->capture_default_str();
+  compare_command->add_option("--seed", compare.seed, "random seed")->capture_default_str();
+  compare_command->add_option("--max-stages", compare.max_stages, "most pipeline stages");
+  compare_command->add_option("--output-dir", compare.output_dir, "where outputs go")
+      ->capture_default_str();
+  compare_command->add_flag("!--no-progress", compare.progress, "no progress lines on stderr");
+
   stratos::EvaluateArgs evaluate;
   CLI::App* evaluate_command = app.add_subcommand(
       "evaluate", "predict iteration time, memory and MFU of one plan");
@@ -93,6 +110,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*search_command) return stratos::RunSearch(search);
+    if (*compare_command) return stratos::RunSearch(compare);
     if (*evaluate_command) {
       if (evaluate.plan_file.empty() && evaluate.tensor_parallel == 0)
         throw stratos::InputError("command line: evaluate needs --plan FILE or --tp/--pp/--dp/--micro-batch");

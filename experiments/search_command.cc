@@ -83,24 +83,45 @@ int RunSearch(const SearchArgs& args) {
   for (const Outcome& o : outcomes)
     if (o.estimate) best = std::min(best, o.estimate->iteration_seconds);
 
-  fmt::print("\n{:<11} {:<17} {:>12} {:>10} {:>7} {:>13} {:>10} {:>8}\n", "algorithm", "status",
-             "iteration s", "TFLOP/s", "MFU %", "headroom GiB", "search s", "gap %");
+  // The best proven lower bound (DP, ILP, exhaustive when they finish) makes "gap" a gap to the
+  // optimum; otherwise it is the gap to the best plan any searcher found.
+  double bound = 0.0;
+  for (const Outcome& o : outcomes)
+    if (o.result.summary.lower_bound_seconds)
+      bound = std::max(bound, *o.result.summary.lower_bound_seconds);
+  fmt::print("\n{:<11} {:<17} {:>12} {:>9} {:>7} {:>13} {:>12} {:>10} {:>11} {:>8}\n",
+             "algorithm", "status", "iteration s", "TFLOP/s", "MFU %", "headroom GiB", "bound s",
+             "search s", "evaluations", "gap %");
   for (const Outcome& o : outcomes) {
     const SearchSummary& summary = o.result.summary;
     if (o.estimate) {
       const Estimate& e = *o.estimate;
-      fmt::print("{:<11} {:<17} {:>12.4f} {:>10.1f} {:>7.1f} {:>13.2f} {:>10.3f} {:>8.2f}\n",
+      fmt::print("{:<11} {:<17} {:>12.4f} {:>9.1f} {:>7.1f} {:>13.2f} {:>12} {:>10.3f} {:>11} {:>8.2f}\n",
                  o.algorithm, TerminationTypeName(summary.termination), e.iteration_seconds,
-                 e.tflops_per_gpu, 100 * e.mfu, MinHeadroomBytes(e) / kGiB, summary.wall_seconds,
+                 e.tflops_per_gpu, 100 * e.mfu, MinHeadroomBytes(e) / kGiB,
+                 summary.lower_bound_seconds ? fmt::format("{:.4f}", *summary.lower_bound_seconds)
+                                             : std::string("-"),
+                 summary.wall_seconds, summary.evaluations,
                  100 * (e.iteration_seconds / best - 1));
     } else {
-      fmt::print("{:<11} {:<17} {:>12} {:>10} {:>7} {:>13} {:>10.3f} {:>8}\n", o.algorithm,
-                 TerminationTypeName(summary.termination), "-", "-", "-", "-",
-                 summary.wall_seconds, "-");
+      fmt::print("{:<11} {:<17} {:>12} {:>9} {:>7} {:>13} {:>12} {:>10.3f} {:>11} {:>8}\n",
+                 o.algorithm, TerminationTypeName(summary.termination), "-", "-", "-", "-", "-",
+                 summary.wall_seconds, summary.evaluations, "-");
     }
   }
 
+  if (bound > 0 && std::isfinite(best))
+    fmt::print("best plan {:.4f} s, best proven lower bound {:.4f} s: {}\n", best, bound,
+               best <= bound * (1 + 1e-9) ? "the best plan is optimal"
+                                          : fmt::format("within {:.2f}% of optimal",
+                                                        100 * (best / bound - 1)));
+
   // Outputs: every file is written atomically; summary.json last.
+  std::string anytime = "algorithm,wall_seconds,best_predicted_iteration_seconds\n";
+  for (const Outcome& o : outcomes)
+    for (const AnytimePoint& point : o.result.summary.anytime)
+      anytime += fmt::format("{},{},{}\n", o.algorithm, point.wall_seconds,
+                             point.best_iteration_seconds);
   EnsureDirectory(args.output_dir + "/plans");
   EnsureDirectory(args.output_dir + "/traces");
   nlohmann::json results = nlohmann::json::array();
@@ -134,10 +155,11 @@ int RunSearch(const SearchArgs& args) {
     }
     results.push_back(entry);
   }
+  WriteFileAtomically(args.output_dir + "/anytime.csv", anytime);
   WriteJsonAtomically(args.output_dir + "/summary.json",
                       {{"problem", ProblemJson(problem)}, {"results", results}});
-  fmt::print("\nwrote {}/summary.json, plans/ and traces/ (open a trace in chrome://tracing or "
-             "Perfetto)\n",
+  fmt::print("\nwrote {}/summary.json, anytime.csv, plans/ and traces/ (open a trace in "
+             "chrome://tracing or Perfetto)\n",
              args.output_dir);
   if (!std::isfinite(best)) {
     std::string reasons;

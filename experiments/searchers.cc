@@ -5,16 +5,22 @@
 #include "baselines/dp_searcher.h"
 #include "baselines/exhaustive_searcher.h"
 #include "baselines/grid_searcher.h"
+#include "baselines/ilp_searcher.h"
+#include "baselines/mcmc_searcher.h"
 #include "costmodel/error.h"
 #include "search/relax_searcher.h"
 
 namespace stratos {
 
-std::vector<std::string> SearcherNames() { return {"relax", "dp", "grid", "exhaustive"}; }
+std::vector<std::string> SearcherNames() {
+  return {"relax", "dp", "ilp", "mcmc", "grid", "exhaustive"};
+}
 
 std::unique_ptr<Searcher> MakeSearcher(const std::string& name) {
   if (name == "relax") return std::make_unique<RelaxSearcher>();
   if (name == "dp") return std::make_unique<DpSearcher>();
+  if (name == "ilp") return std::make_unique<IlpSearcher>();
+  if (name == "mcmc") return std::make_unique<McmcSearcher>();
   if (name == "grid") return std::make_unique<GridSearcher>();
   if (name == "exhaustive") return std::make_unique<ExhaustiveSearcher>();
   ThrowInputError("command line", "--algo", name,

@@ -75,7 +75,7 @@ printf '{"schema": "stratos.plan/1", "global_batch_size": 512,' >"$WORK/broken.j
 expect_one_line_error "malformed plan JSON names the file" "broken.json: JSON parse error" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --plan "$WORK/broken.json"
 expect_one_line_error "a plan that does not fit the problem names the key" \
-  "--dp.*must divide the global batch" -- \
+  "--micro-batch = 1: micro-batch x dp = 3 must divide the global batch 512" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
 expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
   "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"

@@ -1,0 +1,839 @@
+#include "baselines/ilp_searcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "baselines/stage_table.h"
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+
+#ifdef STRATOS_HAVE_CBC
+#include <coin/Cbc_C_Interface.h>
+#endif
+
+namespace stratos {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+#ifdef STRATOS_HAVE_CBC
+
+// One candidate stage of the MILP of one microbatch count: a binary column.
+struct Column {
+  int first_layer = 0;  // i
+  int last_layer = 0;   // j (exclusive)
+  int state = 1;        // q of the tail node (i, q)
+  int head_state = 0;   // q' of the head node (j, q'); 0 when j == L (the sink)
+  int config = 0;       // index into SearchSpace::configs
+  int devices = 1;      // mesh size n
+  double t = 0;         // microbatch seconds t_s
+  double a = 0;         // t_s + e_s
+};
+
+// The pruned columns of one microbatch count and what the MILP needs around them.
+struct ColumnSet {
+  int m = 0;
+  int num_states = 1;            // Q
+  bool open_last_state = false;  // state Q means ">= Q stages remain" (loops to itself)
+  std::vector<Column> columns;   // ordered by first_layer
+  // Lower bound on this m's optimum without a MILP: the shortest chain by t + e plus (m - 1)
+  // times t_floor. kInf when no chain of columns exists (m is infeasible).
+  double cheap_bound = kInf;
+  // Lower bound on max_s t_s: the volume bound, and the largest per-layer least t of a column
+  // covering the layer.
+  double t_floor = 0;
+  double volume_floor = 0;
+  int num_layers = 0;
+  int min_stages = 1;
+};
+
+// The state of the node a stage with `remaining` stages from it to the end leaves from.
+int StateOf(int remaining, int num_states, bool open) {
+  return open && remaining >= num_states ? num_states : remaining;
+}
+
+// Drops the columns that lie on no source-to-sink chain, or on none that could beat
+// `incumbent` seconds: a chain through a column costs at least the cheapest chain by t + e
+// through it plus (m - 1) max(t_col, t_floor). Repeats while t_floor (the largest per-layer least
+// t of a remaining column covering it, or the volume bound) rises; then sets cheap_bound. Exact:
+// only plans no better than the incumbent are lost.
+void Tighten(ColumnSet& set, double incumbent) {
+  const int L = set.num_layers;
+  const int Q = set.num_states;
+  const bool open = set.open_last_state;
+  const int m = set.m;
+  auto node = [Q](int boundary, int state) {
+    return static_cast<size_t>(boundary) * (Q + 1) + state;
+  };
+  const size_t num_nodes = static_cast<size_t>(L + 1) * (Q + 1);
+  const double threshold = incumbent * (1.0 + 1e-12);
+  std::vector<double> forward(num_nodes), backward(num_nodes), cover(L);
+  for (;;) {
+    // Columns are ordered by first_layer: one pass each way is a DAG shortest path.
+    std::fill(forward.begin(), forward.end(), kInf);
+    std::fill(backward.begin(), backward.end(), kInf);
+    for (int q = 1; q <= Q; ++q)
+      if ((q == Q && open) || q >= set.min_stages) forward[node(0, q)] = 0.0;
+    double to_sink = kInf;
+    for (const Column& col : set.columns) {
+      const double d = forward[node(col.first_layer, col.state)] + col.a;
+      double& head = col.head_state == 0 ? to_sink : forward[node(col.last_layer, col.head_state)];
+      head = std::min(head, d);
+    }
+    for (size_t k = set.columns.size(); k-- > 0;) {
+      const Column& col = set.columns[k];
+      const double rest = col.head_state == 0 ? 0.0 : backward[node(col.last_layer, col.head_state)];
+      double& tail = backward[node(col.first_layer, col.state)];
+      tail = std::min(tail, rest + col.a);
+    }
+    std::fill(cover.begin(), cover.end(), kInf);
+    std::vector<Column> kept;
+    kept.reserve(set.columns.size());
+    for (const Column& col : set.columns) {
+      const double rest = col.head_state == 0 ? 0.0 : backward[node(col.last_layer, col.head_state)];
+      const double through = forward[node(col.first_layer, col.state)] + col.a + rest;
+      if (!std::isfinite(through) ||
+          through + (m - 1) * std::max(col.t, set.t_floor) > threshold)
+        continue;
+      kept.push_back(col);
+      for (int l = col.first_layer; l < col.last_layer; ++l) cover[l] = std::min(cover[l], col.t);
+    }
+    const bool removed = kept.size() < set.columns.size();
+    set.columns.swap(kept);
+    if (set.columns.empty() || !std::isfinite(to_sink)) {
+      set.columns.clear();
+      set.cheap_bound = kInf;
+      return;
+    }
+    double floor = set.volume_floor;
+    for (double c : cover) floor = std::max(floor, c);
+    const bool raised = floor > set.t_floor;
+    set.t_floor = std::max(set.t_floor, floor);
+    set.cheap_bound = to_sink + (m - 1) * set.t_floor;
+    if (!removed && !raised) return;
+  }
+}
+
+ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
+                       const StageTable& table, int max_stages) {
+  const Problem& problem = cost_model.problem();
+  const Schedule schedule = problem.training.schedule;
+  const int L = problem.NumLayers();
+  const int D = space.num_devices;
+  const int m = table.num_microbatches();
+  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+
+  ColumnSet set;
+  set.m = m;
+  // 1F1B: a stage with k stages after it (itself included) holds min(m, k) microbatches, so
+  // counts k >= m are interchangeable; GPipe: every stage holds m.
+  const int Q = schedule == Schedule::kOneFOneB ? std::min(m, max_stages) : 1;
+  const bool open = Q < max_stages;
+  set.num_states = Q;
+  set.open_last_state = open;
+  std::vector<int> inflight(Q + 1, 0);
+  for (int q = 1; q <= Q; ++q) inflight[q] = MicrobatchesInFlight(schedule, q, 0, m);
+
+  const int N = static_cast<int>(space.mesh_sizes.size());
+  std::vector<int> mesh_of_config(space.configs.size());
+  for (size_t c = 0; c < space.configs.size(); ++c)
+    mesh_of_config[c] = static_cast<int>(
+        std::lower_bound(space.mesh_sizes.begin(), space.mesh_sizes.end(),
+                         space.configs[c].NumDevices()) -
+        space.mesh_sizes.begin());
+
+  struct Candidate {
+    double t, a;
+    int mesh, config;
+  };
+  std::vector<std::vector<Candidate>> bucket(static_cast<size_t>(L + 1) * (Q + 1));
+  std::vector<double> min_a(N + 1);
+  for (int i = 0; i < L; ++i) {
+    for (auto& b : bucket) b.clear();
+    for (int c : table.ValidConfigs()) {
+      if (space.configs[c].NumDevices() > D) continue;
+      StageTerms inner = table.Overhead(c, i == 0, false);
+      for (int j = i + 1; j <= L; ++j) {
+        StageTerms terms;
+        if (j < L) {
+          inner += table.Layer(j - 1, c);
+          terms = inner;
+        } else {
+          terms = table.Terms(i, L, c);  // a last stage's overhead differs
+        }
+        const double t = terms.MicrobatchSeconds();
+        const double a = t + terms.TailSeconds();
+        for (int q = 1; q <= Q; ++q) {
+          if (L - i < q) break;  // q stages need q layers
+          // Evaluate's rule (capacity - peak < 0 is a violation); in-flight grows with q.
+          if (capacity - terms.PeakMemoryBytes(inflight[q]) < 0) break;
+          const bool last = j == L;
+          if (last ? q != 1 : (q == 1 && !open)) continue;
+          bucket[static_cast<size_t>(j) * (Q + 1) + q].push_back({t, a, mesh_of_config[c], c});
+        }
+      }
+    }
+    for (int j = i + 1; j <= L; ++j) {
+      for (int q = 1; q <= Q; ++q) {
+        std::vector<Candidate>& cell = bucket[static_cast<size_t>(j) * (Q + 1) + q];
+        if (cell.empty()) continue;
+        std::sort(cell.begin(), cell.end(), [](const Candidate& x, const Candidate& y) {
+          if (x.t != y.t) return x.t < y.t;
+          if (x.a != y.a) return x.a < y.a;
+          if (x.mesh != y.mesh) return x.mesh < y.mesh;
+          return x.config < y.config;
+        });
+        // A candidate is dominated if a kept one has no larger mesh, t and a (kept ones come
+        // first in t order); min_a[k] = least a of a kept candidate with mesh index <= k.
+        std::fill(min_a.begin(), min_a.end(), kInf);
+        std::vector<int> heads;
+        if (j == L) {
+          heads.push_back(0);
+        } else {
+          if (q >= 2 && L - j >= q - 1) heads.push_back(q - 1);
+          if (q == Q && open && L - j >= Q) heads.push_back(Q);
+        }
+        for (const Candidate& cand : cell) {
+          if (min_a[cand.mesh] <= cand.a) continue;
+          for (int k = cand.mesh; k < N; ++k) min_a[k] = std::min(min_a[k], cand.a);
+          for (int head : heads)
+            set.columns.push_back({i, j, q, head, cand.config,
+                                   space.configs[cand.config].NumDevices(), cand.t, cand.a});
+        }
+      }
+    }
+  }
+
+  // Volume bound on max_s t_s (as in the DP): a stage's t is at least the sum of its layers' t
+  // (overheads are >= 0) and sum_s n_s <= D, so D max_s t_s >= sum_l min_c n_c t(l, c).
+  bool nonnegative = true;
+  double volume = 0;
+  for (int c : table.ValidConfigs())
+    for (int first = 0; first < 2; ++first)
+      for (int last = 0; last < 2; ++last)
+        if (!(table.Overhead(c, first, last).MicrobatchSeconds() >= 0)) nonnegative = false;
+  for (int l = 0; l < L && nonnegative; ++l) {
+    double least = kInf;
+    for (int c : table.ValidConfigs()) {
+      const double t = table.Layer(l, c).MicrobatchSeconds();
+      if (!(t >= 0)) nonnegative = false;
+      if (space.configs[c].NumDevices() <= D)
+        least = std::min(least, space.configs[c].NumDevices() * t);
+    }
+    volume += least;
+  }
+  // Shrunk by 1e-9 so that rounding never cuts off the optimum.
+  if (nonnegative && std::isfinite(volume)) set.volume_floor = (1.0 - 1e-9) * volume / D;
+  set.num_layers = L;
+  set.min_stages = space.min_stages;
+  Tighten(set, kInf);
+  return set;
+}
+
+// Why no plan exists, for SearchSummary::message.
+std::string ExplainNoPlan(const CostModel& cost_model, const SearchSpace& space, int max_stages) {
+  const Problem& problem = cost_model.problem();
+  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  const int min_mesh = space.mesh_sizes.empty() ? 1 : space.mesh_sizes.front();
+  if (space.min_stages * min_mesh > space.num_devices)
+    return fmt::format("no feasible plan: min_stages = {} stages of at least {} device(s) need "
+                       "more than the {} devices of the cluster",
+                       space.min_stages, min_mesh, space.num_devices);
+  if (space.min_stages > max_stages)
+    return fmt::format("no feasible plan: min_stages = {} exceeds the {} stages this problem "
+                       "allows",
+                       space.min_stages, max_stages);
+  // A layer that fits alone on no configuration (with the fewest microbatches any stage holds)
+  // is a definitive reason.
+  const Schedule schedule = problem.training.schedule;
+  int worst_layer = -1;
+  double worst_need = 0;
+  std::string worst_config;
+  bool any_valid = false;
+  for (int m : space.num_microbatches) {
+    const StageTable table(cost_model, space.configs, m);
+    if (!table.ValidConfigs().empty()) any_valid = true;
+  }
+  if (!any_valid)
+    return "no feasible plan: no stage configuration is valid for any microbatch count of the "
+           "space (CostModel::CheckConfig)";
+  std::vector<double> need(problem.NumLayers(), kInf);
+  std::vector<std::string> need_config(problem.NumLayers());
+  for (int m : space.num_microbatches) {
+    const StageTable table(cost_model, space.configs, m);
+    const int inflight = MicrobatchesInFlight(schedule, 1, 0, m);
+    for (int c : table.ValidConfigs()) {
+      if (space.configs[c].NumDevices() > space.num_devices) continue;
+      for (int l = 0; l < problem.NumLayers(); ++l) {
+        const double bytes = table.Layer(l, c).PeakMemoryBytes(inflight);
+        if (bytes < need[l]) {
+          need[l] = bytes;
+          need_config[l] = fmt::format("{}, m={}", space.configs[c].Label(), m);
+        }
+      }
+    }
+  }
+  for (int l = 0; l < problem.NumLayers(); ++l)
+    if (need[l] > capacity && need[l] > worst_need) {
+      worst_need = need[l];
+      worst_layer = l;
+      worst_config = need_config[l];
+    }
+  if (worst_layer >= 0)
+    return fmt::format(
+        "no feasible plan fits in device memory: layer {} ({}) alone needs at least {:.3f} GiB "
+        "per device even in its least memory-hungry configuration ({}), {:.3f} GiB over the "
+        "{:.3f} GiB capacity",
+        worst_layer, problem.model.layers[worst_layer].name, worst_need / kGiB, worst_config,
+        (worst_need - capacity) / kGiB, capacity / kGiB);
+  return fmt::format("no feasible plan fits in device memory ({:.3f} GiB per device): every layer "
+                     "fits alone, but no chain of {} to {} stages on {} devices does for any "
+                     "microbatch count",
+                     capacity / kGiB, space.min_stages, max_stages, space.num_devices);
+}
+
+// The warm start's columns, one per stage, in a column set of its microbatch count: for each
+// stage the column of the same layers and states with no larger mesh, t and t + e (pruning
+// keeps one). Empty if some stage has none.
+std::vector<int> MapPlanToColumns(const ColumnSet& set, const Plan& plan,
+                                  const Estimate& estimate) {
+  std::vector<int> chosen;
+  const int p = plan.NumStages();
+  for (int s = 0; s < p; ++s) {
+    const StagePlan& stage = plan.stages[s];
+    const int q = StateOf(p - s, set.num_states, set.open_last_state);
+    const int head = s == p - 1 ? 0 : StateOf(p - s - 1, set.num_states, set.open_last_state);
+    const double t = estimate.stages[s].microbatch_seconds;
+    const double a = t + estimate.stages[s].tail_seconds;
+    int found = -1;
+    for (size_t k = 0; k < set.columns.size(); ++k) {
+      const Column& col = set.columns[k];
+      if (col.first_layer == stage.first_layer && col.last_layer == stage.last_layer &&
+          col.state == q && col.head_state == head &&
+          col.devices <= stage.config.NumDevices() && col.t <= t && col.a <= a) {
+        found = static_cast<int>(k);
+        break;
+      }
+    }
+    if (found < 0) return {};
+    chosen.push_back(found);
+  }
+  return chosen;
+}
+
+// The best uniform plan of one microbatch count (equal stages sharing one configuration) that
+// fits in memory, priced as Evaluate() prices it; nullopt if none fits.
+std::optional<Plan> BestUniform(const CostModel& cost_model, const SearchSpace& space,
+                                const StageTable& table, int max_stages) {
+  const Problem& problem = cost_model.problem();
+  const Schedule schedule = problem.training.schedule;
+  const int L = problem.NumLayers();
+  const int m = table.num_microbatches();
+  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  double best = kInf;
+  int best_stages = 0, best_config = -1;
+  for (int p = space.min_stages; p <= max_stages; ++p) {
+    const std::vector<std::pair<int, int>> ranges = SplitLayersEvenly(L, p);
+    std::vector<double> t(p), e(p);
+    for (int c : table.ValidConfigs()) {
+      if (p * space.configs[c].NumDevices() > space.num_devices) continue;
+      bool fits = true;
+      for (int s = 0; s < p && fits; ++s) {
+        const StageTerms terms = table.Terms(ranges[s].first, ranges[s].second, c);
+        t[s] = terms.MicrobatchSeconds();
+        e[s] = terms.TailSeconds();
+        if (capacity - terms.PeakMemoryBytes(MicrobatchesInFlight(schedule, p, s, m)) < 0)
+          fits = false;
+      }
+      if (!fits) continue;
+      const double seconds = PipelineObjective(t, e, m);
+      if (seconds < best) {
+        best = seconds;
+        best_stages = p;
+        best_config = c;
+      }
+    }
+  }
+  if (best_config < 0) return std::nullopt;
+  Plan plan;
+  plan.global_batch_size = problem.training.global_batch_size;
+  plan.num_microbatches = m;
+  plan.schedule = schedule;
+  for (auto [first, last] : SplitLayersEvenly(L, best_stages))
+    plan.stages.push_back({first, last, space.configs[best_config]});
+  return plan;
+}
+
+// What one MILP solve settled.
+struct MilpOutcome {
+  bool proven = false;        // optimal, or no solution better than the cutoff exists
+  std::vector<int> chosen;    // columns of the best solution, in stage order (empty: none)
+  double objective_seconds = kInf;  // MILP objective of that solution, unscaled
+  double bound_seconds = 0;   // lower bound on this m's optimum below the cutoff
+  long nodes = 0;
+  std::string status;         // "optimal" | "infeasible" | "time limit" | ...
+};
+
+class CbcModel {
+ public:
+  CbcModel() : model_(Cbc_newModel()) {}
+  ~CbcModel() { Cbc_deleteModel(model_); }
+  CbcModel(const CbcModel&) = delete;
+  CbcModel& operator=(const CbcModel&) = delete;
+  Cbc_Model* get() { return model_; }
+
+ private:
+  Cbc_Model* model_;
+};
+
+MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_stages,
+                      int num_layers, double cutoff_seconds, const std::vector<int>& mip_start,
+                      double seconds, bool log) {
+  const int L = num_layers;
+  const int Q = set.num_states;
+  const int C = static_cast<int>(set.columns.size());
+  const int m = set.m;
+  const double scale = set.cheap_bound > 0 && std::isfinite(set.cheap_bound) ? set.cheap_bound
+                                                                              : 1.0;
+  const double big = std::numeric_limits<double>::max();
+
+  // Rows: source, flow nodes (i, q) for 0 < i < L, devices, stage count, u_l (L), T >= u_l (L),
+  // volume.
+  std::vector<int> node_row(static_cast<size_t>(L + 1) * (Q + 1), -1);
+  std::vector<double> row_lb, row_ub;
+  auto add_row = [&](double lb, double ub) {
+    row_lb.push_back(lb);
+    row_ub.push_back(ub);
+    return static_cast<int>(row_lb.size()) - 1;
+  };
+  const int row_source = add_row(1.0, 1.0);
+  auto node_row_of = [&](int boundary, int state) {
+    int& row = node_row[static_cast<size_t>(boundary) * (Q + 1) + state];
+    if (row < 0) row = add_row(0.0, 0.0);
+    return row;
+  };
+  for (const Column& col : set.columns) {
+    if (col.first_layer > 0) node_row_of(col.first_layer, col.state);
+    if (col.head_state > 0) node_row_of(col.last_layer, col.head_state);
+  }
+  const int row_devices = add_row(-big, space.num_devices);
+  const int row_count = add_row(space.min_stages, max_stages);
+  const int row_u0 = static_cast<int>(row_lb.size());
+  for (int l = 0; l < L; ++l) add_row(0.0, 0.0);
+  const int row_t0 = static_cast<int>(row_lb.size());
+  for (int l = 0; l < L; ++l) add_row(0.0, big);
+  const int row_volume = add_row(0.0, big);
+
+  // Columns: x (C), u_l (L), T.
+  const int num_cols = C + L + 1;
+  std::vector<CoinBigIndex> start;
+  std::vector<int> index;
+  std::vector<double> value, col_lb, col_ub, obj;
+  start.reserve(num_cols + 1);
+  index.reserve(static_cast<size_t>(C) * 7 + 3 * L + 1);
+  value.reserve(index.capacity());
+  for (const Column& col : set.columns) {
+    start.push_back(static_cast<CoinBigIndex>(index.size()));
+    const double t = col.t / scale;
+    if (col.first_layer == 0) {
+      index.push_back(row_source);
+      value.push_back(1.0);
+    } else {
+      index.push_back(node_row[static_cast<size_t>(col.first_layer) * (Q + 1) + col.state]);
+      value.push_back(-1.0);
+    }
+    if (col.head_state > 0) {
+      index.push_back(node_row[static_cast<size_t>(col.last_layer) * (Q + 1) + col.head_state]);
+      value.push_back(1.0);
+    }
+    index.push_back(row_devices);
+    value.push_back(col.devices);
+    index.push_back(row_count);
+    value.push_back(1.0);
+    index.push_back(row_u0 + col.first_layer);
+    value.push_back(-t);
+    if (col.last_layer < L) {
+      index.push_back(row_u0 + col.last_layer);
+      value.push_back(t);
+    }
+    index.push_back(row_volume);
+    value.push_back(-col.devices * t);
+    col_lb.push_back(0.0);
+    col_ub.push_back(1.0);
+    obj.push_back(col.a / scale);
+  }
+  for (int l = 0; l < L; ++l) {  // u_l - u_{l-1} - (t starting at l) + (t ending at l) = 0
+    start.push_back(static_cast<CoinBigIndex>(index.size()));
+    index.push_back(row_u0 + l);
+    value.push_back(1.0);
+    if (l + 1 < L) {
+      index.push_back(row_u0 + l + 1);
+      value.push_back(-1.0);
+    }
+    index.push_back(row_t0 + l);
+    value.push_back(-1.0);
+    col_lb.push_back(0.0);
+    col_ub.push_back(big);
+    obj.push_back(0.0);
+  }
+  start.push_back(static_cast<CoinBigIndex>(index.size()));  // T
+  for (int l = 0; l < L; ++l) {
+    index.push_back(row_t0 + l);
+    value.push_back(1.0);
+  }
+  index.push_back(row_volume);
+  value.push_back(space.num_devices);
+  col_lb.push_back(set.t_floor / scale);
+  col_ub.push_back(big);
+  obj.push_back(m - 1.0);
+  start.push_back(static_cast<CoinBigIndex>(index.size()));
+
+  CbcModel holder;
+  Cbc_Model* model = holder.get();
+  Cbc_loadProblem(model, num_cols, static_cast<int>(row_lb.size()), start.data(), index.data(),
+                  value.data(), col_lb.data(), col_ub.data(), obj.data(), row_lb.data(),
+                  row_ub.data());
+  for (int k = 0; k < C; ++k) Cbc_setInteger(model, k);
+  Cbc_setLogLevel(model, log ? 1 : 0);
+  Cbc_setParameter(model, "timeMode", "elapsed");
+  Cbc_setParameter(model, "seconds", fmt::format("{:.3f}", std::max(0.001, seconds)).c_str());
+  Cbc_setParameter(model, "randomSeed", "1");
+  Cbc_setParameter(model, "randomCbcSeed", "1");
+  Cbc_setParameter(model, "ratioGap", "0");
+  Cbc_setParameter(model, "allowableGap", "1e-10");
+  // Coefficients are O(1) after the time scaling; Clp's automatic scaling made the root LP of
+  // gpt3-6.7b on 64 GPUs three times slower.
+  Cbc_setParameter(model, "scaling", "off");
+  if (std::isfinite(cutoff_seconds))
+    Cbc_setParameter(model, "cutoff", fmt::format("{:.17g}", cutoff_seconds / scale).c_str());
+  if (!mip_start.empty()) {
+    std::vector<double> ones(mip_start.size(), 1.0);
+    Cbc_setMIPStartI(model, static_cast<int>(mip_start.size()), mip_start.data(), ones.data());
+  }
+  Cbc_solve(model);
+
+  MilpOutcome outcome;
+  outcome.nodes = Cbc_getNodeCount(model);
+  const double* solution = Cbc_bestSolution(model);
+  const bool optimal = Cbc_isProvenOptimal(model) != 0;
+  const bool infeasible = Cbc_isProvenInfeasible(model) != 0;
+  if (solution != nullptr) {
+    std::vector<int> chosen;
+    for (int k = 0; k < C; ++k)
+      if (solution[k] > 0.5) chosen.push_back(k);
+    std::sort(chosen.begin(), chosen.end(), [&](int x, int y) {
+      return set.columns[x].first_layer < set.columns[y].first_layer;
+    });
+    double objective = 0;
+    for (int k : chosen) objective += set.columns[k].a;
+    objective += (m - 1) * solution[C + L] * scale;
+    outcome.chosen = chosen;
+    outcome.objective_seconds = objective;
+  }
+  if (optimal || infeasible) {
+    outcome.proven = true;
+    outcome.status = solution != nullptr ? "optimal" : "no plan below the cutoff";
+    if (solution != nullptr)
+      outcome.bound_seconds = outcome.objective_seconds;
+    else
+      outcome.bound_seconds = std::isfinite(cutoff_seconds) ? cutoff_seconds : kInf;
+    if (solution == nullptr && !std::isfinite(cutoff_seconds)) outcome.status = "infeasible";
+  } else {
+    const int status = Cbc_status(model);
+    const int secondary = Cbc_secondaryStatus(model);
+    outcome.status = status == 1 && secondary == 4   ? "time limit"
+                     : status == 2                   ? "abandoned (numerical difficulties)"
+                                                     : fmt::format("stopped (status {}, {})",
+                                                                   status, secondary);
+    const double bound = Cbc_getBestPossibleObjValue(model) * scale;
+    outcome.bound_seconds = std::isfinite(bound) ? std::max(set.cheap_bound, bound)
+                                                 : set.cheap_bound;
+  }
+  return outcome;
+}
+
+#endif  // STRATOS_HAVE_CBC
+
+}  // namespace
+
+bool IlpSearcher::Available() {
+#ifdef STRATOS_HAVE_CBC
+  return true;
+#else
+  return false;
+#endif
+}
+
+SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& options) {
+  const Clock::time_point start = Clock::now();
+  options.Validate();
+  const SearchSpace space = SearchSpace::Build(problem, options.space);
+  const CostModel cost_model(problem);
+  const int L = problem.NumLayers();
+  const int max_stages = std::min(space.max_stages, L);
+
+  SearchResult result;
+  SearchSummary& summary = result.summary;
+  summary.algorithm = Name();
+  summary.time_limit_seconds_given = options.time_limit_seconds;
+  summary.best_iteration_seconds = kInf;
+  summary.initial_iteration_seconds = kInf;
+
+#ifndef STRATOS_HAVE_CBC
+  (void)cost_model;
+  (void)max_stages;
+  summary.termination = TerminationType::kInfeasible;
+  summary.message =
+      "built without COIN-OR CBC: the ILP baseline needs Debian's coinor-libcbc-dev at build time";
+  summary.wall_seconds = SecondsSince(start);
+  return result;
+#else
+  double best = kInf;
+  auto improve = [&](const Plan& plan, double seconds) {
+    best = seconds;
+    result.plan = plan;
+    if (!std::isfinite(summary.initial_iteration_seconds))
+      summary.initial_iteration_seconds = seconds;
+    const double wall = SecondsSince(start);
+    summary.anytime.push_back({wall, seconds});
+    if (options.on_improvement) options.on_improvement(wall, seconds);
+  };
+
+  // The warm start: first incumbent, and CBC's MIP start for its microbatch count.
+  std::string warm_note;
+  std::optional<Estimate> warm_estimate;
+  if (ilp_options_.warm_start) {
+    const Plan& warm = *ilp_options_.warm_start;
+    std::string why;
+    try {
+      ValidatePlan(problem, warm, "warm start");
+      Estimate estimate = Evaluate(cost_model, warm);
+      const bool m_in_space =
+          std::find(space.num_microbatches.begin(), space.num_microbatches.end(),
+                    warm.num_microbatches) != space.num_microbatches.end();
+      if (!estimate.Fits()) {
+        why = estimate.MemoryViolation();
+      } else if (warm.schedule != problem.training.schedule) {
+        why = fmt::format("schedule {} differs from the problem's {}", ScheduleName(warm.schedule),
+                          ScheduleName(problem.training.schedule));
+      } else if (!m_in_space) {
+        why = fmt::format("num_microbatches {} is not in the search space", warm.num_microbatches);
+      } else if (warm.NumStages() < space.min_stages || warm.NumStages() > max_stages) {
+        why = fmt::format("{} stages outside [{}, {}]", warm.NumStages(), space.min_stages,
+                          max_stages);
+      } else {
+        for (const StagePlan& stage : warm.stages)
+          if (std::find(space.configs.begin(), space.configs.end(), stage.config) ==
+              space.configs.end()) {
+            why = fmt::format("stage configuration {} is not in the search space",
+                              stage.config.Label());
+            break;
+          }
+      }
+      if (why.empty()) {
+        improve(warm, estimate.iteration_seconds);
+        warm_estimate = estimate;
+      }
+    } catch (const InputError& error) {
+      why = error.what();
+    }
+    warm_note = why.empty() ? fmt::format("; warm start {:.6g} s", best)
+                            : fmt::format("; warm start ignored: {}", why);
+  }
+
+  // Columns of every microbatch count, and the best uniform plan as a first incumbent (a primal
+  // heuristic: with a good cutoff CBC settles most counts at the root).
+  struct PerM {
+    ColumnSet set;
+    double bound = 0;      // lower bound on this m's optimum (or >= the final best)
+    bool settled = false;  // bound proven (MILP finished, or cheap bound >= incumbent)
+    bool feasible = false; // some chain of columns exists (ignoring devices and T)
+    double seconds_given = 0;  // CBC time of its last attempt
+  };
+  std::vector<PerM> per_m;
+  bool stopped_by_time = false;
+  bool stopped_by_evaluations = false;
+  size_t num_columns = 0;       // built (valid, fitting, Pareto-optimal, on a chain)
+  size_t num_milp_columns = 0;  // in the MILPs solved, after pruning by the incumbent
+  double uniform_best = kInf;
+  for (int m : space.num_microbatches) {
+    if (SecondsSince(start) >= options.time_limit_seconds) {
+      stopped_by_time = true;
+      break;
+    }
+    const StageTable table(cost_model, space.configs, m);
+    PerM entry;
+    entry.set = BuildColumns(cost_model, space, table, max_stages);
+    entry.bound = entry.set.cheap_bound;
+    entry.feasible = std::isfinite(entry.set.cheap_bound);
+    num_columns += entry.set.columns.size();
+    per_m.push_back(std::move(entry));
+    if (std::optional<Plan> uniform = BestUniform(cost_model, space, table, max_stages)) {
+      const Estimate estimate = Evaluate(cost_model, *uniform);
+      STRATOS_CHECK(estimate.Fits(), "uniform plan does not fit: {}", estimate.MemoryViolation());
+      uniform_best = std::min(uniform_best, estimate.iteration_seconds);
+      if (estimate.iteration_seconds < best) improve(*uniform, estimate.iteration_seconds);
+    }
+  }
+  // Drop the columns that cannot beat the incumbent, then solve the counts in order of their
+  // bound (the best-looking first, so the cutoff tightens early).
+  for (PerM& entry : per_m) {
+    if (std::isfinite(best)) Tighten(entry.set, best);
+    entry.bound = std::max(entry.bound, std::min(entry.set.cheap_bound, best));
+  }
+  std::vector<size_t> order(per_m.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return per_m[x].set.cheap_bound < per_m[y].set.cheap_bound;
+  });
+
+  int settled_by_bound = 0;
+  std::string abandoned;
+  // Solves (or settles by its bound) one microbatch count with at most `seconds` of CBC time.
+  auto attempt = [&](PerM& entry, double seconds) {
+    if (std::isfinite(best)) Tighten(entry.set, best);
+    // A bound on min(this m's optimum, best): what the lower bound of the search needs.
+    entry.bound = std::max(entry.bound, std::min(entry.set.cheap_bound, best));
+    const ColumnSet& set = entry.set;
+    if (!std::isfinite(set.cheap_bound) || set.cheap_bound >= best) {
+      entry.settled = true;
+      if (entry.feasible) ++settled_by_bound;
+      return;
+    }
+    std::vector<int> mip_start;
+    double cutoff = best;
+    if (warm_estimate && ilp_options_.warm_start->num_microbatches == set.m) {
+      mip_start = MapPlanToColumns(set, *ilp_options_.warm_start, *warm_estimate);
+      // Let CBC accept the MIP start, whose value is at most the incumbent's.
+      if (!mip_start.empty()) cutoff = best * (1.0 + 1e-9);
+    }
+    const MilpOutcome outcome = SolveMilp(set, space, max_stages, L, cutoff, mip_start, seconds,
+                                          ilp_options_.solver_log);
+    ++summary.evaluations;
+    summary.iterations += outcome.nodes;
+    num_milp_columns += set.columns.size();
+    if (!outcome.chosen.empty()) {
+      Plan plan;
+      plan.global_batch_size = problem.training.global_batch_size;
+      plan.num_microbatches = set.m;
+      plan.schedule = problem.training.schedule;
+      int expected_first = 0;
+      for (int c : outcome.chosen) {
+        const Column& col = set.columns[c];
+        STRATOS_CHECK(col.first_layer == expected_first, "MILP solution for m={} is not a chain",
+                      set.m);
+        plan.stages.push_back({col.first_layer, col.last_layer, space.configs[col.config]});
+        expected_first = col.last_layer;
+      }
+      STRATOS_CHECK(expected_first == L, "MILP solution for m={} ends at layer {} of {}", set.m,
+                    expected_first, L);
+      const Estimate estimate = Evaluate(cost_model, plan);
+      STRATOS_CHECK(estimate.Fits(), "MILP plan does not fit: {}", estimate.MemoryViolation());
+      STRATOS_CHECK(std::abs(estimate.iteration_seconds - outcome.objective_seconds) <=
+                        1e-6 * std::abs(estimate.iteration_seconds),
+                    "MILP objective {:.12g} s != Evaluate() {:.12g} s for {}",
+                    outcome.objective_seconds, estimate.iteration_seconds, plan.Summary());
+      if (estimate.iteration_seconds < best) improve(plan, estimate.iteration_seconds);
+    }
+    entry.bound = std::max(entry.bound, outcome.bound_seconds);
+    entry.settled = outcome.proven;
+    if (outcome.status.rfind("abandoned", 0) == 0)
+      abandoned = fmt::format("; m={}: CBC {}", set.m, outcome.status);
+    if (options.progress)
+      std::fprintf(stderr,
+                   "[ilp %8.2fs] m=%d: %zu columns, %s, %ld nodes, bound %.6g s, best %.6g s\n",
+                   SecondsSince(start), set.m, set.columns.size(), outcome.status.c_str(),
+                   outcome.nodes, outcome.bound_seconds, best);
+  };
+  // Pass 1 shares the remaining time fairly among the counts still open, so one hard count does
+  // not starve the others; pass 2 gives the counts CBC did not finish all the time left.
+  for (int pass = 0; pass < 2 && !stopped_by_time && !stopped_by_evaluations; ++pass) {
+    std::vector<size_t> open_counts;
+    for (size_t k : order)
+      if (!per_m[k].settled) open_counts.push_back(k);
+    for (size_t n = 0; n < open_counts.size(); ++n) {
+      PerM& entry = per_m[open_counts[n]];
+      if (entry.settled) continue;
+      const double remaining = options.time_limit_seconds - SecondsSince(start);
+      if (remaining <= 0) {
+        stopped_by_time = true;
+        break;
+      }
+      if (options.max_evaluations > 0 && summary.evaluations >= options.max_evaluations) {
+        stopped_by_evaluations = true;
+        break;
+      }
+      // Pass 2 re-solves from scratch: only worth it with more time than pass 1 gave.
+      if (pass == 1 && entry.seconds_given >= 0.5 * remaining) continue;
+      entry.seconds_given = pass == 0 ? remaining / (open_counts.size() - n) : remaining;
+      attempt(entry, entry.seconds_given);
+    }
+  }
+  if (SecondsSince(start) >= options.time_limit_seconds) stopped_by_time = true;
+
+  int num_settled = 0;
+  double lower_bound = best;
+  for (const PerM& entry : per_m) {
+    if (entry.settled) ++num_settled;
+    lower_bound = std::min(lower_bound, entry.bound);
+  }
+  const int num_m = static_cast<int>(space.num_microbatches.size());
+  // Counts whose columns were never built have no bound but 0.
+  if (static_cast<int>(per_m.size()) < num_m) lower_bound = std::min(lower_bound, 0.0);
+  const bool all_settled = num_settled == num_m;
+  summary.best_iteration_seconds = best;
+  summary.wall_seconds = SecondsSince(start);
+  const std::string work = fmt::format(
+      "{} MILPs over {} microbatch counts ({} settled by their bound), {} columns built, {} in "
+      "the MILPs; best uniform plan {}{}{}",
+      summary.evaluations, num_m, settled_by_bound, num_columns, num_milp_columns,
+      std::isfinite(uniform_best) ? fmt::format("{:.9g} s", uniform_best) : std::string("none"),
+      warm_note, abandoned);
+
+  if (all_settled && result.plan) {
+    summary.termination = TerminationType::kOptimal;
+    summary.lower_bound_seconds = best;
+    summary.message = fmt::format("optimal: objective {:.9g} s, bound {:.9g} s, gap 0 %; {}; {}",
+                                  best, best, work, result.plan->Summary());
+  } else if (all_settled) {
+    summary.termination = TerminationType::kInfeasible;
+    summary.message = fmt::format("{}; {}", ExplainNoPlan(cost_model, space, max_stages), work);
+  } else {
+    const bool by_time = stopped_by_time || !stopped_by_evaluations;
+    summary.termination = by_time ? TerminationType::kTimeLimit
+                                  : TerminationType::kEvaluationLimit;
+    const std::string why = by_time ? "stopped by the time limit"
+                                    : "stopped by the evaluation (MILP) limit";
+    if (std::isfinite(lower_bound) && lower_bound > 0) summary.lower_bound_seconds = lower_bound;
+    if (result.plan) {
+      const double gap = best > 0 ? std::max(0.0, (best - lower_bound) / best) : 0.0;
+      summary.message = fmt::format(
+          "{} with {} of {} microbatch counts settled: objective {:.9g} s, bound {:.9g} s, gap "
+          "{:.4f} %; {}; {}",
+          why, num_settled, num_m, best, lower_bound, 100.0 * gap, work, result.plan->Summary());
+    } else {
+      summary.message = fmt::format(
+          "{} before any feasible plan was found ({} of {} microbatch counts settled, bound "
+          "{:.9g} s); {}",
+          why, num_settled, num_m, lower_bound, work);
+    }
+  }
+  return result;
+#endif
+}
+
+}  // namespace stratos

@@ -41,7 +41,8 @@ struct Column {
   int config = 0;       // index into SearchSpace::configs
   int devices = 1;      // mesh size n
   double t = 0;         // microbatch seconds t_s
-  double a = 0;         // t_s + e_s
+  double a = 0;         // t_s + c_s (the additive part of the objective)
+  double e = 0;         // exposed tail e_s (the objective pays max_s e_s)
 };
 
 // The pruned columns of one microbatch count and what the MILP needs around them.
@@ -50,13 +51,15 @@ struct ColumnSet {
   int num_states = 1;            // Q
   bool open_last_state = false;  // state Q means ">= Q stages remain" (loops to itself)
   std::vector<Column> columns;   // ordered by first_layer
-  // Lower bound on this m's optimum without a MILP: the shortest chain by t + e plus (m - 1)
-  // times t_floor. kInf when no chain of columns exists (m is infeasible).
+  // Lower bound on this m's optimum without a MILP: the shortest chain by t + c plus (m - 1)
+  // times t_floor plus e_floor. kInf when no chain of columns exists (m is infeasible).
   double cheap_bound = kInf;
   // Lower bound on max_s t_s: the volume bound, and the largest per-layer least t of a column
   // covering the layer.
   double t_floor = 0;
   double volume_floor = 0;
+  // Lower bound on max_s e_s: the largest per-layer least e of a column covering the layer.
+  double e_floor = 0;
   int num_layers = 0;
   int min_stages = 1;
 };
@@ -67,8 +70,8 @@ int StateOf(int remaining, int num_states, bool open) {
 }
 
 // Drops the columns that lie on no source-to-sink chain, or on none that could beat
-// `incumbent` seconds: a chain through a column costs at least the cheapest chain by t + e
-// through it plus (m - 1) max(t_col, t_floor). Repeats while t_floor (the largest per-layer least
+// `incumbent` seconds: a chain through a column costs at least the cheapest chain by t + c
+// through it plus (m - 1) max(t_col, t_floor) plus max(e_col, e_floor). Repeats while t_floor (the largest per-layer least
 // t of a remaining column covering it, or the volume bound) rises; then sets cheap_bound. Exact:
 // only plans no better than the incumbent are lost.
 void Tighten(ColumnSet& set, double incumbent) {
@@ -81,7 +84,7 @@ void Tighten(ColumnSet& set, double incumbent) {
   };
   const size_t num_nodes = static_cast<size_t>(L + 1) * (Q + 1);
   const double threshold = incumbent * (1.0 + 1e-12);
-  std::vector<double> forward(num_nodes), backward(num_nodes), cover(L);
+  std::vector<double> forward(num_nodes), backward(num_nodes), cover(L), cover_e(L);
   for (;;) {
     // Columns are ordered by first_layer: one pass each way is a DAG shortest path.
     std::fill(forward.begin(), forward.end(), kInf);
@@ -101,16 +104,21 @@ void Tighten(ColumnSet& set, double incumbent) {
       tail = std::min(tail, rest + col.a);
     }
     std::fill(cover.begin(), cover.end(), kInf);
+    std::fill(cover_e.begin(), cover_e.end(), kInf);
     std::vector<Column> kept;
     kept.reserve(set.columns.size());
     for (const Column& col : set.columns) {
       const double rest = col.head_state == 0 ? 0.0 : backward[node(col.last_layer, col.head_state)];
       const double through = forward[node(col.first_layer, col.state)] + col.a + rest;
       if (!std::isfinite(through) ||
-          through + (m - 1) * std::max(col.t, set.t_floor) > threshold)
+          through + (m - 1) * std::max(col.t, set.t_floor) + std::max(col.e, set.e_floor) >
+              threshold)
         continue;
       kept.push_back(col);
-      for (int l = col.first_layer; l < col.last_layer; ++l) cover[l] = std::min(cover[l], col.t);
+      for (int l = col.first_layer; l < col.last_layer; ++l) {
+        cover[l] = std::min(cover[l], col.t);
+        cover_e[l] = std::min(cover_e[l], col.e);
+      }
     }
     const bool removed = kept.size() < set.columns.size();
     set.columns.swap(kept);
@@ -121,9 +129,12 @@ void Tighten(ColumnSet& set, double incumbent) {
     }
     double floor = set.volume_floor;
     for (double c : cover) floor = std::max(floor, c);
-    const bool raised = floor > set.t_floor;
+    double e_floor = 0;
+    for (double e : cover_e) e_floor = std::max(e_floor, e);
+    const bool raised = floor > set.t_floor || e_floor > set.e_floor;
     set.t_floor = std::max(set.t_floor, floor);
-    set.cheap_bound = to_sink + (m - 1) * set.t_floor;
+    set.e_floor = std::max(set.e_floor, e_floor);
+    set.cheap_bound = to_sink + (m - 1) * set.t_floor + set.e_floor;
     if (!removed && !raised) return;
   }
 }
@@ -157,11 +168,11 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
         space.mesh_sizes.begin());
 
   struct Candidate {
-    double t, a;
+    double t, a, e;
     int mesh, config;
   };
   std::vector<std::vector<Candidate>> bucket(static_cast<size_t>(L + 1) * (Q + 1));
-  std::vector<double> min_a(N + 1);
+  std::vector<Candidate> kept_in_cell;
   for (int i = 0; i < L; ++i) {
     for (auto& b : bucket) b.clear();
     for (int c : table.ValidConfigs()) {
@@ -176,14 +187,15 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
           terms = table.Terms(i, L, c);  // a last stage's overhead differs
         }
         const double t = terms.MicrobatchSeconds();
-        const double a = t + terms.TailSeconds();
+        const double a = t + terms.OneTimeSeconds();
+        const double e = terms.ExposedTailSeconds();
         for (int q = 1; q <= Q; ++q) {
           if (L - i < q) break;  // q stages need q layers
           // Evaluate's rule (capacity - peak < 0 is a violation); in-flight grows with q.
           if (capacity - terms.PeakMemoryBytes(inflight[q]) < 0) break;
           const bool last = j == L;
           if (last ? q != 1 : (q == 1 && !open)) continue;
-          bucket[static_cast<size_t>(j) * (Q + 1) + q].push_back({t, a, mesh_of_config[c], c});
+          bucket[static_cast<size_t>(j) * (Q + 1) + q].push_back({t, a, e, mesh_of_config[c], c});
         }
       }
     }
@@ -194,12 +206,13 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
         std::sort(cell.begin(), cell.end(), [](const Candidate& x, const Candidate& y) {
           if (x.t != y.t) return x.t < y.t;
           if (x.a != y.a) return x.a < y.a;
+          if (x.e != y.e) return x.e < y.e;
           if (x.mesh != y.mesh) return x.mesh < y.mesh;
           return x.config < y.config;
         });
-        // A candidate is dominated if a kept one has no larger mesh, t and a (kept ones come
-        // first in t order); min_a[k] = least a of a kept candidate with mesh index <= k.
-        std::fill(min_a.begin(), min_a.end(), kInf);
+        // A candidate is dominated if a kept one has no larger mesh, t, a and e (kept ones come
+        // first in t order).
+        kept_in_cell.clear();
         std::vector<int> heads;
         if (j == L) {
           heads.push_back(0);
@@ -208,11 +221,16 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
           if (q == Q && open && L - j >= Q) heads.push_back(Q);
         }
         for (const Candidate& cand : cell) {
-          if (min_a[cand.mesh] <= cand.a) continue;
-          for (int k = cand.mesh; k < N; ++k) min_a[k] = std::min(min_a[k], cand.a);
+          const bool dominated = std::any_of(
+              kept_in_cell.begin(), kept_in_cell.end(), [&cand](const Candidate& k) {
+                return k.mesh <= cand.mesh && k.a <= cand.a && k.e <= cand.e;
+              });
+          if (dominated) continue;
+          kept_in_cell.push_back(cand);
           for (int head : heads)
             set.columns.push_back({i, j, q, head, cand.config,
-                                   space.configs[cand.config].NumDevices(), cand.t, cand.a});
+                                   space.configs[cand.config].NumDevices(), cand.t, cand.a,
+                                   cand.e});
         }
       }
     }
@@ -348,19 +366,20 @@ std::optional<Plan> BestUniform(const CostModel& cost_model, const SearchSpace& 
   int best_stages = 0, best_config = -1;
   for (int p = space.min_stages; p <= max_stages; ++p) {
     const std::vector<std::pair<int, int>> ranges = SplitLayersEvenly(L, p);
-    std::vector<double> t(p), e(p);
+    std::vector<double> t(p), e(p), one_time(p);
     for (int c : table.ValidConfigs()) {
       if (p * space.configs[c].NumDevices() > space.num_devices) continue;
       bool fits = true;
       for (int s = 0; s < p && fits; ++s) {
         const StageTerms terms = table.Terms(ranges[s].first, ranges[s].second, c);
         t[s] = terms.MicrobatchSeconds();
-        e[s] = terms.TailSeconds();
+        e[s] = terms.ExposedTailSeconds();
+        one_time[s] = terms.OneTimeSeconds();
         if (capacity - terms.PeakMemoryBytes(MicrobatchesInFlight(schedule, p, s, m)) < 0)
           fits = false;
       }
       if (!fits) continue;
-      const double seconds = PipelineObjective(t, e, m);
+      const double seconds = PipelineObjective(t, e, one_time, m);
       if (seconds < best) {
         best = seconds;
         best_stages = p;
@@ -412,7 +431,8 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   const double big = std::numeric_limits<double>::max();
 
   // Rows: source, flow nodes (i, q) for 0 < i < L, devices, stage count, u_l (L), T >= u_l (L),
-  // volume.
+  // volume, v_l (L), E >= v_l (L). u_l / v_l are the t / e of the stage covering layer l,
+  // written telescoped (each column adds its value where it starts, removes it where it ends).
   std::vector<int> node_row(static_cast<size_t>(L + 1) * (Q + 1), -1);
   std::vector<double> row_lb, row_ub;
   auto add_row = [&](double lb, double ub) {
@@ -437,14 +457,18 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   const int row_t0 = static_cast<int>(row_lb.size());
   for (int l = 0; l < L; ++l) add_row(0.0, big);
   const int row_volume = add_row(0.0, big);
+  const int row_v0 = static_cast<int>(row_lb.size());
+  for (int l = 0; l < L; ++l) add_row(0.0, 0.0);
+  const int row_e0 = static_cast<int>(row_lb.size());
+  for (int l = 0; l < L; ++l) add_row(0.0, big);
 
-  // Columns: x (C), u_l (L), T.
-  const int num_cols = C + L + 1;
+  // Columns: x (C), u_l (L), T, v_l (L), E.
+  const int num_cols = C + L + 1 + L + 1;
   std::vector<CoinBigIndex> start;
   std::vector<int> index;
   std::vector<double> value, col_lb, col_ub, obj;
   start.reserve(num_cols + 1);
-  index.reserve(static_cast<size_t>(C) * 7 + 3 * L + 1);
+  index.reserve(static_cast<size_t>(C) * 9 + 6 * L + 2);
   value.reserve(index.capacity());
   for (const Column& col : set.columns) {
     start.push_back(static_cast<CoinBigIndex>(index.size()));
@@ -472,6 +496,13 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     }
     index.push_back(row_volume);
     value.push_back(-col.devices * t);
+    const double e = col.e / scale;
+    index.push_back(row_v0 + col.first_layer);
+    value.push_back(-e);
+    if (col.last_layer < L) {
+      index.push_back(row_v0 + col.last_layer);
+      value.push_back(e);
+    }
     col_lb.push_back(0.0);
     col_ub.push_back(1.0);
     obj.push_back(col.a / scale);
@@ -500,6 +531,28 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   col_lb.push_back(set.t_floor / scale);
   col_ub.push_back(big);
   obj.push_back(m - 1.0);
+  for (int l = 0; l < L; ++l) {  // v_l - v_{l-1} - (e starting at l) + (e ending at l) = 0
+    start.push_back(static_cast<CoinBigIndex>(index.size()));
+    index.push_back(row_v0 + l);
+    value.push_back(1.0);
+    if (l + 1 < L) {
+      index.push_back(row_v0 + l + 1);
+      value.push_back(-1.0);
+    }
+    index.push_back(row_e0 + l);
+    value.push_back(-1.0);
+    col_lb.push_back(0.0);
+    col_ub.push_back(big);
+    obj.push_back(0.0);
+  }
+  start.push_back(static_cast<CoinBigIndex>(index.size()));  // E
+  for (int l = 0; l < L; ++l) {
+    index.push_back(row_e0 + l);
+    value.push_back(1.0);
+  }
+  col_lb.push_back(set.e_floor / scale);
+  col_ub.push_back(big);
+  obj.push_back(1.0);
   start.push_back(static_cast<CoinBigIndex>(index.size()));
 
   CbcModel holder;
@@ -540,7 +593,7 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     });
     double objective = 0;
     for (int k : chosen) objective += set.columns[k].a;
-    objective += (m - 1) * solution[C + L] * scale;
+    objective += (m - 1) * solution[C + L] * scale + solution[C + 2 * L + 1] * scale;
     outcome.chosen = chosen;
     outcome.objective_seconds = objective;
   }

@@ -117,14 +117,15 @@ class Chain {
     const StageTable& table = Table(state.m_index);
     const int m = space_.num_microbatches[state.m_index];
     const int p = static_cast<int>(state.stages.size());
-    std::vector<double> t(p), e(p);
+    std::vector<double> t(p), e(p), c(p);
     Priced priced;
     priced.fits = true;
     for (int s = 0; s < p; ++s) {
       const Stage& stage = state.stages[s];
       const StageTerms terms = table.Terms(stage.first, stage.last, stage.config);
       t[s] = terms.MicrobatchSeconds();
-      e[s] = terms.TailSeconds();
+      e[s] = terms.ExposedTailSeconds();
+      c[s] = terms.OneTimeSeconds();
       const double peak = terms.PeakMemoryBytes(MicrobatchesInFlight(schedule_, p, s, m));
       const double headroom = capacity_ - peak;
       if (headroom < 0) {
@@ -132,7 +133,7 @@ class Chain {
         priced.overflow = std::max(priced.overflow, -headroom / capacity_);
       }
     }
-    priced.seconds = PipelineObjective(t, e, m);
+    priced.seconds = PipelineObjective(t, e, c, m);
     priced.cost = priced.fits ? priced.seconds
                               : priced.seconds *
                                     (1.0 + options_.memory_penalty * (0.05 + priced.overflow));

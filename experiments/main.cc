@@ -5,6 +5,7 @@
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
 #include "experiments/commands.h"
+#include "experiments/run_commands.h"
 #include "experiments/searchers.h"
 #include "runtime/device_info.h"
 
@@ -101,6 +102,40 @@ int main(int argc, char** argv) {
   ladder->add_option("--rungs", bench.max_rungs, "run only the first N rungs");
   ladder->add_option("--algo", bench.algorithms, "searchers to run")->capture_default_str();
 
+  stratos::RunArgs run;
+  CLI::App* run_command = app.add_subcommand(
+      "run", "run a plan on this machine: spawn one worker process per device (Gloo on CPU)");
+  stratos::WorkerArgs worker;
+  CLI::App* worker_command = app.add_subcommand(
+      "worker", "one rank of a run (launched by `stratos run`, torchrun --no-python or srun)");
+  for (auto [command, flags] : {std::pair{run_command, &run.flags}, std::pair{worker_command, &worker.flags}}) {
+    CLI::Option* plan = command->add_option("--plan", flags->plan_file, "plan JSON (stratos.plan/1)");
+    command->add_option("--pp", flags->pipeline_parallel, "pipeline stages (uniform plan)")->excludes(plan);
+    command->add_option("--dp", flags->data_parallel, "data-parallel degree (uniform plan)")->excludes(plan);
+    command->add_option("--tp", flags->tensor_parallel, "tensor-parallel degree (uniform plan)")->excludes(plan);
+    command->add_option("--micro-batch", flags->micro_batch_size, "samples per DP replica per microbatch")->excludes(plan);
+    command->add_option("--global-batch", flags->global_batch_size, "sequences per step (uniform plan)")->excludes(plan)->capture_default_str();
+    command->add_option("--schedule", flags->schedule, "1f1b | gpipe (uniform plan)")->excludes(plan)->capture_default_str();
+    command->add_option("--zero", flags->zero_stage, "ZeRO stage 0 | 1 (uniform plan)")->excludes(plan)->capture_default_str();
+    command->add_option("--recompute", flags->recompute, "none | selective | full (uniform plan)")->excludes(plan)->capture_default_str();
+    command->add_option("--model", flags->model, "gpt-tiny, zoo model or model file")->capture_default_str();
+    command->add_option("--seq-length", flags->seq_length, "sequence length (default: the model's)");
+    command->add_option("--steps", flags->steps, "optimizer steps")->capture_default_str();
+    command->add_option("--lr", flags->learning_rate, "Adam learning rate")->capture_default_str();
+    command->add_option("--seed", flags->seed, "seed of weights and batches")->capture_default_str();
+    command->add_option("--data", flags->data_path, "text file (default: tinyshakespeare)");
+    command->add_option("--output-dir", flags->output_dir, "measurement, trace, reports")->capture_default_str();
+    command->add_option("--checkpoint-dir", flags->checkpoint_dir, "where checkpoints go");
+    command->add_option("--checkpoint-every", flags->checkpoint_every, "steps between checkpoints (0: at the end)");
+    command->add_flag("--resume", flags->resume, "continue from the latest checkpoint");
+    command->add_option("--timeout", flags->timeout_seconds, "c10d timeout, seconds")->capture_default_str();
+    command->add_option("--backend", flags->backend, "gloo | nccl | auto")->capture_default_str();
+    command->add_option("--threads", flags->threads, "intra-op threads per worker")->capture_default_str();
+  }
+  run_command->add_option("--nproc", run.nproc, "worker processes (default: the plan's devices)");
+  run_command->add_option("--deadline", run.deadline_seconds, "kill workers after this many seconds")->capture_default_str();
+  worker_command->add_option("--config", worker.config_file, "run_options.json written by `stratos run`");
+
   CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
 
   try {
@@ -117,6 +152,8 @@ int main(int argc, char** argv) {
       return stratos::RunEvaluate(evaluate);
     }
     if (*ladder) return stratos::RunBenchLadder(bench);
+    if (*run_command) return stratos::RunRun(run);
+    if (*worker_command) return stratos::RunWorker(worker);
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();
       fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {})\n", info.torch_version,

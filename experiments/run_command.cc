@@ -1,0 +1,133 @@
+// `stratos run` and `stratos worker` (experiments/run_commands.h).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "costmodel/error.h"
+#include "experiments/run_commands.h"
+#include "runtime/data.h"
+#include "runtime/launcher.h"
+#include "runtime/trainer.h"
+
+namespace stratos {
+
+namespace {
+
+TrainOptions OptionsFromFlags(const RunFlags& flags) {
+  TrainOptions options;
+  options.model = flags.model;
+  options.seq_length = flags.seq_length;
+  options.steps = flags.steps;
+  options.learning_rate = flags.learning_rate;
+  if (flags.seed < 0) ThrowInputError("command line", "--seed", flags.seed, "must be >= 0");
+  options.seed = static_cast<uint64_t>(flags.seed);
+  options.data_path = flags.data_path;
+  options.output_dir = flags.output_dir;
+  options.checkpoint_dir = flags.checkpoint_dir;
+  options.checkpoint_every = flags.checkpoint_every;
+  options.resume = flags.resume;
+  options.timeout_seconds = flags.timeout_seconds;
+  options.backend = flags.backend;
+  options.threads = flags.threads;
+  if (!flags.plan_file.empty()) {
+    options.plan = ReadPlanFile(flags.plan_file);
+  } else {
+    const ModelSpec model = LoadRuntimeModel(flags.model, flags.seq_length);
+    options.plan = UniformRuntimePlan(
+        model, flags.pipeline_parallel, flags.data_parallel, flags.tensor_parallel,
+        flags.micro_batch_size, flags.global_batch_size,
+        ParseSchedule(flags.schedule, "command line: --schedule"), flags.zero_stage,
+        ParseRecompute(flags.recompute, "command line: --recompute"));
+  }
+  options.Validate();
+  return options;
+}
+
+std::string SelfExecutable() {
+  char buffer[PATH_MAX];
+  const ssize_t length = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (length <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
+  return std::string(buffer, static_cast<size_t>(length));
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace
+
+int RunRun(const RunArgs& args) {
+  const TrainOptions options = OptionsFromFlags(args.flags);
+  const std::string where = args.flags.plan_file.empty() ? "command line" : args.flags.plan_file;
+  if (args.nproc != 0 && args.nproc != options.plan.NumDevices())
+    ThrowInputError("command line", "--nproc", args.nproc,
+                    fmt::format("must equal the plan's {} devices ({})", options.plan.NumDevices(),
+                                where));
+  // Refused before anything is launched (RunLocal checks again).
+  const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
+  const CharDataset data(options.data_path.empty() ? DefaultDataPath() : options.data_path,
+                         model.seq_length);
+  CheckRuntimePlan(model, options.plan, options.plan.NumDevices(), where, data.VocabSize());
+  fmt::print("plan: {}\n", options.plan.Summary());
+  fmt::print("launching {} workers; logs in {}/logs\n", options.plan.NumDevices(),
+             options.output_dir);
+  const LaunchResult result =
+      RunLocal(options, SelfExecutable(), {"worker", "--config"}, args.deadline_seconds);
+  if (!result.Succeeded()) {
+    fmt::print(stderr, "stratos run: workers failed: {}\n", result.Summary());
+    const std::string errors = options.output_dir + "/errors";
+    if (std::filesystem::exists(errors))
+      for (const auto& entry : std::filesystem::directory_iterator(errors))
+        fmt::print(stderr, "  {}", ReadText(entry.path().string()));
+    return 1;
+  }
+  const auto measurement =
+      nlohmann::json::parse(ReadText(options.output_dir + "/measurement.json"));
+  const auto losses = measurement.at("losses").get<std::vector<double>>();
+  const int first_step = measurement.at("first_step").get<int>();
+  for (size_t i = 0; i < losses.size(); ++i)
+    fmt::print("step {:4d}  loss {:.4f}\n", first_step + static_cast<int>(i), losses[i]);
+  const auto& comparison = measurement.at("predicted_vs_measured");
+  fmt::print("iteration {:.4f} s (predicted {:.4f} s), {:.0f} tokens/s\n",
+             measurement.at("iteration_seconds").get<double>(),
+             comparison.at("predicted_iteration_seconds").get<double>(),
+             measurement.at("tokens_per_second").get<double>());
+  for (const auto& stage : measurement.at("stages"))
+    fmt::print("  stage {}: forward {:.4f} s, backward {:.4f} s, communication {:.4f} s, idle "
+               "{:.4f} s per iteration\n",
+               stage.at("stage").get<int>(), stage.at("forward_seconds").get<double>(),
+               stage.at("backward_seconds").get<double>(),
+               stage.at("communication_seconds").get<double>(),
+               stage.at("idle_seconds").get<double>());
+  fmt::print("wrote {0}/measurement.json, {0}/trace.json, {0}/predicted_vs_measured.json\n",
+             options.output_dir);
+  return 0;
+}
+
+int RunWorker(const WorkerArgs& args) {
+  TrainOptions options;
+  if (!args.config_file.empty()) {
+    std::ifstream in(args.config_file);
+    if (!in) throw InputError(fmt::format("{}: cannot open run options", args.config_file));
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError(fmt::format("{}: JSON parse error: {}", args.config_file, e.what()));
+    }
+    options = TrainOptionsFromJson(json, args.config_file);
+  } else {
+    options = OptionsFromFlags(args.flags);
+  }
+  return RunWorkerProcess(options, RendezvousFromEnvironment());
+}
+
+}  // namespace stratos

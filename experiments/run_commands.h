@@ -1,0 +1,57 @@
+#pragma once
+// `stratos run` (spawn local workers for a plan) and `stratos worker` (one rank, launched by
+// `stratos run`, torchrun or srun) — DESIGN.md §9. Both return the process exit code; bad input
+// throws InputError (main() prints it and exits with 2).
+#include <string>
+
+namespace stratos {
+
+// What to run: a plan file, or a uniform Megatron-style plan from --pp/--dp/--tp/--micro-batch.
+struct RunFlags {
+  std::string plan_file;           // stratos.plan/1 JSON; empty: uniform plan from the degrees
+  int pipeline_parallel = 1;       // uniform plan only
+  int data_parallel = 1;
+  int tensor_parallel = 1;
+  int micro_batch_size = 1;        // samples per DP replica per microbatch
+  int global_batch_size = 8;       // uniform plan only (a plan file carries its own)
+  std::string schedule = "1f1b";   // uniform plan only: 1f1b | gpipe
+  int zero_stage = 0;              // uniform plan only: 0 | 1
+  std::string recompute = "none";  // uniform plan only: none | selective | full
+  std::string model = "gpt-tiny";  // built-in gpt-tiny, zoo name or model file
+  int seq_length = 0;              // 0: the model's
+  int steps = 20;
+  double learning_rate = 1e-3;
+  int seed = 1234;
+  std::string data_path;           // empty: ../shared/data/tinyshakespeare.txt
+  std::string output_dir = "out/run";
+  std::string checkpoint_dir;      // empty: no checkpoints
+  int checkpoint_every = 0;        // steps; 0: at the end only
+  bool resume = false;
+  double timeout_seconds = 60;     // rendezvous and collectives (c10d timeout)
+  std::string backend = "auto";    // gloo | nccl | auto
+  int threads = 1;                 // intra-op threads per worker
+};
+
+struct RunArgs {
+  RunFlags flags;
+  int nproc = 0;                   // 0: the plan's device count; otherwise must equal it
+  double deadline_seconds = 3600;  // workers still running then are killed
+};
+
+// Validates the plan against the model and this machine's workers (refused before launch),
+// spawns the workers (`stratos worker --config DIR/run_options.json`), waits, prints the loss
+// trajectory, iteration time, tokens/s and predicted-vs-measured summary. Returns 0 if every
+// worker succeeded, 1 otherwise (the per-rank errors are printed from DIR/errors/).
+int RunRun(const RunArgs& args);
+
+struct WorkerArgs {
+  RunFlags flags;
+  std::string config_file;  // run_options.json written by `stratos run`; overrides flags
+};
+
+// One rank: rendezvous from the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT; or SLURM_PROCID / SLURM_NTASKS), then training. Returns 0 on
+// success, 1 on failure (one line naming the rank and what it was doing on stderr).
+int RunWorker(const WorkerArgs& args);
+
+}  // namespace stratos

@@ -1,0 +1,298 @@
+#include "runtime/communicator.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <cstdlib>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+class RendezvousStore {
+ public:
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+class SelfWork : public CommWork {
+ public:
+  void Wait() override {}
+};
+
+class SelfCommunicator : public Communicator {
+ public:
+  explicit SelfCommunicator(std::string name) : name_(std::move(name)) {}
+  int Rank() const override { return 0; }
+  int Size() const override { return 1; }
+  const std::string& Name() const override { return name_; }
+  std::shared_ptr<CommWork> AllReduceSumAsync(torch::Tensor) override {
+    return std::make_shared<SelfWork>();
+  }
+  void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) override {
+    STRATOS_CHECK(outputs.size() == 1, "group {} of one: {} outputs", name_, outputs.size());
+    outputs[0].copy_(input);
+  }
+  std::shared_ptr<CommWork> SendAsync(torch::Tensor, int dst, int) override {
+    throw CommError(fmt::format("group {} has one rank: cannot send to rank {}", name_, dst));
+  }
+  std::shared_ptr<CommWork> RecvAsync(torch::Tensor, int src, int) override {
+    throw CommError(fmt::format("group {} has one rank: cannot receive from rank {}", name_, src));
+  }
+  void Barrier() override {}
+
+ private:
+  std::string name_;
+};
+
+// Waits for a c10d Work, turning c10d's exceptions into CommError with context.
+class C10dWork : public CommWork {
+ public:
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, Communicator* owner, std::string what)
+      : work_(std::move(work)), owner_(owner), what_(std::move(what)) {}
+  void Wait() override {
+    if (done_) return;
+    const auto start = Clock::now();
+    try {
+      work_->wait();
+    } catch (const std::exception& e) {
+      owner_->AddBlockedSeconds(SecondsSince(start));
+      throw CommError(fmt::format("{} in group {} (rank {} of {}) failed: {}", what_,
+                                  owner_->Name(), owner_->Rank(), owner_->Size(),
+                                  FirstLine(e.what())));
+    }
+    owner_->AddBlockedSeconds(SecondsSince(start));
+    done_ = true;
+  }
+  // c10::Error messages carry a long C++ backtrace after the first line.
+  static std::string FirstLine(const std::string& text) {
+    const auto end = text.find('\n');
+    return end == std::string::npos ? text : text.substr(0, end);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  Communicator* owner_;
+  std::string what_;
+  bool done_ = false;
+};
+
+class C10dCommunicator : public Communicator {
+ public:
+  C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name)
+      : group_(std::move(group)), name_(std::move(name)) {}
+  int Rank() const override { return group_->getRank(); }
+  int Size() const override { return group_->getSize(); }
+  const std::string& Name() const override { return name_; }
+
+  std::shared_ptr<CommWork> AllReduceSumAsync(torch::Tensor tensor) override {
+    std::vector<at::Tensor> tensors{tensor};
+    return Issue([&] { return group_->allreduce(tensors); },
+                 fmt::format("all-reduce of {} bytes", tensor.nbytes()));
+  }
+  void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) override {
+    std::vector<std::vector<at::Tensor>> out{outputs};
+    std::vector<at::Tensor> in{input};
+    Issue([&] { return group_->allgather(out, in); },
+          fmt::format("all-gather of {} bytes", input.nbytes()))
+        ->Wait();
+  }
+  std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst, int tag) override {
+    std::vector<at::Tensor> tensors{tensor};
+    return Issue([&] { return group_->send(tensors, dst, tag); },
+                 fmt::format("send of {} bytes to rank {} (tag {})", tensor.nbytes(), dst, tag));
+  }
+  std::shared_ptr<CommWork> RecvAsync(torch::Tensor tensor, int src, int tag) override {
+    std::vector<at::Tensor> tensors{tensor};
+    return Issue([&] { return group_->recv(tensors, src, tag); },
+                 fmt::format("receive of {} bytes from rank {} (tag {})", tensor.nbytes(), src,
+                             tag));
+  }
+  void Barrier() override {
+    Issue([&] { return group_->barrier(); }, "barrier")->Wait();
+  }
+
+ private:
+  template <typename F>
+  std::shared_ptr<CommWork> Issue(F&& issue, std::string what) {
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = issue();
+    } catch (const std::exception& e) {
+      throw CommError(fmt::format("{} in group {} (rank {} of {}) failed: {}", what, name_,
+                                  Rank(), Size(), C10dWork::FirstLine(e.what())));
+    }
+    return std::make_shared<C10dWork>(std::move(work), this, std::move(what));
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::string name_;
+};
+
+int EnvInt(const char* name, const char* fallback_name, int fallback_value, bool required) {
+  const char* text = std::getenv(name);
+  std::string used = name;
+  if (text == nullptr && fallback_name != nullptr) {
+    text = std::getenv(fallback_name);
+    used = fallback_name;
+  }
+  if (text == nullptr) {
+    if (required)
+      throw InputError(fmt::format(
+          "environment: {} is not set (launch with torchrun, srun, or `stratos run`)", name));
+    return fallback_value;
+  }
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < 0)
+    ThrowInputError("environment", used, fmt::format("\"{}\"", text),
+                    "must be a non-negative integer");
+  return static_cast<int>(value);
+}
+
+// GLOO_SOCKET_IFNAME wins (as in PyTorch); a loopback master means a one-machine run, where the
+// host name may not resolve to a reachable address; otherwise the address of this host name.
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const RendezvousOptions& options) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  const std::string& addr = options.master_addr;
+  if (addr == "127.0.0.1" || addr == "localhost" || addr == "::1")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeSelfCommunicator(const std::string& name) {
+  return std::make_unique<SelfCommunicator>(name);
+}
+
+bool NcclAvailable() {
+#ifdef USE_C10D_NCCL
+  return torch::cuda::is_available();
+#else
+  return false;
+#endif
+}
+
+RendezvousOptions RendezvousFromEnvironment() {
+  RendezvousOptions options;
+  options.rank = EnvInt("RANK", "SLURM_PROCID", 0, true);
+  options.world_size = EnvInt("WORLD_SIZE", "SLURM_NTASKS", 1, true);
+  options.local_rank = EnvInt("LOCAL_RANK", "SLURM_LOCALID", 0, false);
+  if (options.world_size < 1) ThrowInputError("environment", "WORLD_SIZE", 0, "must be >= 1");
+  if (options.rank >= options.world_size)
+    ThrowInputError("environment", "RANK", options.rank,
+                    fmt::format("must be < WORLD_SIZE = {}", options.world_size));
+  if (const char* addr = std::getenv("MASTER_ADDR")) options.master_addr = addr;
+  options.master_port = EnvInt("MASTER_PORT", nullptr, 29500, false);
+  if (options.master_port < 1 || options.master_port > 65535)
+    ThrowInputError("environment", "MASTER_PORT", options.master_port, "must be in [1, 65535]");
+  return options;
+}
+
+ProcessGroups::ProcessGroups(const RendezvousOptions& options)
+    : options_(options), store_(std::make_unique<RendezvousStore>()) {
+  if (options.backend == "auto") {
+    backend_ = NcclAvailable() ? "nccl" : "gloo";
+  } else if (options.backend == "gloo" || options.backend == "nccl") {
+    backend_ = options.backend;
+  } else {
+    ThrowInputError("runtime options", "backend", options.backend, "must be gloo, nccl or auto");
+  }
+  if (backend_ == "nccl" && !NcclAvailable())
+    throw InputError("runtime options: backend = nccl: this LibTorch has no CUDA/NCCL");
+  try {
+    if (!options.file_store_path.empty()) {
+      store_->store =
+          c10::make_intrusive<c10d::FileStore>(options.file_store_path, options.world_size);
+    } else {
+      c10d::TCPStoreOptions tcp;
+      tcp.port = static_cast<std::uint16_t>(options.master_port);
+      tcp.isServer = options.rank == 0;
+      tcp.numWorkers = options.world_size;
+      tcp.waitWorkers = true;
+      tcp.timeout = options.timeout;
+      store_->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, tcp);
+    }
+    store_->store->setTimeout(options.timeout);
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("rank {}: rendezvous at {} failed: {}", options.rank,
+                                options.file_store_path.empty()
+                                    ? fmt::format("{}:{}", options.master_addr, options.master_port)
+                                    : options.file_store_path,
+                                C10dWork::FirstLine(e.what())));
+  }
+  std::vector<int> all(options.world_size);
+  for (int r = 0; r < options.world_size; ++r) all[r] = r;
+  world_ = NewGroup("world", all);
+}
+
+ProcessGroups::~ProcessGroups() = default;
+
+std::unique_ptr<Communicator> ProcessGroups::NewGroup(const std::string& name,
+                                                      const std::vector<int>& global_ranks) {
+  const auto it = std::find(global_ranks.begin(), global_ranks.end(), options_.rank);
+  STRATOS_CHECK(it != global_ranks.end(), "rank {} is not a member of group {}", options_.rank,
+                name);
+  const int group_rank = static_cast<int>(it - global_ranks.begin());
+  const int group_size = static_cast<int>(global_ranks.size());
+  if (group_size == 1) return MakeSelfCommunicator(name);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_->store);
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  try {
+#ifdef USE_C10D_NCCL
+    if (backend_ == "nccl") {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = options_.timeout;
+      group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, group_rank, group_size,
+                                                          nccl_options);
+    }
+#endif
+    if (!group) {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+      gloo_options->devices.push_back(GlooDevice(options_));
+      gloo_options->threads = 2;
+      group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, group_rank, group_size,
+                                                          gloo_options);
+    }
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("rank {}: creating process group {} of {} ranks failed: {}",
+                                options_.rank, name, group_size, C10dWork::FirstLine(e.what())));
+  }
+  return std::make_unique<C10dCommunicator>(std::move(group), name);
+}
+
+void ProcessGroups::StoreSet(const std::string& key, const std::string& value) {
+  try {
+    store_->store->set("data/" + key, std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("rank {}: store set of {} failed: {}", options_.rank, key,
+                                C10dWork::FirstLine(e.what())));
+  }
+}
+
+std::string ProcessGroups::StoreGet(const std::string& key) {
+  try {
+    const std::vector<uint8_t> bytes = store_->store->get("data/" + key);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("rank {}: store get of {} failed: {}", options_.rank, key,
+                                C10dWork::FirstLine(e.what())));
+  }
+}
+
+}  // namespace stratos

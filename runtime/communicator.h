@@ -1,0 +1,121 @@
+#pragma once
+// The runtime's one thin communicator interface over c10d process groups (DESIGN.md §9): Gloo on
+// CPU, NCCL on GPUs when this LibTorch has it. c10d's C++ API moves between LibTorch versions, so
+// nothing outside communicator.cc includes c10d headers.
+//
+// Ranks passed to and returned by a Communicator are group-local (0 .. Size() - 1). Every
+// blocking call and every CommWork::Wait() throws CommError when c10d reports a failure: a peer
+// that died (connection closed) or a peer that did not answer within the group's timeout. The
+// message names the group, this rank, the operation and c10d's own message.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace stratos {
+
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A pending asynchronous operation. Wait() blocks until it completes; throws CommError.
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  virtual void Wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int Rank() const = 0;
+  virtual int Size() const = 0;
+  // e.g. "world", "tp[stage 1, dp 0]"; used in error messages.
+  virtual const std::string& Name() const = 0;
+
+  // Sums `tensor` (any shape, contiguous) over the group, in place, asynchronously.
+  virtual std::shared_ptr<CommWork> AllReduceSumAsync(torch::Tensor tensor) = 0;
+  // outputs[r] receives rank r's `input`; all shapes equal, outputs.size() == Size().
+  virtual void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) = 0;
+  // Point-to-point, tagged; the tensor must stay alive and unmodified until Wait() returns.
+  virtual std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst_rank, int tag) = 0;
+  virtual std::shared_ptr<CommWork> RecvAsync(torch::Tensor tensor, int src_rank, int tag) = 0;
+  virtual void Barrier() = 0;
+
+  void AllReduceSum(torch::Tensor tensor) { AllReduceSumAsync(std::move(tensor))->Wait(); }
+
+  // Wall seconds this process spent blocked in Wait() / blocking calls of this group since
+  // construction (communication time, for the measurement report).
+  double BlockedSeconds() const { return blocked_seconds_; }
+  void AddBlockedSeconds(double seconds) { blocked_seconds_ += seconds; }
+
+ private:
+  double blocked_seconds_ = 0;
+};
+
+// A group of one process: collectives are no-ops, point-to-point is an error.
+std::unique_ptr<Communicator> MakeSelfCommunicator(const std::string& name);
+
+// Key-value store shared by all processes of a run (a c10d Store); opaque outside communicator.cc.
+class RendezvousStore;
+
+// How processes find each other.
+struct RendezvousOptions {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  // TCPStore at master_addr:master_port (rank 0 hosts it), as torchrun sets up ...
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // ... or, if not empty, a FileStore on this path (a shared file system).
+  std::string file_store_path;
+  // Rendezvous and every collective fail after this long without progress.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // "gloo" | "nccl" | "auto" (nccl when CUDA and NCCL are available, else gloo).
+  std::string backend = "auto";
+};
+
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun, or Slurm via
+// SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID when RANK is unset). Throws
+// InputError("environment: RANK = x: ...") for missing or malformed values.
+RendezvousOptions RendezvousFromEnvironment();
+
+// Whether this build can create NCCL process groups (LibTorch with CUDA and NCCL).
+bool NcclAvailable();
+
+// The processes of one run: the world group, the store, and factories for subgroups.
+class ProcessGroups {
+ public:
+  // Connects to the store and creates the world group. Blocks until all world_size processes
+  // have joined; throws CommError after options.timeout.
+  explicit ProcessGroups(const RendezvousOptions& options);
+  ~ProcessGroups();
+
+  Communicator& World() { return *world_; }
+  int Rank() const { return options_.rank; }
+  int WorldSize() const { return options_.world_size; }
+  const std::string& Backend() const { return backend_; }
+
+  // Creates the subgroup of `global_ranks` (sorted, containing this rank); `name` must be
+  // unique in the run and equal on all members. Every member must call it; non-members must
+  // not. A group of one is a self communicator.
+  std::unique_ptr<Communicator> NewGroup(const std::string& name,
+                                         const std::vector<int>& global_ranks);
+
+  // Store access for small metadata (measurements gathered by rank 0). Get blocks up to the
+  // timeout for the key to appear.
+  void StoreSet(const std::string& key, const std::string& value);
+  std::string StoreGet(const std::string& key);
+
+ private:
+  RendezvousOptions options_;
+  std::string backend_;
+  std::unique_ptr<RendezvousStore> store_;
+  std::unique_ptr<Communicator> world_;
+};
+
+}  // namespace stratos

@@ -1,0 +1,94 @@
+#pragma once
+// A GPT built from the same ModelSpec as the cost model, one pipeline stage at a time.
+//
+// Layer i of the stage is layer i of ModelSpec::layers: [embedding, num_layers x block, head].
+// The embedding is token + learned position embeddings; a block is pre-LayerNorm causal
+// self-attention and a GeLU MLP with biases (GPT-2); the head is the final LayerNorm, the LM head
+// (tied to the word embeddings when tie_word_embeddings) and the mean cross entropy. No dropout:
+// the run is deterministic.
+//
+// Tensor parallelism is Megatron-LM's (Shoeybi et al. 2019, §3): Q, K, V and fc1 are
+// column-parallel (heads and ffn columns split over TP ranks), the attention output projection
+// and fc2 are row-parallel followed by an all-reduce, the word embeddings are vocab-parallel
+// (rows split, looked up where owned, all-reduced). The LM head is column-parallel over the
+// vocabulary; instead of Megatron's vocab-parallel cross entropy, the logits are all-gathered
+// and every TP rank computes the full cross entropy (a documented simplification: same loss and
+// gradients, TP-times more logit memory and an all-gather of (b, s, V) floats).
+//
+// Parameters are initialized from the full (unsharded) tensor drawn from a generator seeded by
+// (seed, layer, parameter), then sliced: a run's initial weights do not depend on its plan.
+// All parameters of a stage are views into one flat fp32 buffer (FlatParameters()).
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "costmodel/model.h"
+#include "costmodel/problem.h"
+#include "runtime/communicator.h"
+
+namespace stratos {
+
+// Checks that the runtime can build `model`: family "gpt", kv heads == heads, positive sizes.
+// Throws InputError naming the model and the rule otherwise.
+void CheckRuntimeModel(const ModelSpec& model);
+
+// Megatron f and g (Shoeybi et al. 2019, Fig. 3) and the logits gather, as autograd functions.
+// `tp` may be a group of one (then they are identities).
+// Identity forward, all-reduce of the gradient backward.  x: any shape
+torch::Tensor CopyToTensorParallel(const torch::Tensor& x, Communicator* tp);
+// All-reduce forward, identity backward.  x: any shape
+torch::Tensor ReduceFromTensorParallel(const torch::Tensor& x, Communicator* tp);
+// All-gather along the last dimension forward; backward keeps this rank's slice.
+// x: (..., n) -> (..., n * tp->Size())
+torch::Tensor GatherLastDimFromTensorParallel(const torch::Tensor& x, Communicator* tp);
+
+struct ParameterInfo {
+  std::string name;       // e.g. "block.2.attn.q.weight"
+  int layer = 0;          // index into ModelSpec::layers
+  int64_t offset = 0;     // into FlatParameters()
+  int64_t numel = 0;      // local (sharded) elements
+  bool word_embedding = false;  // the (possibly tied) word embedding shard, wte or lm_head copy
+};
+
+class GptStage {
+ public:
+  // Builds layers [first_layer, last_layer) of `model` for TP rank tp->Rank() of tp->Size().
+  // Throws InputError if the model is not supported (CheckRuntimeModel) or TP does not divide
+  // the heads, the ffn size or the vocabulary.
+  GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
+           Communicator* tp, uint64_t seed);
+  ~GptStage();
+  GptStage(const GptStage&) = delete;
+  GptStage& operator=(const GptStage&) = delete;
+
+  bool IsFirst() const { return first_layer_ == 0; }
+  bool IsLast() const;
+  // input: token ids (b, s) int64 on the first stage, hidden states (b, s, h) fp32 otherwise.
+  // targets: (b, s) int64 token ids, used on the last stage only.
+  // Returns the mean cross entropy (scalar) on the last stage, hidden states (b, s, h) otherwise.
+  torch::Tensor Forward(const torch::Tensor& input, const torch::Tensor& targets);
+
+  // Views into the flat buffer, in layer order.
+  const std::vector<torch::Tensor>& Parameters() const { return parameters_; }
+  const std::vector<ParameterInfo>& ParameterInfos() const { return infos_; }
+  torch::Tensor FlatParameters() const { return flat_; }  // (num_local_parameters,)
+  int64_t NumLocalParameters() const { return flat_.numel(); }
+  int HiddenSize() const { return hidden_; }
+
+  struct Layer;  // defined in gpt.cc
+
+ private:
+  int first_layer_;
+  int last_layer_;
+  int num_model_layers_;
+  int hidden_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  torch::Tensor flat_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<ParameterInfo> infos_;
+};
+
+}  // namespace stratos

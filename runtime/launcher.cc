@@ -1,0 +1,199 @@
+#include "runtime/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include "costmodel/error.h"
+#include "runtime/data.h"
+
+extern char** environ;
+
+namespace stratos {
+
+bool LaunchResult::Succeeded() const {
+  for (int code : exit_codes)
+    if (code != 0) return false;
+  return !exit_codes.empty();
+}
+
+std::string LaunchResult::Summary() const {
+  std::string text;
+  for (size_t r = 0; r < exit_codes.size(); ++r) {
+    if (!text.empty()) text += "; ";
+    if (killed[r]) {
+      text += fmt::format("rank {}: killed after {:.1f} s", r, exit_seconds[r]);
+    } else if (exit_codes[r] < 0) {
+      text += fmt::format("rank {}: signal {} after {:.1f} s", r, -exit_codes[r], exit_seconds[r]);
+    } else {
+      text += fmt::format("rank {}: exit {} after {:.1f} s", r, exit_codes[r], exit_seconds[r]);
+    }
+  }
+  return text;
+}
+
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("cannot create a socket to find a free port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t length = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot bind a socket to find a free port");
+  }
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const int port = options.master_port > 0 ? options.master_port : FreeTcpPort();
+  // The environment without torchrun's variables, which each worker gets anew.
+  std::vector<std::string> base_env;
+  const char* skip[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=",
+                        "MASTER_ADDR=", "MASTER_PORT="};
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool drop = false;
+    for (const char* prefix : skip) drop = drop || std::strncmp(*e, prefix, std::strlen(prefix)) == 0;
+    if (!drop) base_env.push_back(*e);
+  }
+  if (!options.log_dir.empty()) std::filesystem::create_directories(options.log_dir);
+
+  const int n = options.nproc;
+  std::vector<pid_t> pids(n, -1);
+  LaunchResult result;
+  result.exit_codes.assign(n, 0);
+  result.exit_seconds.assign(n, 0);
+  result.killed.assign(n, false);
+  const auto start = Clock::now();
+  auto kill_all = [&] {
+    for (pid_t pid : pids)
+      if (pid > 0) kill(pid, SIGKILL);
+  };
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env = base_env;
+    env.push_back(fmt::format("RANK={}", r));
+    env.push_back(fmt::format("LOCAL_RANK={}", r));
+    env.push_back(fmt::format("WORLD_SIZE={}", n));
+    env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", n));
+    env.push_back("MASTER_ADDR=" + options.master_addr);
+    env.push_back(fmt::format("MASTER_PORT={}", port));
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_strings{options.executable};
+    argv_strings.insert(argv_strings.end(), options.args.begin(), options.args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_strings) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    std::string log;
+    if (!options.log_dir.empty()) {
+      log = fmt::format("{}/rank_{}.log", options.log_dir, r);
+      posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    }
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, options.executable.c_str(), &actions, nullptr, argv.data(),
+                               envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      kill_all();
+      for (pid_t p : pids)
+        if (p > 0) waitpid(p, nullptr, 0);
+      throw std::runtime_error(fmt::format("cannot start worker {} ({}): {}", r,
+                                           options.executable, std::strerror(rc)));
+    }
+    pids[r] = pid;
+  }
+
+  int running = n;
+  double first_failure = -1;
+  while (running > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (pids[r] <= 0) continue;
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        result.exit_seconds[r] =
+            std::chrono::duration<double>(Clock::now() - start).count();
+        result.exit_codes[r] = WIFEXITED(status) ? WEXITSTATUS(status)
+                                                 : (WIFSIGNALED(status) ? -WTERMSIG(status) : -1);
+        if (result.exit_codes[r] != 0 && first_failure < 0) first_failure = result.exit_seconds[r];
+        pids[r] = -1;
+        --running;
+      }
+    }
+    if (running == 0) break;
+    const double now = std::chrono::duration<double>(Clock::now() - start).count();
+    const bool deadline = now > options.deadline_seconds;
+    const bool grace = first_failure >= 0 && now > first_failure + options.failure_grace_seconds;
+    if (deadline || grace) {
+      for (int r = 0; r < n; ++r) {
+        if (pids[r] <= 0) continue;
+        kill(pids[r], SIGKILL);
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        result.killed[r] = true;
+        result.exit_codes[r] = -SIGKILL;
+        result.exit_seconds[r] = now;
+        pids[r] = -1;
+        --running;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+LaunchResult RunLocal(const TrainOptions& options, const std::string& executable,
+                      const std::vector<std::string>& worker_args, double deadline_seconds) {
+  options.Validate();
+  if (options.output_dir.empty())
+    throw InputError("run options: output_dir is required for a local launch");
+  const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
+  const CharDataset data(options.data_path.empty() ? DefaultDataPath() : options.data_path,
+                         model.seq_length);
+  const int nproc = options.plan.NumDevices();
+  CheckRuntimePlan(model, options.plan, nproc, "plan", data.VocabSize());
+
+  std::filesystem::create_directories(options.output_dir);
+  std::filesystem::remove_all(options.output_dir + "/errors");
+  const std::string config = options.output_dir + "/run_options.json";
+  {
+    std::ofstream out(config);
+    if (!out) throw InputError(fmt::format("{}: cannot write", config));
+    out << TrainOptionsToJson(options).dump(2) << "\n";
+  }
+  LaunchOptions launch;
+  launch.executable = executable;
+  launch.args = worker_args;
+  launch.args.push_back(config);
+  launch.nproc = nproc;
+  launch.deadline_seconds = deadline_seconds;
+  // Peers blocked on the failed worker hit their own c10d timeout within timeout_seconds.
+  launch.failure_grace_seconds = options.timeout_seconds + 3;
+  launch.log_dir = options.output_dir + "/logs";
+  return LaunchLocalWorkers(launch);
+}
+
+}  // namespace stratos

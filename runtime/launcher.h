@@ -1,0 +1,52 @@
+#pragma once
+// Local launch of worker processes on one machine (what `stratos run` does; torchrun or Slurm do
+// it across machines). Workers are started with posix_spawn (no fork of a process that may have
+// LibTorch threads) and the torchrun environment: RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+#include <string>
+#include <vector>
+
+#include "runtime/trainer.h"
+
+namespace stratos {
+
+struct LaunchOptions {
+  std::string executable;          // absolute path of the worker program
+  std::vector<std::string> args;   // its arguments (without argv[0])
+  int nproc = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;             // 0: a free port of this machine
+  // Every worker is killed (SIGKILL) once this many seconds have passed since the launch.
+  double deadline_seconds = 600;
+  // After the first worker fails, the others get this long to exit on their own (their c10d
+  // timeout should make them) before they are killed.
+  double failure_grace_seconds = 30;
+  // If not empty, worker r's stdout and stderr go to log_dir/rank_r.log.
+  std::string log_dir;
+};
+
+struct LaunchResult {
+  std::vector<int> exit_codes;       // per rank: exit status, or -signal if killed by a signal
+  std::vector<double> exit_seconds;  // per rank: seconds from launch to exit
+  std::vector<bool> killed;          // per rank: killed by the launcher (deadline or grace)
+  bool Succeeded() const;
+  // "rank 0: exit 0 after 2.1 s; rank 1: killed after 30.0 s (deadline); ..."
+  std::string Summary() const;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
+int FreeTcpPort();
+
+// Starts options.nproc workers and waits for all of them (or kills them, see LaunchOptions).
+// Throws std::runtime_error if a worker cannot be started (the others are killed).
+LaunchResult LaunchLocalWorkers(const LaunchOptions& options);
+
+// `stratos run` without the CLI: checks the plan (CheckRuntimePlan, refused before launch),
+// writes output_dir/run_options.json, launches nproc = plan devices workers running
+// `executable worker_args... <output_dir>/run_options.json` (the path is appended) and waits.
+// Returns the launch result; the worker errors are in output_dir/errors/rank_R.txt.
+// Throws InputError for an invalid plan or options (nothing is launched then).
+LaunchResult RunLocal(const TrainOptions& options, const std::string& executable,
+                      const std::vector<std::string>& worker_args, double deadline_seconds);
+
+}  // namespace stratos

@@ -1,0 +1,172 @@
+#include "runtime/report.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "costmodel/evaluate.h"
+#include "costmodel/pipeline_sim.h"
+#include "runtime/trainer.h"
+
+namespace stratos {
+
+using nlohmann::json;
+
+namespace {
+
+void WriteJson(const std::string& path, const json& value) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", tmp));
+    out << value.dump(2) << "\n";
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+const char* kKeys[] = {"step_seconds",      "forward_seconds",  "backward_seconds",
+                       "p2p_wait_seconds",  "dp_sync_seconds",  "optimizer_seconds",
+                       "tp_comm_seconds"};
+
+// Mean of each key over the measured steps of one rank (all but the first if there are several).
+std::map<std::string, double> RankMeans(const json& rank) {
+  std::map<std::string, double> mean;
+  const json& steps = rank.at("steps");
+  const size_t skip = steps.size() > 1 ? 1 : 0;
+  const double count = std::max<double>(1.0, static_cast<double>(steps.size() - skip));
+  for (const char* key : kKeys) mean[key] = 0;
+  for (size_t i = skip; i < steps.size(); ++i)
+    for (const char* key : kKeys) mean[key] += steps[i].at(key).get<double>() / count;
+  return mean;
+}
+
+}  // namespace
+
+json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
+  const Plan plan = PlanFromJson(record.options.at("plan"), "run options: plan");
+  const int world = static_cast<int>(record.ranks.size());
+  const int m = plan.num_microbatches;
+
+  // Per stage: mean over its ranks.
+  std::vector<std::map<std::string, double>> stage_means(plan.NumStages());
+  std::vector<int> stage_ranks(plan.NumStages(), 0);
+  double iteration_seconds = 0;
+  for (const json& rank : record.ranks) {
+    const int s = rank.at("stage").get<int>();
+    const auto mean = RankMeans(rank);
+    for (const auto& [key, value] : mean) stage_means[s][key] += value;
+    ++stage_ranks[s];
+    iteration_seconds = std::max(iteration_seconds, mean.at("step_seconds"));
+  }
+  json stages = json::array();
+  for (int s = 0; s < plan.NumStages(); ++s) {
+    auto& mean = stage_means[s];
+    for (auto& [key, value] : mean) value /= std::max(1, stage_ranks[s]);
+    const double busy = mean["forward_seconds"] + mean["backward_seconds"] +
+                        mean["dp_sync_seconds"] + mean["optimizer_seconds"];
+    stages.push_back({{"stage", s},
+                      {"layers", {plan.stages[s].first_layer, plan.stages[s].last_layer}},
+                      {"config", plan.stages[s].config.Label()},
+                      {"forward_seconds", mean["forward_seconds"]},
+                      {"backward_seconds", mean["backward_seconds"]},
+                      {"communication_seconds", mean["tp_comm_seconds"] + mean["dp_sync_seconds"]},
+                      {"tp_comm_seconds", mean["tp_comm_seconds"]},
+                      {"dp_sync_seconds", mean["dp_sync_seconds"]},
+                      {"optimizer_seconds", mean["optimizer_seconds"]},
+                      {"idle_seconds", mean["p2p_wait_seconds"]},
+                      {"other_seconds", std::max(0.0, mean["step_seconds"] - busy -
+                                                          mean["p2p_wait_seconds"])},
+                      {"step_seconds", mean["step_seconds"]}});
+  }
+  const double tokens = static_cast<double>(plan.global_batch_size) * record.model.seq_length;
+  json measurement = {
+      {"schema", "stratos.measurement/1"},
+      {"model", record.model.name},
+      {"plan", PlanToJson(plan)},
+      {"plan_summary", plan.Summary()},
+      {"world_size", world},
+      {"first_step", record.first_step},
+      {"losses", record.losses},
+      {"iteration_seconds", iteration_seconds},
+      {"tokens_per_second", iteration_seconds > 0 ? tokens / iteration_seconds : 0.0},
+      {"stages", stages},
+      {"ranks", record.ranks},
+      {"options", record.options},
+  };
+
+  // Predicted: the cost model on this machine's cluster description.
+  const Problem problem = RuntimeProblem(record.model, plan, world, record.flops_per_worker);
+  const Estimate estimate = Evaluate(problem, plan);
+  const SimResult sim = SimulatePipeline(SimStagesFromEstimate(estimate), m, plan.schedule);
+  json rows = json::array();
+  for (int s = 0; s < plan.NumStages(); ++s) {
+    const StageTerms& terms = estimate.stages[s].terms;
+    const double predicted_forward = terms.forward_seconds;
+    const double predicted_backward = terms.MicrobatchSeconds() - terms.forward_seconds;
+    const double measured_forward = stages[s]["forward_seconds"].get<double>() / m;
+    const double measured_backward = stages[s]["backward_seconds"].get<double>() / m;
+    const double measured_tail = stages[s]["dp_sync_seconds"].get<double>() +
+                                 stages[s]["optimizer_seconds"].get<double>();
+    auto ratio = [](double measured, double predicted) {
+      return predicted > 0 ? measured / predicted : 0.0;
+    };
+    rows.push_back({{"stage", s},
+                    {"predicted_forward_seconds_per_microbatch", predicted_forward},
+                    {"measured_forward_seconds_per_microbatch", measured_forward},
+                    {"forward_ratio", ratio(measured_forward, predicted_forward)},
+                    {"predicted_backward_seconds_per_microbatch", predicted_backward},
+                    {"measured_backward_seconds_per_microbatch", measured_backward},
+                    {"backward_ratio", ratio(measured_backward, predicted_backward)},
+                    {"predicted_tail_seconds", estimate.stages[s].tail_seconds},
+                    {"measured_tail_seconds", measured_tail},
+                    {"predicted_model_flops_per_microbatch", terms.model_flops}});
+  }
+  json comparison = {
+      {"schema", "stratos.predicted_vs_measured/1"},
+      {"cluster", problem.cluster.name},
+      {"flops_per_worker", record.flops_per_worker},
+      {"predicted_iteration_seconds", estimate.iteration_seconds},
+      {"simulated_iteration_seconds", sim.iteration_seconds},
+      {"measured_iteration_seconds", iteration_seconds},
+      {"iteration_ratio",
+       estimate.iteration_seconds > 0 ? iteration_seconds / estimate.iteration_seconds : 0.0},
+      {"stages", rows},
+      {"note", "predicted: costmodel::Evaluate of the same plan on LocalCpuCluster (fp32, one "
+               "thread per worker, assumed loopback network); ratios are measured / predicted"}};
+  measurement["predicted_vs_measured"] = comparison;
+
+  if (!output_dir.empty()) {
+    std::filesystem::create_directories(output_dir);
+    // Chrome trace: one process per rank, one thread per category group.
+    json trace = json::array();
+    for (const json& rank : record.ranks) {
+      const int r = rank.at("rank").get<int>();
+      trace.push_back({{"name", "process_name"},
+                       {"ph", "M"},
+                       {"pid", r},
+                       {"args",
+                        {{"name", fmt::format("rank {} (stage {}, dp {}, tp {})", r,
+                                              rank.at("stage").get<int>(),
+                                              rank.at("dp_rank").get<int>(),
+                                              rank.at("tp_rank").get<int>())}}}});
+      trace.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", r},
+                       {"args", {{"sort_index", r}}}});
+      for (const json& e : rank.at("events")) {
+        trace.push_back({{"name", e[0]},
+                         {"cat", e[1]},
+                         {"ph", "X"},
+                         {"pid", r},
+                         {"tid", 0},
+                         {"ts", e[2].get<double>() * 1e6},
+                         {"dur", e[3].get<double>() * 1e6}});
+      }
+    }
+    WriteJson(output_dir + "/measurement.json", measurement);
+    WriteJson(output_dir + "/predicted_vs_measured.json", comparison);
+    WriteJson(output_dir + "/trace.json", {{"traceEvents", trace}, {"displayTimeUnit", "ms"}});
+  }
+  return measurement;
+}
+
+}  // namespace stratos

@@ -1,0 +1,804 @@
+#include "runtime/trainer.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function_hook.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "costmodel/error.h"
+#include "costmodel/model_io.h"
+#include "costmodel/zoo.h"
+#include "runtime/data.h"
+#include "runtime/gpt.h"
+#include "runtime/report.h"
+#include "runtime/schedule.h"
+
+namespace stratos {
+
+using nlohmann::json;
+using torch::Tensor;
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Options.
+
+void TrainOptions::Validate() const {
+  const std::string where = "run options";
+  if (steps < 1) ThrowInputError(where, "steps", steps, "must be >= 1");
+  if (!(learning_rate > 0)) ThrowInputError(where, "learning_rate", learning_rate, "must be > 0");
+  if (!(adam_beta1 >= 0 && adam_beta1 < 1))
+    ThrowInputError(where, "adam_beta1", adam_beta1, "must be in [0, 1)");
+  if (!(adam_beta2 >= 0 && adam_beta2 < 1))
+    ThrowInputError(where, "adam_beta2", adam_beta2, "must be in [0, 1)");
+  if (!(adam_epsilon > 0)) ThrowInputError(where, "adam_epsilon", adam_epsilon, "must be > 0");
+  if (bucket_bytes < 1) ThrowInputError(where, "bucket_bytes", bucket_bytes, "must be >= 1");
+  if (!(timeout_seconds > 0))
+    ThrowInputError(where, "timeout_seconds", timeout_seconds, "must be > 0");
+  if (threads < 1) ThrowInputError(where, "threads", threads, "must be >= 1");
+  if (checkpoint_every < 0)
+    ThrowInputError(where, "checkpoint_every", checkpoint_every, "must be >= 0");
+  if (resume && checkpoint_dir.empty())
+    throw InputError("run options: resume needs a checkpoint directory (--checkpoint-dir)");
+  if (fault_kind != "exit" && fault_kind != "hang" && fault_kind != "throw")
+    ThrowInputError(where, "fault_kind", fault_kind, "must be exit, hang or throw");
+}
+
+json TrainOptionsToJson(const TrainOptions& o) {
+  return {{"model", o.model},
+          {"seq_length", o.seq_length},
+          {"plan", PlanToJson(o.plan)},
+          {"steps", o.steps},
+          {"learning_rate", o.learning_rate},
+          {"adam_beta1", o.adam_beta1},
+          {"adam_beta2", o.adam_beta2},
+          {"adam_epsilon", o.adam_epsilon},
+          {"seed", o.seed},
+          {"data_path", o.data_path},
+          {"bucket_bytes", o.bucket_bytes},
+          {"overlap_grad_sync", o.overlap_grad_sync},
+          {"output_dir", o.output_dir},
+          {"checkpoint_dir", o.checkpoint_dir},
+          {"checkpoint_every", o.checkpoint_every},
+          {"resume", o.resume},
+          {"timeout_seconds", o.timeout_seconds},
+          {"backend", o.backend},
+          {"threads", o.threads},
+          {"trace_steps", o.trace_steps},
+          {"fault_rank", o.fault_rank},
+          {"fault_step", o.fault_step},
+          {"fault_kind", o.fault_kind}};
+}
+
+TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(fmt::format("{}: run options must be a JSON object", where));
+  TrainOptions o;
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const json& v = item.value();
+    try {
+      if (key == "model") o.model = v.get<std::string>();
+      else if (key == "seq_length") o.seq_length = v.get<int>();
+      else if (key == "plan") o.plan = PlanFromJson(v, where + ": plan");
+      else if (key == "steps") o.steps = v.get<int>();
+      else if (key == "learning_rate") o.learning_rate = v.get<double>();
+      else if (key == "adam_beta1") o.adam_beta1 = v.get<double>();
+      else if (key == "adam_beta2") o.adam_beta2 = v.get<double>();
+      else if (key == "adam_epsilon") o.adam_epsilon = v.get<double>();
+      else if (key == "seed") o.seed = v.get<uint64_t>();
+      else if (key == "data_path") o.data_path = v.get<std::string>();
+      else if (key == "bucket_bytes") o.bucket_bytes = v.get<int64_t>();
+      else if (key == "overlap_grad_sync") o.overlap_grad_sync = v.get<bool>();
+      else if (key == "output_dir") o.output_dir = v.get<std::string>();
+      else if (key == "checkpoint_dir") o.checkpoint_dir = v.get<std::string>();
+      else if (key == "checkpoint_every") o.checkpoint_every = v.get<int>();
+      else if (key == "resume") o.resume = v.get<bool>();
+      else if (key == "timeout_seconds") o.timeout_seconds = v.get<double>();
+      else if (key == "backend") o.backend = v.get<std::string>();
+      else if (key == "threads") o.threads = v.get<int>();
+      else if (key == "trace_steps") o.trace_steps = v.get<int>();
+      else if (key == "fault_rank") o.fault_rank = v.get<int>();
+      else if (key == "fault_step") o.fault_step = v.get<int>();
+      else if (key == "fault_kind") o.fault_kind = v.get<std::string>();
+      else throw InputError(fmt::format("{}: {}: unknown key", where, key));
+    } catch (const json::exception& e) {
+      ThrowInputError(where, key, v.dump(), fmt::format("wrong type ({})", e.what()));
+    }
+  }
+  o.Validate();
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model, cluster, problem, plan checks.
+
+ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length) {
+  if (name_or_path == "gpt-tiny") {
+    ModelSpec model;
+    model.name = "gpt-tiny";
+    model.family = "gpt";
+    model.source = "built-in gpt-tiny";
+    model.hidden_size = 64;
+    model.num_layers = 4;
+    model.num_attention_heads = 4;
+    model.vocab_size = 72;
+    model.seq_length = seq_length > 0 ? seq_length : 64;
+    model.max_position_embeddings = model.seq_length;
+    model.tie_word_embeddings = true;
+    BuildTransformerLayers(model);
+    return model;
+  }
+  return ReadModelFile(ResolveModelPath(name_or_path), seq_length);
+}
+
+ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker) {
+  ClusterSpec cluster;
+  cluster.name = "local-cpu";
+  cluster.source = "this machine's CPU worker processes (runtime/trainer.cc LocalCpuCluster)";
+  DeviceSpec device;
+  device.name = "cpu-worker";
+  device.peak_flops = flops_per_worker;
+  device.memory_bytes = 4.0 * (1ull << 30);
+  device.hbm_bytes_per_second = 10e9;
+  device.matmul_efficiency = 1.0;
+  device.source = "peak = measured fp32 matmul FLOP/s of one thread; memory and bandwidth assumed";
+  cluster.devices.push_back(device);
+  cluster.node_groups.push_back({1, std::max(1, num_workers), device.name});
+  NetworkLevel loopback;
+  loopback.name = "loopback (Gloo over TCP)";
+  loopback.bandwidth_bytes_per_second = 1e9;
+  loopback.latency_seconds = 30e-6;
+  loopback.source = "assumed; calibrate from predicted_vs_measured.json";
+  cluster.networks.push_back(loopback);
+  return cluster;
+}
+
+double MeasureMatmulFlops(int n) {
+  torch::NoGradGuard no_grad;
+  Tensor a = torch::ones({n, n}), b = torch::ones({n, n});
+  torch::mm(a, b);  // warm-up
+  const int reps = 5;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) torch::mm(a, b);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return reps * 2.0 * n * n * n / std::max(seconds, 1e-9);
+}
+
+Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
+                       double flops_per_worker) {
+  Problem problem;
+  problem.model = model;
+  problem.cluster = LocalCpuCluster(num_workers, flops_per_worker);
+  problem.training.global_batch_size = plan.global_batch_size;
+  problem.training.schedule = plan.schedule;
+  problem.training.activation_dtype_bytes = 4;
+  problem.training.param_dtype_bytes = 4;
+  problem.training.grad_dtype_bytes = 4;
+  problem.training.optimizer_state_bytes_per_param = 8;
+  problem.training.optimizer_step_bytes_per_param = 28;
+  problem.training.dp_overlap_fraction = 0.5;
+  problem.training.sequence_parallel = false;
+  return problem;
+}
+
+void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
+                      const std::string& where, int data_vocab_size) {
+  CheckRuntimeModel(model);
+  if (plan.NumDevices() != world_size)
+    ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
+                    fmt::format("must equal the {} worker processes (--nproc / WORLD_SIZE)",
+                                world_size));
+  ValidatePlan(RuntimeProblem(model, plan, world_size), plan, where);
+  const StageConfig& first = plan.stages.front().config;
+  for (int s = 0; s < plan.NumStages(); ++s) {
+    const StageConfig& c = plan.stages[s].config;
+    if (c.data_parallel != first.data_parallel)
+      ThrowInputError(where, fmt::format("stages[{}].data_parallel", s), c.data_parallel,
+                      fmt::format("the runtime needs equal DP in every stage (stage 0 has {})",
+                                  first.data_parallel));
+    if (c.tensor_parallel != first.tensor_parallel)
+      ThrowInputError(where, fmt::format("stages[{}].tensor_parallel", s), c.tensor_parallel,
+                      fmt::format("the runtime needs equal TP in every stage (stage 0 has {})",
+                                  first.tensor_parallel));
+    if (c.zero_stage > 1)
+      ThrowInputError(where, fmt::format("stages[{}].zero_stage", s), c.zero_stage,
+                      "the runtime implements ZeRO stages 0 and 1");
+  }
+  const int tp = first.tensor_parallel;
+  if (model.ffn_hidden_size % tp != 0)
+    ThrowInputError(where, "stages[0].tensor_parallel", tp,
+                    fmt::format("must divide the model's ffn_hidden_size {}", model.ffn_hidden_size));
+  if (model.vocab_size % tp != 0)
+    ThrowInputError(where, "stages[0].tensor_parallel", tp,
+                    fmt::format("must divide the model's vocab_size {} (vocab-parallel embedding)",
+                                model.vocab_size));
+  if (data_vocab_size > model.vocab_size)
+    ThrowInputError(model.source.empty() ? model.name : model.source, "model.vocab_size",
+                    model.vocab_size,
+                    fmt::format("must be >= the data's {} distinct characters", data_vocab_size));
+}
+
+Plan UniformRuntimePlan(const ModelSpec& model, int pp, int dp, int tp, int micro_batch,
+                        int global_batch, Schedule schedule, int zero_stage,
+                        Recompute recompute) {
+  const std::string where = "command line";
+  if (pp < 1) ThrowInputError(where, "--pp", pp, "must be >= 1");
+  if (dp < 1) ThrowInputError(where, "--dp", dp, "must be >= 1");
+  if (tp < 1) ThrowInputError(where, "--tp", tp, "must be >= 1");
+  if (micro_batch < 1) ThrowInputError(where, "--micro-batch", micro_batch, "must be >= 1");
+  if (global_batch < 1 || global_batch % (micro_batch * dp) != 0)
+    ThrowInputError(where, "--global-batch", global_batch,
+                    fmt::format("must be a positive multiple of micro-batch x dp = {}",
+                                micro_batch * dp));
+  Plan plan;
+  plan.global_batch_size = global_batch;
+  plan.num_microbatches = global_batch / (micro_batch * dp);
+  plan.schedule = schedule;
+  StageConfig config;
+  config.mesh_nodes = 1;
+  config.mesh_gpus_per_node = dp * tp;
+  config.data_parallel = dp;
+  config.tensor_parallel = tp;
+  config.zero_stage = zero_stage;
+  config.recompute = recompute;
+  for (auto [first, last] : SplitLayersEvenly(model.NumLayers(), pp))
+    plan.stages.push_back({first, last, config});
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trainer internals.
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Layout {
+  int pp = 1, dp = 1, tp = 1;
+  int stage = 0, dp_rank = 0, tp_rank = 0;
+  int RankOf(int s, int d, int t) const { return s * dp * tp + d * tp + t; }
+  std::string Describe(int rank) const {
+    return fmt::format("rank {} (stage {}, dp {}, tp {})", rank, stage, dp_rank, tp_rank);
+  }
+};
+
+// What this rank is doing, for error messages.
+struct Activity {
+  const char* what = "starting";
+  int step = -1;
+  int microbatch = -1;
+  int peer = -1;
+  std::string Describe() const {
+    std::string text = what;
+    if (microbatch >= 0) text += fmt::format(" of microbatch {}", microbatch);
+    if (peer >= 0) text += fmt::format(" (peer rank {})", peer);
+    if (step >= 0) text += fmt::format(" in step {}", step);
+    return text;
+  }
+};
+
+// DP gradient all-reduce in buckets, launched from gradient-accumulator post hooks.
+class GradientSynchronizer {
+ public:
+  GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap)
+      : stage_(stage), dp_(dp), overlap_(overlap && dp->Size() > 1) {
+    flat_grads_ = torch::zeros({stage.NumLocalParameters()});
+    const auto& infos = stage.ParameterInfos();
+    // Buckets over parameters in reverse order (the order backward produces their gradients).
+    int64_t bucket_elements = 0;
+    for (int p = static_cast<int>(infos.size()) - 1; p >= 0; --p) {
+      if (buckets_.empty() || bucket_elements * 4 >= bucket_bytes) {
+        buckets_.push_back({});
+        bucket_elements = 0;
+      }
+      buckets_.back().params.push_back(p);
+      bucket_elements += infos[p].numel;
+      bucket_of_.resize(infos.size());
+      bucket_of_[p] = static_cast<int>(buckets_.size()) - 1;
+    }
+    for (Bucket& b : buckets_) {
+      b.offset = infos[b.params.back()].offset;
+      const ParameterInfo& last = infos[b.params.front()];
+      b.numel = last.offset + last.numel - b.offset;
+    }
+    if (overlap_) {
+      for (size_t p = 0; p < infos.size(); ++p) {
+        auto accumulator = torch::autograd::impl::grad_accumulator(stage.Parameters()[p]);
+        accumulator->add_post_hook(std::make_unique<Hook>(this, static_cast<int>(p)));
+        accumulators_.push_back(std::move(accumulator));
+      }
+    }
+  }
+
+  void BeginStep() {
+    armed_ = false;
+    for (Bucket& b : buckets_) {
+      b.ready = 0;
+      b.work.reset();
+    }
+    next_launch_ = 0;
+    for (const Tensor& p : stage_.Parameters()) {
+      if (p.grad().defined()) const_cast<Tensor&>(p).mutable_grad() = Tensor();
+    }
+  }
+  // Call before the backward of the last microbatch: from then on, buckets whose parameters all
+  // have their final gradient are all-reduced while the backward continues.
+  void Arm() { armed_ = overlap_; }
+
+  // Launches what is left, waits for all buckets and returns the averaged flat gradient
+  // (num_local_parameters,).
+  Tensor Finish() {
+    for (size_t k = next_launch_; k < buckets_.size(); ++k) Launch(k);
+    next_launch_ = buckets_.size();
+    for (Bucket& b : buckets_)
+      if (b.work) b.work->Wait();
+    armed_ = false;
+    return flat_grads_;
+  }
+  const Tensor& FlatGrads() const { return flat_grads_; }
+
+ private:
+  struct Bucket {
+    std::vector<int> params;  // in launch order (reverse parameter order)
+    int64_t offset = 0, numel = 0;
+    int ready = 0;
+    std::shared_ptr<CommWork> work;
+  };
+  struct Hook : torch::autograd::FunctionPostHook {
+    Hook(GradientSynchronizer* owner, int param) : owner_(owner), param_(param) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      owner_->OnGradientReady(param_);
+      return outputs;
+    }
+    GradientSynchronizer* owner_;
+    int param_;
+  };
+
+  void OnGradientReady(int p) {
+    if (!armed_) return;
+    Bucket& b = buckets_[bucket_of_[p]];
+    ++b.ready;
+    // Launch in bucket order so every DP rank issues the same collective sequence.
+    while (next_launch_ < buckets_.size() &&
+           buckets_[next_launch_].ready >= static_cast<int>(buckets_[next_launch_].params.size())) {
+      Launch(next_launch_++);
+    }
+  }
+
+  void Launch(size_t k) {
+    Bucket& b = buckets_[k];
+    torch::NoGradGuard no_grad;
+    const auto& infos = stage_.ParameterInfos();
+    for (int p : b.params) {
+      Tensor slice = flat_grads_.narrow(0, infos[p].offset, infos[p].numel);
+      const Tensor& grad = stage_.Parameters()[p].grad();
+      if (grad.defined()) slice.copy_(grad.reshape({-1}));
+      else slice.zero_();
+    }
+    if (dp_->Size() > 1) b.work = dp_->AllReduceSumAsync(flat_grads_.narrow(0, b.offset, b.numel));
+  }
+
+  GptStage& stage_;
+  Communicator* dp_;
+  bool overlap_;
+  bool armed_ = false;
+  Tensor flat_grads_;  // (num_local_parameters,)
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+  size_t next_launch_ = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+};
+
+// Adam over the flat parameter vector, sharded over DP for ZeRO-1.
+class ShardedAdam {
+ public:
+  ShardedAdam(const TrainOptions& options, Tensor flat_params, Communicator* dp, bool zero1)
+      : options_(options), params_(std::move(flat_params)), dp_(dp), zero1_(zero1 && dp->Size() > 1) {
+    const int64_t n = params_.numel();
+    const int D = zero1_ ? dp->Size() : 1;
+    shard_ = (n + D - 1) / D;
+    begin_ = zero1_ ? std::min(n, dp->Rank() * shard_) : 0;
+    end_ = std::min(n, begin_ + shard_);
+    m_ = torch::zeros({end_ - begin_});
+    v_ = torch::zeros({end_ - begin_});
+  }
+
+  // grads: (n,) averaged over DP.
+  void Step(const Tensor& grads) {
+    torch::NoGradGuard no_grad;
+    ++step_;
+    const double b1 = options_.adam_beta1, b2 = options_.adam_beta2;
+    Tensor p = params_.narrow(0, begin_, end_ - begin_);
+    Tensor g = grads.narrow(0, begin_, end_ - begin_);
+    m_.mul_(b1).add_(g, 1 - b1);
+    v_.mul_(b2).addcmul_(g, g, 1 - b2);
+    const double bias1 = 1 - std::pow(b1, step_), bias2 = 1 - std::pow(b2, step_);
+    Tensor denom = (v_.sqrt() / std::sqrt(bias2)).add_(options_.adam_epsilon);
+    p.addcdiv_(m_, denom, -options_.learning_rate / bias1);
+    if (zero1_) {
+      const int D = dp_->Size();
+      Tensor local = torch::zeros({shard_});
+      local.narrow(0, 0, end_ - begin_).copy_(p);
+      std::vector<Tensor> parts;
+      for (int r = 0; r < D; ++r) parts.push_back(torch::empty({shard_}));
+      dp_->AllGather(parts, local);
+      const int64_t n = params_.numel();
+      for (int r = 0; r < D; ++r) {
+        const int64_t b = std::min(n, r * shard_), e = std::min(n, b + shard_);
+        if (e > b) params_.narrow(0, b, e - b).copy_(parts[r].narrow(0, 0, e - b));
+      }
+    }
+  }
+
+  int64_t StepCount() const { return step_; }
+  std::vector<Tensor> State() const { return {m_, v_, torch::tensor({step_})}; }
+  void LoadState(const Tensor& m, const Tensor& v, int64_t step) {
+    STRATOS_CHECK(m.numel() == m_.numel() && v.numel() == v_.numel(),
+                  "checkpoint optimizer shard of {} elements, expected {}", m.numel(), m_.numel());
+    m_.copy_(m);
+    v_.copy_(v);
+    step_ = step;
+  }
+
+ private:
+  const TrainOptions& options_;
+  Tensor params_;
+  Communicator* dp_;
+  bool zero1_;
+  int64_t shard_ = 0, begin_ = 0, end_ = 0;
+  Tensor m_, v_;
+  int64_t step_ = 0;
+};
+
+struct TraceEvent {
+  std::string name;
+  const char* category;
+  double start_seconds;
+  double duration_seconds;
+};
+
+struct StepTimes {
+  double forward = 0, backward = 0, p2p_wait = 0, dp_sync = 0, optimizer = 0, step = 0;
+  double tp_comm = 0;
+};
+
+std::string CheckpointStepDir(const std::string& dir, int step) {
+  return fmt::format("{}/step_{:06d}", dir, step);
+}
+
+void WriteTextFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", tmp));
+    out << text;
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
+  options.Validate();
+  torch::set_num_threads(options.threads);
+  Activity activity;
+  const int rank = groups.Rank();
+  Layout layout;
+  const Plan& plan = options.plan;
+  layout.pp = plan.NumStages();
+  layout.dp = plan.stages.front().config.data_parallel;
+  layout.tp = plan.stages.front().config.tensor_parallel;
+  const int per_stage = layout.dp * layout.tp;
+  layout.stage = rank / per_stage;
+  layout.dp_rank = (rank % per_stage) / layout.tp;
+  layout.tp_rank = rank % layout.tp;
+  try {
+    const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
+    const std::string data_path = options.data_path.empty() ? DefaultDataPath() : options.data_path;
+    const CharDataset data(data_path, model.seq_length);
+    CheckRuntimePlan(model, plan, groups.WorldSize(), "plan", data.VocabSize());
+
+    // Groups: TP, DP, and the tied-embedding pair.
+    activity.what = "creating process groups";
+    std::vector<int> tp_ranks, dp_ranks;
+    for (int t = 0; t < layout.tp; ++t)
+      tp_ranks.push_back(layout.RankOf(layout.stage, layout.dp_rank, t));
+    for (int d = 0; d < layout.dp; ++d)
+      dp_ranks.push_back(layout.RankOf(layout.stage, d, layout.tp_rank));
+    auto tp = groups.NewGroup(
+        fmt::format("tp[stage {}, dp {}]", layout.stage, layout.dp_rank), tp_ranks);
+    auto dp = groups.NewGroup(
+        fmt::format("dp[stage {}, tp {}]", layout.stage, layout.tp_rank), dp_ranks);
+    const bool tied_split = model.tie_word_embeddings && layout.pp > 1;
+    std::unique_ptr<Communicator> embedding_group;
+    if (tied_split && (layout.stage == 0 || layout.stage == layout.pp - 1)) {
+      embedding_group = groups.NewGroup(
+          fmt::format("embedding[dp {}, tp {}]", layout.dp_rank, layout.tp_rank),
+          {layout.RankOf(0, layout.dp_rank, layout.tp_rank),
+           layout.RankOf(layout.pp - 1, layout.dp_rank, layout.tp_rank)});
+    }
+
+    activity.what = "building the model";
+    const StagePlan& stage_plan = plan.stages[layout.stage];
+    GptStage stage(model, stage_plan.first_layer, stage_plan.last_layer,
+                   stage_plan.config.recompute, tp.get(), options.seed);
+    GradientSynchronizer sync(stage, dp.get(), options.bucket_bytes, options.overlap_grad_sync);
+    ShardedAdam adam(options, stage.FlatParameters(), dp.get(), stage_plan.config.zero_stage == 1);
+
+    const int m = plan.num_microbatches;
+    const int B = plan.global_batch_size;
+    const int b = B / (m * layout.dp);  // samples per replica per microbatch
+    const int64_t S = model.seq_length, H = model.hidden_size;
+    const int prev_rank = layout.stage > 0
+                              ? layout.RankOf(layout.stage - 1, layout.dp_rank, layout.tp_rank)
+                              : -1;
+    const int next_rank = layout.stage + 1 < layout.pp
+                              ? layout.RankOf(layout.stage + 1, layout.dp_rank, layout.tp_rank)
+                              : -1;
+    const std::vector<PipelineOp> schedule =
+        StageSchedule(plan.schedule, layout.pp, layout.stage, m);
+    Communicator& world = groups.World();
+
+    // Resume.
+    TrainResult result;
+    int start_step = 0;
+    if (options.resume) {
+      activity.what = "loading the checkpoint";
+      const std::string latest_path = options.checkpoint_dir + "/latest";
+      std::ifstream latest(latest_path);
+      if (latest) {
+        latest >> start_step;
+        std::vector<Tensor> state;
+        const std::string file =
+            fmt::format("{}/rank_{}.pt", CheckpointStepDir(options.checkpoint_dir, start_step), rank);
+        torch::load(state, file);
+        STRATOS_CHECK(state.size() == 4 && state[0].numel() == stage.NumLocalParameters(),
+                      "{}: checkpoint does not match this plan's stage ({} parameters)", file,
+                      stage.NumLocalParameters());
+        torch::NoGradGuard no_grad;
+        stage.FlatParameters().copy_(state[0]);
+        adam.LoadState(state[1], state[2], state[3].item<int64_t>());
+      }
+    }
+    result.first_step = start_step;
+
+    activity.what = "waiting at the start barrier";
+    world.Barrier();
+    const Clock::time_point run_start = Clock::now();
+    std::vector<TraceEvent> events;
+    std::vector<StepTimes> times;
+    const int trace_from = options.steps - options.trace_steps;
+    auto record = [&](int step, std::string name, const char* category, Clock::time_point a,
+                      Clock::time_point e) {
+      if (step >= trace_from)
+        events.push_back({std::move(name), category, Seconds(run_start, a), Seconds(a, e)});
+    };
+
+    for (int step = start_step; step < options.steps; ++step) {
+      activity = Activity{};
+      activity.step = step;
+      activity.what = "starting the step";
+      if (step == options.fault_step && rank == options.fault_rank) {
+        if (options.fault_kind == "exit") std::_Exit(17);
+        if (options.fault_kind == "hang") std::this_thread::sleep_for(std::chrono::hours(24));
+        throw std::runtime_error("injected fault");
+      }
+      StepTimes t;
+      const double tp_blocked_before = tp->BlockedSeconds();
+      const Clock::time_point step_start = Clock::now();
+      sync.BeginStep();
+      std::vector<Tensor> inputs(m), outputs(m);
+      std::vector<std::shared_ptr<CommWork>> sends;
+      std::vector<Tensor> send_buffers;
+      double loss_sum = 0;
+      for (const PipelineOp& op : schedule) {
+        const int i = op.microbatch;
+        activity.microbatch = i;
+        const int first_sample = i * (B / m) + layout.dp_rank * b;
+        if (op.kind == PipelineOp::kForward) {
+          Tensor input, targets;
+          const bool need_batch = stage.IsFirst() || stage.IsLast();
+          CharDataset::Batch batch;
+          if (need_batch) batch = data.TrainBatch(options.seed, step, B, first_sample, b);
+          if (stage.IsFirst()) {
+            input = batch.inputs;
+          } else {
+            activity.what = "receiving activations";
+            activity.peer = prev_rank;
+            const auto a = Clock::now();
+            input = torch::empty({b, S, H});
+            world.RecvAsync(input, prev_rank, 2 * i)->Wait();
+            const auto e = Clock::now();
+            t.p2p_wait += Seconds(a, e);
+            record(step, fmt::format("recv F{}", i), "p2p_wait", a, e);
+            input.requires_grad_(true);
+          }
+          activity.what = "running the forward pass";
+          activity.peer = -1;
+          const auto a = Clock::now();
+          Tensor out = stage.Forward(input, stage.IsLast() ? batch.targets : Tensor());
+          const auto e = Clock::now();
+          t.forward += Seconds(a, e);
+          record(step, fmt::format("F{}", i), "forward", a, e);
+          if (stage.IsLast()) {
+            loss_sum += out.item<double>() / m;
+          } else {
+            activity.what = "sending activations";
+            activity.peer = next_rank;
+            Tensor buffer = out.detach().contiguous();
+            sends.push_back(world.SendAsync(buffer, next_rank, 2 * i));
+            send_buffers.push_back(buffer);
+          }
+          inputs[i] = input;
+          outputs[i] = out;
+        } else {
+          Tensor grad;
+          if (!stage.IsLast()) {
+            activity.what = "receiving gradients";
+            activity.peer = next_rank;
+            const auto a = Clock::now();
+            grad = torch::empty({b, S, H});
+            world.RecvAsync(grad, next_rank, 2 * i + 1)->Wait();
+            const auto e = Clock::now();
+            t.p2p_wait += Seconds(a, e);
+            record(step, fmt::format("recv B{}", i), "p2p_wait", a, e);
+          }
+          if (i == m - 1) sync.Arm();
+          activity.what = "running the backward pass";
+          activity.peer = -1;
+          const auto a = Clock::now();
+          if (stage.IsLast()) {
+            torch::autograd::backward({outputs[i] / static_cast<double>(m)});
+          } else {
+            torch::autograd::backward({outputs[i]}, {grad});
+          }
+          const auto e = Clock::now();
+          t.backward += Seconds(a, e);
+          record(step, fmt::format("B{}", i), "backward", a, e);
+          if (!stage.IsFirst()) {
+            activity.what = "sending gradients";
+            activity.peer = prev_rank;
+            Tensor buffer = inputs[i].grad().contiguous();
+            sends.push_back(world.SendAsync(buffer, prev_rank, 2 * i + 1));
+            send_buffers.push_back(buffer);
+          }
+          inputs[i] = Tensor();
+          outputs[i] = Tensor();
+        }
+      }
+      activity.microbatch = -1;
+      activity.what = "completing sends";
+      {
+        const auto a = Clock::now();
+        for (auto& work : sends) work->Wait();
+        const auto e = Clock::now();
+        t.p2p_wait += Seconds(a, e);
+      }
+      activity.what = "all-reducing gradients over DP";
+      activity.peer = -1;
+      const auto sync_start = Clock::now();
+      Tensor grads = sync.Finish();
+      {
+        torch::NoGradGuard no_grad;
+        if (embedding_group) {
+          activity.what = "all-reducing tied embedding gradients";
+          for (const ParameterInfo& info : stage.ParameterInfos())
+            if (info.word_embedding)
+              embedding_group->AllReduceSum(grads.narrow(0, info.offset, info.numel));
+        }
+        if (layout.dp > 1) grads.div_(layout.dp);
+      }
+      const auto sync_end = Clock::now();
+      t.dp_sync = Seconds(sync_start, sync_end);
+      record(step, "grad sync", "dp_sync", sync_start, sync_end);
+      activity.what = "running the optimizer step";
+      adam.Step(grads);
+      const auto opt_end = Clock::now();
+      t.optimizer = Seconds(sync_end, opt_end);
+      record(step, "optimizer", "optimizer", sync_end, opt_end);
+
+      activity.what = "all-reducing the loss";
+      Tensor loss = torch::tensor({stage.IsLast() && layout.tp_rank == 0 ? loss_sum : 0.0},
+                                  torch::kFloat64);
+      world.AllReduceSum(loss);
+      result.losses.push_back(loss.item<double>() / layout.dp);
+      t.step = Seconds(step_start, Clock::now());
+      t.tp_comm = tp->BlockedSeconds() - tp_blocked_before;
+      times.push_back(t);
+
+      const bool last_step = step + 1 == options.steps;
+      if (!options.checkpoint_dir.empty() &&
+          (last_step || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
+        activity.what = "writing a checkpoint";
+        const std::string dir = CheckpointStepDir(options.checkpoint_dir, step + 1);
+        fs::create_directories(dir);
+        std::vector<Tensor> state{stage.FlatParameters().detach().clone()};
+        for (const Tensor& s : adam.State()) state.push_back(s);
+        torch::save(state, fmt::format("{}/rank_{}.pt", dir, rank));
+        world.Barrier();
+        if (rank == 0) WriteTextFile(options.checkpoint_dir + "/latest", std::to_string(step + 1));
+      }
+    }
+
+    // Gather the measurements on rank 0 through the store.
+    activity = Activity{};
+    activity.what = "gathering measurements";
+    json mine;
+    mine["rank"] = rank;
+    mine["stage"] = layout.stage;
+    mine["dp_rank"] = layout.dp_rank;
+    mine["tp_rank"] = layout.tp_rank;
+    json steps_json = json::array();
+    for (const StepTimes& t : times)
+      steps_json.push_back({{"step_seconds", t.step},
+                            {"forward_seconds", t.forward},
+                            {"backward_seconds", t.backward},
+                            {"p2p_wait_seconds", t.p2p_wait},
+                            {"dp_sync_seconds", t.dp_sync},
+                            {"optimizer_seconds", t.optimizer},
+                            {"tp_comm_seconds", t.tp_comm}});
+    mine["steps"] = steps_json;
+    json events_json = json::array();
+    for (const TraceEvent& e : events)
+      events_json.push_back({e.name, e.category, e.start_seconds, e.duration_seconds});
+    mine["events"] = events_json;
+    groups.StoreSet(fmt::format("measure/{}", rank), mine.dump());
+    if (rank == 0) {
+      RunRecord record;
+      record.options = TrainOptionsToJson(options);
+      record.model = model;
+      record.first_step = start_step;
+      record.losses = result.losses;
+      record.flops_per_worker = MeasureMatmulFlops();
+      for (int r = 0; r < groups.WorldSize(); ++r)
+        record.ranks.push_back(json::parse(groups.StoreGet(fmt::format("measure/{}", r))));
+      result.measurement = WriteRunReports(record, options.output_dir);
+    }
+    activity.what = "waiting at the final barrier";
+    world.Barrier();
+    return result;
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("{} failed while {}: {}", layout.Describe(rank),
+                                activity.Describe(), e.what()));
+  }
+}
+
+int RunWorkerProcess(const TrainOptions& options, const RendezvousOptions& rendezvous) {
+  std::string message;
+  try {
+    RendezvousOptions r = rendezvous;
+    r.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+    r.backend = options.backend;
+    ProcessGroups groups(r);
+    TrainWorker(options, groups);
+    return 0;
+  } catch (const InputError& e) {
+    message = fmt::format("rank {}: invalid input: {}", rendezvous.rank, e.what());
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  fmt::print(stderr, "stratos worker: {}\n", message);
+  if (!options.output_dir.empty()) {
+    try {
+      fs::create_directories(options.output_dir + "/errors");
+      WriteTextFile(fmt::format("{}/errors/rank_{}.txt", options.output_dir, rendezvous.rank),
+                    message + "\n");
+    } catch (const std::exception&) {
+    }
+  }
+  return 1;
+}
+
+}  // namespace stratos

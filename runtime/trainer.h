@@ -1,0 +1,111 @@
+#pragma once
+// The runtime's trainer: one rank of a run that executes a discrete Plan (DESIGN.md §9).
+//
+// Rank layout (Megatron-LM): rank = stage * (DP * TP) + dp_rank * TP + tp_rank, TP innermost.
+// Every stage of a plan must have the same DP and TP (this version). Per step: the global batch
+// of B sequences is split into m microbatches of B / m, each split over the DP replicas; the
+// stage runs its schedule (GPipe or 1F1B) with point-to-point sends of (b, s, h) activations and
+// their gradients between stages; DP gradients are all-reduced in buckets launched from
+// gradient-accumulator hooks during the last microbatch's backward (overlapped with it); tied
+// word embeddings split over the first and last stage have their gradients all-reduced between
+// them (Megatron-LM); then Adam updates the parameters, sharded over DP with ZeRO-1 (each DP rank
+// updates 1/DP of the flat parameter vector with its 1/DP of the Adam moments and all-gathers).
+// The loss of a step is the mean token cross entropy of the global batch.
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/cluster.h"
+#include "costmodel/plan.h"
+#include "costmodel/problem.h"
+#include "runtime/communicator.h"
+
+namespace stratos {
+
+struct TrainOptions {
+  // Zoo name, model file, or "gpt-tiny" (built in: 4 blocks, hidden 64, 4 heads, seq 64,
+  // vocab 72 >= tinyshakespeare's 65 characters, padded for TP up to 8).
+  std::string model = "gpt-tiny";
+  int seq_length = 0;  // > 0 overrides the model's
+  Plan plan;
+  int steps = 20;                // optimizer steps to reach (a resumed run continues to it)
+  double learning_rate = 1e-3;   // Adam (Kingma & Ba 2015), no weight decay
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_epsilon = 1e-8;
+  uint64_t seed = 1234;          // parameters and batches
+  std::string data_path;         // "" = tinyshakespeare (DefaultDataPath())
+  int64_t bucket_bytes = 1 << 20;  // DP all-reduce bucket size
+  bool overlap_grad_sync = true;   // launch buckets from backward hooks
+  std::string output_dir;        // measurement.json, trace.json, predicted_vs_measured.json
+  std::string checkpoint_dir;    // "" = no checkpoints
+  int checkpoint_every = 0;      // steps; 0 = only at the end (when checkpoint_dir is set)
+  bool resume = false;           // continue from checkpoint_dir's latest checkpoint
+  double timeout_seconds = 60;   // rendezvous and every collective
+  std::string backend = "auto";  // gloo | nccl | auto
+  int threads = 1;               // intra-op threads per worker (LibTorch)
+  int trace_steps = 3;           // the last N steps go into the Chrome trace
+  // Fault injection for tests: rank fault_rank, at the start of step fault_step, exits
+  // ("exit", status 17 without cleanup), hangs ("hang") or throws ("throw").
+  int fault_rank = -1;
+  int fault_step = -1;
+  std::string fault_kind = "exit";
+
+  // Throws InputError naming the field and the rule (steps >= 1, learning_rate > 0, ...).
+  void Validate() const;
+};
+
+nlohmann::json TrainOptionsToJson(const TrainOptions& options);
+// Throws InputError naming `where` for unknown keys and wrong types.
+TrainOptions TrainOptionsFromJson(const nlohmann::json& json, const std::string& where);
+
+// The built-in tiny GPT or a model file / zoo name, with seq_length > 0 overriding.
+ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length);
+
+// This machine's CPU workers as a cluster description: one node of `num_workers` devices of
+// `flops_per_worker` FLOP/s (measured), memory split evenly, and an assumed loopback network
+// (1 GB/s, 30 us per step) that the predicted-vs-measured report calibrates.
+ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker);
+// FLOP/s of one fp32 matmul of size n on this thread (a short benchmark).
+double MeasureMatmulFlops(int n = 256);
+
+// The problem a runtime plan is checked against: the model, LocalCpuCluster(num_workers) and
+// fp32 training (4-byte activations, weights and gradients; Adam moments 8 bytes/param).
+Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
+                       double flops_per_worker = 1e10);
+
+// Refuses, before any process is launched, a plan this runtime cannot execute: ValidatePlan
+// against RuntimeProblem, plus the world size equal to the plan's devices, equal DP and TP in
+// every stage, ZeRO stage 0 or 1, TP dividing heads, ffn and vocabulary, the vocabulary holding
+// the data's characters, and a microbatch of at least one sample per replica.
+// Throws InputError naming `where` (the plan file) and the field.
+void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
+                      const std::string& where, int data_vocab_size = 0);
+
+// A Megatron-style uniform plan: pp stages of even layer ranges, each dp x tp devices.
+// Throws InputError if a degree is < 1 or micro_batch * dp does not divide global_batch.
+Plan UniformRuntimePlan(const ModelSpec& model, int pipeline_parallel, int data_parallel,
+                        int tensor_parallel, int micro_batch_size, int global_batch_size,
+                        Schedule schedule, int zero_stage, Recompute recompute);
+
+struct TrainResult {
+  int first_step = 0;          // 0, or the step resumed from
+  std::vector<double> losses;  // mean training loss of steps first_step .. steps - 1
+  nlohmann::json measurement;  // on rank 0: the gathered measurement (see WriteRunReports)
+};
+
+// Runs this process's rank of the run to options.steps. All ranks must call it with equal
+// options. Throws InputError for a plan it cannot run, CommError when a peer fails or times out
+// (the message names this rank, its stage/dp/tp coordinates and what it was doing), and
+// std::runtime_error for checkpoint I/O errors. Writes the reports on rank 0 when output_dir
+// is set.
+TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups);
+
+// The entry point of `stratos worker`: rendezvous (torchrun environment or `rendezvous`),
+// TrainWorker, and on failure one line "rank R (stage s, dp d, tp t) failed while ...: why" on
+// stderr and in output_dir/errors/rank_R.txt. Returns 0 on success, 1 on failure.
+int RunWorkerProcess(const TrainOptions& options, const RendezvousOptions& rendezvous);
+
+}  // namespace stratos

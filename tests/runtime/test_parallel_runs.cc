@@ -1,0 +1,186 @@
+// Multi-process runs on localhost (Gloo): parallel plans reproduce the single-process loss
+// trajectory, GPipe and 1F1B give the same gradients, the reports are written, and failing or
+// hanging workers make every worker exit with an error naming the rank and what it was doing.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "costmodel/error.h"
+
+#include "tests/runtime/runtime_test_util.h"
+
+namespace stratos {
+
+std::vector<double> MeasuredLosses(const std::string& output_dir) {
+  std::ifstream in(output_dir + "/measurement.json");
+  INFO(output_dir, "/measurement.json is missing");
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in).at("losses").get<std::vector<double>>();
+}
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Worker logs, printed when a run fails.
+std::string Logs(const TrainOptions& options, const std::string& name, int nproc) {
+  (void)options;
+  std::string text;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("stratos_runtime_test_{}_{}", getpid(), name);
+  for (int r = 0; r < nproc; ++r)
+    text += fmt::format("--- rank {} ---\n{}", r,
+                        ReadFile(fmt::format("{}/logs/rank_{}.log", dir.string(), r)));
+  return text;
+}
+
+const std::vector<double>& ReferenceLosses() {
+  static const std::vector<double> losses = RunInProcess(TinyOptions(1, 1, 1, 1), "reference").losses;
+  return losses;
+}
+
+void CheckParallelRun(int pp, int dp, int tp, int m, Schedule schedule, int zero,
+                      Recompute recompute, const std::string& name) {
+  const std::vector<double>& reference = ReferenceLosses();
+  const TrainOptions options = TinyOptions(pp, dp, tp, m, schedule, zero, recompute);
+  const LaunchResult result = RunWorkers(options, name);
+  INFO(result.Summary());
+  INFO(Logs(options, name, pp * dp * tp));
+  REQUIRE(result.Succeeded());
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("stratos_runtime_test_{}_{}", getpid(), name)).string();
+  CheckLossesMatch(reference, MeasuredLosses(dir),
+                   fmt::format("{}x{}x{} m={} {} zero{} recompute={}", pp, dp, tp, m,
+                               ScheduleName(schedule), zero, RecomputeName(recompute)));
+}
+
+TEST_CASE("PP 4: four pipeline stages reproduce the single-process losses") {
+  CheckParallelRun(4, 1, 1, 4, Schedule::kOneFOneB, 0, Recompute::kNone, "pp4");
+}
+
+TEST_CASE("PP 2 x DP 2 with selective recomputation reproduces the single-process losses") {
+  CheckParallelRun(2, 2, 1, 2, Schedule::kOneFOneB, 0, Recompute::kSelective, "pp2dp2");
+}
+
+TEST_CASE("PP 2 x TP 2 with GPipe reproduces the single-process losses") {
+  CheckParallelRun(2, 1, 2, 4, Schedule::kGpipe, 0, Recompute::kNone, "pp2tp2");
+}
+
+TEST_CASE("DP 2 x TP 2 with ZeRO-1 and full recomputation reproduces the single-process losses") {
+  CheckParallelRun(1, 2, 2, 2, Schedule::kOneFOneB, 1, Recompute::kFull, "dp2tp2");
+}
+
+TEST_CASE("GPipe and 1F1B give bitwise-equal gradients, hence parameters and losses") {
+  std::vector<std::vector<double>> losses;
+  std::vector<std::vector<torch::Tensor>> parameters;
+  for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB}) {
+    TrainOptions options = TinyOptions(2, 1, 1, 4, schedule);
+    options.steps = 8;
+    const std::string name = std::string("schedule_") + ScheduleName(schedule);
+    options.checkpoint_dir = TestDir(name + "_ckpt");
+    const LaunchResult result = RunWorkers(options, name);
+    INFO(result.Summary());
+    INFO(Logs(options, name, 2));
+    REQUIRE(result.Succeeded());
+    losses.push_back(MeasuredLosses((std::filesystem::temp_directory_path() /
+                                     fmt::format("stratos_runtime_test_{}_{}", getpid(), name))
+                                        .string()));
+    std::vector<torch::Tensor> flat;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<torch::Tensor> state;
+      torch::load(state, fmt::format("{}/step_000008/rank_{}.pt", options.checkpoint_dir, r));
+      flat.push_back(state.at(0));
+    }
+    parameters.push_back(flat);
+  }
+  CHECK(losses[0] == losses[1]);
+  for (int r = 0; r < 2; ++r) CHECK(torch::equal(parameters[0][r], parameters[1][r]));
+}
+
+TEST_CASE("a run writes its measurement, a Chrome trace and the predicted-vs-measured report") {
+  TrainOptions options = TinyOptions(2, 1, 1, 2);
+  options.steps = 4;
+  const LaunchResult result = RunWorkers(options, "reports");
+  INFO(result.Summary());
+  REQUIRE(result.Succeeded());
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("stratos_runtime_test_{}_reports", getpid())).string();
+  const auto measurement = nlohmann::json::parse(ReadFile(dir + "/measurement.json"));
+  CHECK(measurement.at("schema") == "stratos.measurement/1");
+  CHECK(measurement.at("losses").size() == 4);
+  CHECK(measurement.at("iteration_seconds").get<double>() > 0);
+  CHECK(measurement.at("tokens_per_second").get<double>() > 0);
+  REQUIRE(measurement.at("stages").size() == 2);
+  for (const auto& stage : measurement.at("stages")) {
+    CHECK(stage.at("forward_seconds").get<double>() > 0);
+    CHECK(stage.at("backward_seconds").get<double>() > 0);
+    CHECK(stage.contains("communication_seconds"));
+    CHECK(stage.contains("idle_seconds"));
+  }
+  const auto trace = nlohmann::json::parse(ReadFile(dir + "/trace.json"));
+  int forwards = 0, backwards = 0;
+  for (const auto& event : trace.at("traceEvents")) {
+    if (event.value("cat", "") == "forward") ++forwards;
+    if (event.value("cat", "") == "backward") ++backwards;
+  }
+  CHECK(forwards == 3 * 2 * 2);  // trace_steps x stages x microbatches
+  CHECK(backwards == forwards);
+  const auto comparison = nlohmann::json::parse(ReadFile(dir + "/predicted_vs_measured.json"));
+  CHECK(comparison.at("predicted_iteration_seconds").get<double>() > 0);
+  CHECK(comparison.at("measured_iteration_seconds").get<double>() > 0);
+  CHECK(comparison.at("stages").size() == 2);
+}
+
+TEST_CASE("an invalid plan is refused before any worker is launched") {
+  TrainOptions options = TinyOptions(2, 1, 1, 2);
+  options.plan.stages[0].last_layer = 2;  // layer 2 is in no stage
+  const std::string dir = TestDir("invalid");
+  options.output_dir = dir + "/out";
+  CHECK_THROWS_WITH_AS(RunLocal(options, STRATOS_RUNTIME_TEST_WORKER, {}, 30),
+                       doctest::Contains("stages[1].first_layer = 3: must be 2"), InputError);
+  CHECK_FALSE(std::filesystem::exists(options.output_dir));
+}
+
+// A fault at rank `fault_rank`; the other rank must exit on its own within the c10d timeout
+// with an error naming itself and what it was doing.
+void CheckFault(const std::string& kind, const std::string& name) {
+  TrainOptions options = TinyOptions(2, 1, 1, 2);
+  options.steps = 6;
+  options.timeout_seconds = 3;
+  options.fault_rank = 1;
+  options.fault_step = 2;
+  options.fault_kind = kind;
+  const LaunchResult result = RunWorkers(options, name, 40);
+  INFO(result.Summary());
+  INFO(Logs(options, name, 2));
+  CHECK(result.exit_codes[0] == 1);
+  CHECK_FALSE(result.killed[0]);
+  // Start-up (about a second per process on a loaded machine) + 2 steps + the timeout.
+  CHECK(result.exit_seconds[0] < options.timeout_seconds + 10);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("stratos_runtime_test_{}_{}", getpid(), name)).string();
+  const std::string error = ReadFile(dir + "/errors/rank_0.txt");
+  CHECK(error.find("rank 0 (stage 0, dp 0, tp 0) failed while") != std::string::npos);
+  CHECK(error.find("in step 2") != std::string::npos);
+  CHECK(error.find("peer rank 1") != std::string::npos);
+  if (kind == "exit") CHECK(result.exit_codes[1] == 17);
+  if (kind == "hang") CHECK(result.killed[1]);
+}
+
+TEST_CASE("a worker that dies makes the others exit with an error naming rank and activity") {
+  CheckFault("exit", "fault_exit");
+}
+
+TEST_CASE("a worker that hangs makes the others exit within the c10d timeout") {
+  CheckFault("hang", "fault_hang");
+}
+
+}  // namespace
+}  // namespace stratos

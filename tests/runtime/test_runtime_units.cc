@@ -1,0 +1,157 @@
+// In-process tests of the runtime's pieces: schedules, data, the GPT stages, the rendezvous
+// environment and the single-process trainer.
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "costmodel/error.h"
+#include "runtime/communicator.h"
+#include "runtime/data.h"
+#include "runtime/gpt.h"
+#include "runtime/schedule.h"
+#include "runtime/trainer.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace stratos {
+namespace {
+
+TEST_CASE("1F1B warms up p - s - 1 forwards and GPipe runs all forwards first") {
+  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 0, 4)) == "F0 F1 F2 F3 B0 B1 B2 B3");
+  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 1, 4)) == "F0 F1 F2 B0 F3 B1 B2 B3");
+  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 3, 4)) == "F0 B0 F1 B1 F2 B2 F3 B3");
+  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 0, 2)) == "F0 F1 B0 B1");
+  CHECK(ScheduleString(StageSchedule(Schedule::kGpipe, 2, 1, 3)) == "F0 F1 F2 B0 B1 B2");
+  CHECK_THROWS_AS(StageSchedule(Schedule::kGpipe, 2, 2, 3), InputError);
+  CHECK_THROWS_AS(StageSchedule(Schedule::kGpipe, 2, 0, 0), InputError);
+}
+
+TEST_CASE("tinyshakespeare has 65 characters and batches depend only on (seed, step)") {
+  const CharDataset data(DefaultDataPath(), 16);
+  CHECK(data.VocabSize() == 65);
+  CHECK(data.TrainTokens() + data.ValidationTokens() == 1115394);
+  const auto full = data.TrainBatch(7, 3, 8, 0, 8);
+  CHECK(full.inputs.sizes() == torch::IntArrayRef({8, 16}));
+  // Targets are the inputs shifted by one token.
+  CHECK(torch::equal(full.inputs.narrow(1, 1, 15), full.targets.narrow(1, 0, 15)));
+  const auto part = data.TrainBatch(7, 3, 8, 2, 3);
+  CHECK(torch::equal(part.inputs, full.inputs.narrow(0, 2, 3)));
+  CHECK_FALSE(torch::equal(data.TrainBatch(7, 4, 8, 0, 8).inputs, full.inputs));
+  CHECK(data.ValidationBatch(4).inputs.size(0) == 4);
+  CHECK_THROWS_AS(CharDataset("/nonexistent/file.txt", 16), InputError);
+}
+
+TEST_CASE("a GPT split into stages computes the loss of the whole model") {
+  torch::set_num_threads(1);
+  const ModelSpec model = LoadRuntimeModel("gpt-tiny", 16);
+  REQUIRE(model.NumLayers() == 6);
+  auto self = MakeSelfCommunicator("tp");
+  const CharDataset data(DefaultDataPath(), 16);
+  const auto batch = data.TrainBatch(1, 0, 4, 0, 4);
+  GptStage whole(model, 0, 6, Recompute::kNone, self.get(), 42);
+  const double loss = whole.Forward(batch.inputs, batch.targets).item<double>();
+  // Near-uniform predictions at initialization: cross entropy close to ln(vocab).
+  CHECK(loss == doctest::Approx(std::log(72.0)).epsilon(0.05));
+  GptStage first(model, 0, 2, Recompute::kNone, self.get(), 42);
+  GptStage second(model, 2, 6, Recompute::kFull, self.get(), 42);
+  const double split = second.Forward(first.Forward(batch.inputs, {}), batch.targets).item<double>();
+  CHECK(split == doctest::Approx(loss).epsilon(1e-6));
+  CHECK(whole.NumLocalParameters() + 72 * 64 == first.NumLocalParameters() +
+                                                    second.NumLocalParameters());
+}
+
+TEST_CASE("recomputation changes no gradient") {
+  torch::set_num_threads(1);
+  const ModelSpec model = LoadRuntimeModel("gpt-tiny", 16);
+  auto self = MakeSelfCommunicator("tp");
+  const CharDataset data(DefaultDataPath(), 16);
+  const auto batch = data.TrainBatch(1, 0, 2, 0, 2);
+  std::vector<torch::Tensor> grads;
+  for (Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    GptStage stage(model, 0, 6, recompute, self.get(), 3);
+    torch::autograd::backward({stage.Forward(batch.inputs, batch.targets)});
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : stage.Parameters()) flat.push_back(p.grad().reshape({-1}));
+    grads.push_back(torch::cat(flat));
+  }
+  CHECK(torch::allclose(grads[0], grads[1], 1e-5, 1e-7));
+  CHECK(torch::allclose(grads[0], grads[2], 1e-5, 1e-7));
+}
+
+TEST_CASE("the rendezvous reads the torchrun environment and names bad values") {
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("MASTER_ADDR", "10.0.0.7", 1);
+  setenv("MASTER_PORT", "29555", 1);
+  const RendezvousOptions options = RendezvousFromEnvironment();
+  CHECK(options.rank == 1);
+  CHECK(options.world_size == 4);
+  CHECK(options.local_rank == 1);
+  CHECK(options.master_addr == "10.0.0.7");
+  CHECK(options.master_port == 29555);
+  setenv("RANK", "4", 1);
+  CHECK_THROWS_WITH_AS(RendezvousFromEnvironment(), doctest::Contains("RANK = 4"), InputError);
+  setenv("RANK", "x", 1);
+  CHECK_THROWS_WITH_AS(RendezvousFromEnvironment(), doctest::Contains("RANK"), InputError);
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+    unsetenv(name);
+  CHECK_THROWS_WITH_AS(RendezvousFromEnvironment(), doctest::Contains("RANK is not set"),
+                       InputError);
+}
+
+TEST_CASE("single-process training lowers the loss and microbatching does not change it") {
+  const TestRun reference = RunInProcess(TinyOptions(1, 1, 1, 1), "ref_m1");
+  REQUIRE(reference.losses.size() == 20);
+  CHECK(reference.losses.front() == doctest::Approx(std::log(72.0)).epsilon(0.05));
+  CHECK(reference.losses.back() < reference.losses.front() - 0.5);
+  const TestRun microbatched = RunInProcess(TinyOptions(1, 1, 1, 4), "ref_m4");
+  CheckLossesMatch(reference.losses, microbatched.losses, "1x1x1 m=4 vs m=1");
+}
+
+TEST_CASE("an interrupted run resumes from its last checkpoint and continues the same trajectory") {
+  const TestRun reference = RunInProcess(TinyOptions(1, 1, 1, 2), "resume_ref");
+  TrainOptions options = TinyOptions(1, 1, 1, 2);
+  const std::string dir = TestDir("resume_ckpt");
+  options.checkpoint_dir = dir;
+  options.checkpoint_every = 5;
+  options.fault_rank = 0;
+  options.fault_step = 12;
+  options.fault_kind = "throw";
+  CHECK_THROWS_WITH(RunInProcess(options, "resume_crash"),
+                    doctest::Contains("failed while starting the step in step 12: injected fault"));
+  options.fault_rank = -1;
+  options.resume = true;
+  const TestRun resumed = RunInProcess(options, "resume_continue");
+  CHECK(resumed.first_step == 10);
+  REQUIRE(resumed.losses.size() == 10);
+  for (int i = 0; i < 10; ++i) CHECK(resumed.losses[i] == reference.losses[10 + i]);
+}
+
+TEST_CASE("plans the runtime cannot run are refused with the field and the rule") {
+  const ModelSpec model = LoadRuntimeModel("gpt-tiny", 64);
+  Plan plan = TinyOptions(2, 1, 1, 2).plan;
+  CHECK_NOTHROW(CheckRuntimePlan(model, plan, 2, "p.json", 65));
+  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, plan, 3, "p.json"),
+                       doctest::Contains("must equal the 3 worker processes"), InputError);
+  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, TinyOptions(1, 1, 3, 1).plan, 3, "p.json"),
+                       doctest::Contains("tensor_parallel 3 must divide the 4 attention heads"),
+                       InputError);
+  Plan uneven = TinyOptions(2, 1, 1, 2).plan;
+  uneven.stages[1].config.data_parallel = 2;
+  uneven.stages[1].config.mesh_gpus_per_node = 2;
+  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, uneven, 3, "p.json"),
+                       doctest::Contains("stages[1].data_parallel"), InputError);
+  Plan zero2 = TinyOptions(1, 2, 1, 1).plan;
+  zero2.stages[0].config.zero_stage = 2;
+  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, zero2, 2, "p.json"),
+                       doctest::Contains("ZeRO stages 0 and 1"), InputError);
+  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, plan, 2, "p.json", 100),
+                       doctest::Contains("model.vocab_size"), InputError);
+}
+
+}  // namespace
+}  // namespace stratos

@@ -1,7 +1,9 @@
 #include "costmodel/synthetic.h"
 
 #include <cmath>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "costmodel/error.h"
 
@@ -43,6 +45,44 @@ SeedCase MakeSeedPartitionCase(int num_layers, int num_stages, int num_microbatc
   seed.space.recompute = {Recompute::kNone};
   seed.space.num_microbatches = {num_microbatches};
   return seed;
+}
+
+std::string DefaultSeedCasesPath() {
+  return std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
+}
+
+std::vector<SeedCaseRow> ReadSeedPartitionCases(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open seed cases", path));
+  const std::string kHeader =
+      "num_layers,num_stages,num_microbatches,layer_cost,cut_cost,optimal_cost,one_optimal_split";
+  std::string line;
+  if (!std::getline(in, line) || line != kHeader)
+    throw InputError(fmt::format("{}:1: header must be \"{}\"", path, kHeader));
+  std::vector<SeedCaseRow> rows;
+  for (int number = 2; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    std::vector<std::string> fields;
+    std::stringstream stream(line);
+    std::string field;
+    while (std::getline(stream, field, ',')) fields.push_back(field);
+    try {
+      if (fields.size() != 7) throw std::invalid_argument("7 fields expected");
+      SeedCaseRow row;
+      row.num_layers = std::stoi(fields[0]);
+      row.num_stages = std::stoi(fields[1]);
+      row.num_microbatches = std::stoi(fields[2]);
+      row.layer_cost = std::stod(fields[3]);
+      row.cut_cost = std::stod(fields[4]);
+      row.optimal_cost = std::stod(fields[5]);
+      std::stringstream split(fields[6]);
+      for (int size; split >> size;) row.optimal_split.push_back(size);
+      rows.push_back(row);
+    } catch (const std::exception& e) {
+      throw InputError(fmt::format("{}:{}: \"{}\": malformed row ({})", path, number, line, e.what()));
+    }
+  }
+  return rows;
 }
 
 Problem MakeRandomSmallProblem(std::uint64_t seed) {

@@ -2,6 +2,8 @@
 // Synthetic problems built in code: the seed's pipeline-partition cases and small random
 // problems of the full space, used as regression oracles (DP = exhaustive = relax = ILP).
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "costmodel/problem.h"
 #include "costmodel/search_space.h"
@@ -21,6 +23,24 @@ struct SeedCase {
 };
 SeedCase MakeSeedPartitionCase(int num_layers, int num_stages, int num_microbatches,
                                double layer_cost, double cut_cost);
+
+// One row of ../shared/data/seed_pipeline_partition_cases.csv.
+struct SeedCaseRow {
+  int num_layers = 0;
+  int num_stages = 0;
+  int num_microbatches = 0;
+  double layer_cost = 0;
+  double cut_cost = 0;
+  double optimal_cost = 0;       // the seed objective's optimum
+  std::vector<int> optimal_split;  // layers per stage of one optimal split
+};
+
+// ../shared/data/seed_pipeline_partition_cases.csv, relative to the source tree.
+std::string DefaultSeedCasesPath();
+
+// Reads the seed cases. Throws InputError naming the file, the line and the rule for a missing
+// file, a wrong header or a malformed row.
+std::vector<SeedCaseRow> ReadSeedPartitionCases(const std::string& path = DefaultSeedCasesPath());
 
 // A small random problem of the full space (GPT-like layers of random width on a random
 // 1-2 node cluster with tight memory, random batch), small enough for ExhaustiveSearcher.

@@ -19,7 +19,7 @@ namespace stratos {
 namespace {
 
 // One rung of the GPT ladder: GPT-3-style shapes (Brown et al. 2020 Table 2.1; Megatron 1T from
-// Narayanan et al. SC'21 Table 1) on DGX A100 nodes, sequence 2048, vocabulary 51200.
+// Narayanan et al. SC'21 Table 1), sequence 2048, vocabulary 51200, on `nodes` nodes.
 struct Rung {
   const char* name;
   int num_layers;
@@ -35,7 +35,7 @@ constexpr Rung kLadder[] = {
     {"gpt-175b", 96, 12288, 96, 64, 1536}, {"gpt-1t", 128, 25600, 160, 128, 2048},
 };
 
-Problem RungProblem(const Rung& rung) {
+Problem RungProblem(const Rung& rung, const ClusterSpec& cluster) {
   Problem problem;
   ModelSpec& model = problem.model;
   model.name = rung.name;
@@ -51,7 +51,7 @@ Problem RungProblem(const Rung& rung) {
   model.max_position_embeddings = 2048;
   model.tie_word_embeddings = true;
   BuildTransformerLayers(model);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb")).WithNodes(rung.nodes);
+  problem.cluster = cluster.WithNodes(rung.nodes);
   problem.training.global_batch_size = rung.global_batch_size;
   return problem;
 }
@@ -119,7 +119,10 @@ int RunBenchLadder(const BenchArgs& args) {
   if (args.time_limit_seconds <= 0)
     ThrowInputError("command line", "--time-limit", args.time_limit_seconds, "must be > 0");
   const std::vector<std::string> algorithms = ParseAlgorithmList(args.algorithms);
+  const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(args.cluster));
   EnsureDirectory(args.output_dir);
+  fmt::print("ladder on {} nodes of {} GPUs, time limit {} s per run\n", cluster.name,
+             cluster.GpusPerNode(), args.time_limit_seconds);
   std::string csv = "rung,layers,gpus,algorithm,status,iteration_seconds,wall_seconds,"
                     "peak_memory_bytes,gap_to_dp\n";
   nlohmann::json rows = nlohmann::json::array();
@@ -128,7 +131,7 @@ int RunBenchLadder(const BenchArgs& args) {
   int rung_index = 0;
   for (const Rung& rung : kLadder) {
     if (args.max_rungs > 0 && rung_index++ >= args.max_rungs) break;
-    const Problem problem = RungProblem(rung);
+    const Problem problem = RungProblem(rung, cluster);
     double dp_seconds = NAN;
     for (const std::string& algorithm : algorithms) {
       const RunRecord r = RunIsolated(problem, algorithm, args.time_limit_seconds);

@@ -44,10 +44,12 @@ struct BenchArgs {
   double time_limit_seconds = 900;  // per searcher and rung
   int max_rungs = 0;                // 0: all
   std::string algorithms = "dp,relax";
+  std::string cluster = "dgx-a100-80gb";  // zoo name or file; 8 GPUs per node expected
 };
 
-// `stratos bench ladder`: DP vs relax over a ladder of GPT problems (24-128 layers, 8-1024
-// GPUs): wall seconds, peak memory (of a child process per run), relax's gap to the DP optimum.
+// `stratos bench ladder`: DP vs relax (or any searchers) over a ladder of GPT problems
+// (24-128 layers, 8-1024 GPUs) on one cluster type: wall seconds, peak memory (of a child process
+// per run), each plan's gap to the DP optimum.
 // Writes DIR/ladder.csv and DIR/ladder.json.
 int RunBenchLadder(const BenchArgs& args);
 

@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   ladder->add_option("--rungs", bench.max_rungs, "run only the first N rungs");
   ladder->add_option("--algo", bench.algorithms, "searchers to run")->capture_default_str();
+  ladder->add_option("--cluster", bench.cluster, "zoo cluster or file (8 GPUs per node)")
+      ->capture_default_str();
 
   stratos::RunArgs run;
   CLI::App* run_command = app.add_subcommand(

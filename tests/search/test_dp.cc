@@ -22,46 +22,6 @@
 namespace stratos {
 namespace {
 
-struct SeedRow {
-  int num_layers, num_stages, num_microbatches;
-  double layer_cost, cut_cost, optimal_cost;
-  std::vector<int> split;
-};
-
-// The seed notebook's cases: num_layers,num_stages,num_microbatches,layer_cost,cut_cost,
-// optimal_cost,one_optimal_split (space-separated stage sizes).
-std::vector<SeedRow> ReadSeedCases() {
-  const std::string path =
-      std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::string line;
-  std::getline(in, line);
-  REQUIRE(line ==
-          "num_layers,num_stages,num_microbatches,layer_cost,cut_cost,optimal_cost,"
-          "one_optimal_split");
-  std::vector<SeedRow> rows;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    std::string field;
-    while (std::getline(ss, field, ',')) fields.push_back(field);
-    REQUIRE(fields.size() == 7);
-    SeedRow row{std::stoi(fields[0]),
-                std::stoi(fields[1]),
-                std::stoi(fields[2]),
-                std::stod(fields[3]),
-                std::stod(fields[4]),
-                std::stod(fields[5]),
-                {}};
-    std::stringstream split(fields[6]);
-    int size;
-    while (split >> size) row.split.push_back(size);
-    rows.push_back(row);
-  }
-  return rows;
-}
 
 // 4 explicit layers of 1, 2, 3, 4 FLOPs per sample on 2 devices of 1 FLOP/s with 1 byte of
 // activations per layer and sample, a cut cost of 2 s, global batch 4, 1F1B, only 1x1 meshes.
@@ -169,7 +129,7 @@ TEST_CASE("DP finds the hand-computed optimum of a 4-layer, 2-device problem") {
 
 TEST_CASE("DP reaches the seed optimum on every seed pipeline-partition case") {
   DpSearcher dp;
-  for (const SeedRow& row : ReadSeedCases()) {
+  for (const SeedCaseRow& row : ReadSeedPartitionCases()) {
     const std::string label =
         fmt::format("L={} k={} B={} layer={} cut={}", row.num_layers, row.num_stages,
                     row.num_microbatches, row.layer_cost, row.cut_cost);
@@ -190,7 +150,7 @@ TEST_CASE("DP reaches the seed optimum on every seed pipeline-partition case") {
     int first = 0;
     for (int s = 0; s < row.num_stages; ++s) {
       seed_plan.stages[s].first_layer = first;
-      first += row.split[s];
+      first += row.optimal_split[s];
       seed_plan.stages[s].last_layer = first;
     }
     const Estimate seed_estimate = Evaluate(seed.problem, seed_plan);

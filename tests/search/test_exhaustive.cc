@@ -17,31 +17,6 @@
 namespace stratos {
 namespace {
 
-struct SeedCaseRow {
-  int num_layers, num_stages, num_microbatches;
-  double layer_cost, cut_cost, optimal_cost;
-};
-
-std::vector<SeedCaseRow> ReadSeedCaseRows() {
-  const std::string path =
-      std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::string line;
-  std::getline(in, line);  // header
-  std::vector<SeedCaseRow> rows;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string field;
-    while (std::getline(ss, field, ',')) f.push_back(field);
-    REQUIRE(f.size() == 7);
-    rows.push_back({std::stoi(f[0]), std::stoi(f[1]), std::stoi(f[2]), std::stod(f[3]),
-                    std::stod(f[4]), std::stod(f[5])});
-  }
-  return rows;
-}
 
 double RelativeGap(double x, double y) { return std::abs(x - y) / std::max(1e-300, std::abs(y)); }
 
@@ -50,7 +25,7 @@ double RelativeGap(double x, double y) { return std::abs(x - y) / std::max(1e-30
 TEST_CASE("Exhaustive reaches the seed optimum on every tractable seed case") {
   ExhaustiveSearcher exhaustive;
   int solved = 0;
-  for (const SeedCaseRow& row : ReadSeedCaseRows()) {
+  for (const SeedCaseRow& row : ReadSeedPartitionCases()) {
     CAPTURE(row.num_layers);
     CAPTURE(row.num_stages);
     const SeedCase seed = MakeSeedPartitionCase(row.num_layers, row.num_stages,

@@ -22,31 +22,6 @@
 namespace stratos {
 namespace {
 
-struct IlpSeedRow {
-  int num_layers, num_stages, num_microbatches;
-  double layer_cost, cut_cost, optimal_cost;
-};
-
-std::vector<IlpSeedRow> ReadIlpSeedRows() {
-  const std::string path =
-      std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::string line;
-  std::getline(in, line);  // header
-  std::vector<IlpSeedRow> rows;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string field;
-    while (std::getline(ss, field, ',')) f.push_back(field);
-    REQUIRE(f.size() == 7);
-    rows.push_back({std::stoi(f[0]), std::stoi(f[1]), std::stoi(f[2]), std::stod(f[3]),
-                    std::stod(f[4]), std::stod(f[5])});
-  }
-  return rows;
-}
 
 double IlpRelativeGap(double x, double y) {
   return std::abs(x - y) / std::max(1e-300, std::abs(y));
@@ -79,7 +54,7 @@ TEST_CASE("ILP = DP = exhaustive optimum on every seed pipeline-partition case")
   DpSearcher dp;
   ExhaustiveSearcher exhaustive;
   int cross_checked = 0;
-  for (const IlpSeedRow& row : ReadIlpSeedRows()) {
+  for (const SeedCaseRow& row : ReadSeedPartitionCases()) {
     const SeedCase seed = MakeSeedPartitionCase(row.num_layers, row.num_stages,
                                                 row.num_microbatches, row.layer_cost,
                                                 row.cut_cost);

@@ -21,31 +21,6 @@
 namespace stratos {
 namespace {
 
-struct McmcSeedRow {
-  int num_layers, num_stages, num_microbatches;
-  double layer_cost, cut_cost, optimal_cost;
-};
-
-std::vector<McmcSeedRow> ReadMcmcSeedRows() {
-  const std::string path =
-      std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::string line;
-  std::getline(in, line);  // header
-  std::vector<McmcSeedRow> rows;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string field;
-    while (std::getline(ss, field, ',')) f.push_back(field);
-    REQUIRE(f.size() == 7);
-    rows.push_back({std::stoi(f[0]), std::stoi(f[1]), std::stoi(f[2]), std::stod(f[3]),
-                    std::stod(f[4]), std::stod(f[5])});
-  }
-  return rows;
-}
 
 double McmcRelativeGap(double x, double y) {
   return std::abs(x - y) / std::max(1e-300, std::abs(y));
@@ -63,7 +38,7 @@ Problem McmcGpt67bOn64Gpus() {
 TEST_CASE("MCMC reaches the seed optimum on the seed cases with at most 24 layers") {
   McmcSearcher mcmc;
   int solved = 0;
-  for (const McmcSeedRow& row : ReadMcmcSeedRows()) {
+  for (const SeedCaseRow& row : ReadSeedPartitionCases()) {
     if (row.num_layers > 24) continue;
     const SeedCase seed = MakeSeedPartitionCase(row.num_layers, row.num_stages,
                                                 row.num_microbatches, row.layer_cost,

@@ -16,6 +16,12 @@
 
 #ifdef STRATOS_HAVE_CBC
 #include <coin/Cbc_C_Interface.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sstream>
 #endif
 
 namespace stratos {
@@ -159,7 +165,6 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
   std::vector<int> inflight(Q + 1, 0);
   for (int q = 1; q <= Q; ++q) inflight[q] = MicrobatchesInFlight(schedule, q, 0, m);
 
-  const int N = static_cast<int>(space.mesh_sizes.size());
   std::vector<int> mesh_of_config(space.configs.size());
   for (size_t c = 0; c < space.configs.size(); ++c)
     mesh_of_config[c] = static_cast<int>(
@@ -619,6 +624,86 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   return outcome;
 }
 
+// SolveMilp in a child process, killed at `seconds` + a grace period: CBC checks its time limit
+// only between branch-and-bound steps, and the root LP of a large MILP alone can run far past it
+// (36 s for 253k columns). The child only runs CBC and reports through a pipe; glibc keeps
+// malloc usable after fork even when the parent has other threads (LibTorch's pool).
+MilpOutcome SolveMilpWithDeadline(const ColumnSet& set, const SearchSpace& space, int max_stages,
+                                  int num_layers, double cutoff_seconds,
+                                  const std::vector<int>& mip_start, double seconds, bool log) {
+  constexpr double kGraceSeconds = 0.5;
+  MilpOutcome stopped;
+  stopped.status = "time limit (solver stopped before finishing its root LP)";
+  stopped.bound_seconds = set.cheap_bound;
+  int fds[2];
+  if (pipe(fds) != 0) return SolveMilp(set, space, max_stages, num_layers, cutoff_seconds, mip_start, seconds, log);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return SolveMilp(set, space, max_stages, num_layers, cutoff_seconds, mip_start, seconds, log);
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    const MilpOutcome o =
+        SolveMilp(set, space, max_stages, num_layers, cutoff_seconds, mip_start, seconds, log);
+    std::ostringstream out;
+    out.precision(17);
+    // Times are >= 0; -1 stands for +infinity, which streams cannot read back.
+    auto encode = [](double x) { return std::isfinite(x) ? x : -1.0; };
+    out << o.proven << ' ' << encode(o.objective_seconds) << ' ' << encode(o.bound_seconds) << ' '
+        << o.nodes
+        << ' ' << o.chosen.size();
+    for (int c : o.chosen) out << ' ' << c;
+    out << '\n' << o.status;
+    const std::string text = out.str();
+    size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t n = write(fds[1], text.data() + written, text.size() - written);
+      if (n <= 0) _exit(2);
+      written += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(seconds + kGraceSeconds);
+  std::string text;
+  bool finished = false;
+  for (;;) {
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) break;
+    pollfd pfd{fds[0], POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(std::ceil(left * 1000))) <= 0) continue;
+    char buffer[65536];
+    const ssize_t n = read(fds[0], buffer, sizeof buffer);
+    if (n <= 0) {
+      finished = true;  // end of file: the child wrote everything and exited
+      break;
+    }
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (!finished) kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!finished || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty()) return stopped;
+  std::istringstream in(text);
+  MilpOutcome outcome;
+  size_t count = 0;
+  in >> outcome.proven >> outcome.objective_seconds >> outcome.bound_seconds >> outcome.nodes >>
+      count;
+  outcome.chosen.resize(count);
+  for (int& c : outcome.chosen) in >> c;
+  in.ignore(1);
+  std::getline(in, outcome.status);
+  if (outcome.objective_seconds < 0) outcome.objective_seconds = kInf;
+  if (outcome.bound_seconds < 0) outcome.bound_seconds = kInf;
+  return outcome;
+}
+
 #endif  // STRATOS_HAVE_CBC
 
 }  // namespace
@@ -774,8 +859,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       // Let CBC accept the MIP start, whose value is at most the incumbent's.
       if (!mip_start.empty()) cutoff = best * (1.0 + 1e-9);
     }
-    const MilpOutcome outcome = SolveMilp(set, space, max_stages, L, cutoff, mip_start, seconds,
-                                          ilp_options_.solver_log);
+    const MilpOutcome outcome = SolveMilpWithDeadline(set, space, max_stages, L, cutoff,
+                                                      mip_start, seconds, ilp_options_.solver_log);
     ++summary.evaluations;
     summary.iterations += outcome.nodes;
     num_milp_columns += set.columns.size();

@@ -31,11 +31,12 @@
 // The best uniform plan (equal stages sharing one configuration, every m) is the first
 // incumbent (with the warm start, if better): with it as CBC's cutoff most microbatch counts are
 // settled at the root. Counts are then solved in order of their cheap lower bound (shortest
-// chain by t + e plus (m - 1) times the T_max floor); a count whose bound reaches the incumbent
-// is settled without a MILP. The remaining time is shared among the open counts (a second pass
-// gives the unfinished ones what is left) and passed to CBC, which checks it between its phases
-// and nodes: a root LP of hundreds of thousands of columns (e.g. GPT-3 175B on 512 GPUs) can
-// overrun it.
+// chain by t + c plus (m - 1) times the T_max floor plus the E_max floor); a count whose bound
+// reaches the incumbent is settled without a MILP. The remaining time is shared among the open
+// counts (a second pass gives the unfinished ones what is left) and passed to CBC, which checks
+// it only between its phases and nodes: a root LP of hundreds of thousands of columns (e.g.
+// GPT-3 175B on 512 GPUs) can overrun it, so each MILP runs in a child process that is killed
+// half a second past its share (the count then keeps its cheap bound and the incumbent stands).
 //
 // Measured (2-core shared machine): GPT-3 6.7B (34 layers) on 64 A100s, 10 microbatch counts,
 // proven optimal in about 1 s (7 MILPs, 0 branch-and-bound nodes; DP: 0.1-0.5 s); with m = 256

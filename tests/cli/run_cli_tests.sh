@@ -87,7 +87,14 @@ expect "a plan that runs out of memory says which stage and by how much" 1 \
   --tp 8 --pp 1 --dp 1 --micro-batch 1
 expect "a model that fits nowhere: no feasible plan, with reasons" 1 "no feasible plan" -- \
   "$STRATOS" search --model gpt3-175b --cluster p3.16xlarge --nodes 1 --global-batch 8 \
-  --algo dp,grid --no-progress --output-dir "$WORK/nowhere"
+  --algo all --no-progress --output-dir "$WORK/nowhere"
+# ... with a reason from every searcher (memory, or the exhaustive search's size refusal).
+"$STRATOS" search --model gpt3-175b --cluster p3.16xlarge --nodes 1 --global-batch 8 --algo all \
+  --no-progress --output-dir "$WORK/nowhere" >/dev/null 2>"$WORK/nowhere.err"
+for algorithm in relax dp ilp mcmc grid exhaustive; do
+  expect "no feasible plan: $algorithm gives its reason" 0 "^  $algorithm: .*(memory|too large)" -- \
+    cat "$WORK/nowhere.err"
+done
 
 # A failed run leaves earlier outputs intact.
 cp "$WORK/search/summary.json" "$WORK/summary.before"

@@ -62,6 +62,7 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
                         RecomputeIndex(c.recompute)];
     if (slot < 0) slot = k;
   }
+  nearest_valid_.assign(static_cast<size_t>(K) * tables.num_microbatch_options, -2);
   mesh_configs_.resize(mesh_sizes_.size());
   for (int k = 0; k < K; ++k) mesh_configs_[config_mesh_index_[k]].push_back(k);
   // Neighbours: configs that differ from k in exactly one dimension. A mesh change keeps TP,
@@ -197,6 +198,11 @@ DiscretePlan PlanPolisher::FromPlan(const Plan& plan) const {
 int PlanPolisher::NearestValidConfig(int k, int m, int max_devices) const {
   const StageConfig& a = tables_.configs[k];
   if (tables_.Valid(k, m) && (max_devices <= 0 || a.NumDevices() <= max_devices)) return k;
+  int* cached = nullptr;
+  if (max_devices <= 0) {  // the common query: memoized per (k, m)
+    cached = &nearest_valid_[static_cast<size_t>(k) * tables_.num_microbatch_options + m];
+    if (*cached != -2) return *cached;
+  }
   int best = -1;
   double best_distance = 0;
   for (int j = 0; j < tables_.num_configs; ++j) {
@@ -215,6 +221,7 @@ int PlanPolisher::NearestValidConfig(int k, int m, int max_devices) const {
       best_distance = distance;
     }
   }
+  if (cached) *cached = best;
   return best;
 }
 
@@ -257,14 +264,36 @@ bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
     double seconds = 0;
     const int current = plan->configs[s];
     if (!every_stage && peak_of(current, &seconds) <= capacity_bytes_) continue;
+    // The choice depends only on (layer range, mesh, m, first, last, in-flight count): memoized.
+    const std::uint64_t b0 = static_cast<std::uint64_t>(plan->boundaries[s]);
+    const std::uint64_t b1 = static_cast<std::uint64_t>(plan->boundaries[s + 1]);
+    const std::uint64_t mesh = static_cast<std::uint64_t>(config_mesh_index_[current]);
+    const std::uint64_t in_flight = static_cast<std::uint64_t>(InFlight(m, S, s));
+    const bool cacheable = b1 < (1u << 16) && mesh < (1u << 8) && m < (1 << 8) &&
+                           in_flight < (1u << 14);
+    const std::uint64_t key = (((((b0 << 16 | b1) << 8 | mesh) << 8 |
+                                 static_cast<std::uint64_t>(m))
+                                << 1 | (s == 0 ? 1u : 0u))
+                               << 1 | (s == S - 1 ? 1u : 0u))
+                                  << 14 |
+                              in_flight;
     int best = -1;
-    double best_seconds = 0;
-    for (int j : mesh_configs_[config_mesh_index_[current]]) {
-      if (!tables_.Valid(j, m)) continue;
-      if (peak_of(j, &seconds) > capacity_bytes_) continue;
-      if (best < 0 || seconds < best_seconds) {
-        best = j;
-        best_seconds = seconds;
+    auto cached = cacheable ? fix_memory_cache_.find(key) : fix_memory_cache_.end();
+    if (cached != fix_memory_cache_.end()) {
+      best = cached->second;
+    } else {
+      double best_seconds = 0;
+      for (int j : mesh_configs_[mesh]) {
+        if (!tables_.Valid(j, m)) continue;
+        if (peak_of(j, &seconds) > capacity_bytes_) continue;
+        if (best < 0 || seconds < best_seconds) {
+          best = j;
+          best_seconds = seconds;
+        }
+      }
+      if (cacheable) {
+        if (fix_memory_cache_.size() > 1000000) fix_memory_cache_.clear();
+        fix_memory_cache_.emplace(key, best);
       }
     }
     if (best >= 0) {
@@ -622,6 +651,16 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
   }
 }
 
+std::string PlanPolisher::Key(const DiscretePlan& plan) {
+  std::string key;
+  key.reserve(sizeof(int) * (plan.boundaries.size() + plan.configs.size() + 1));
+  key.append(reinterpret_cast<const char*>(&plan.microbatch_option), sizeof(int));
+  key.append(reinterpret_cast<const char*>(plan.boundaries.data()),
+             sizeof(int) * plan.boundaries.size());
+  key.append(reinterpret_cast<const char*>(plan.configs.data()), sizeof(int) * plan.configs.size());
+  return key;
+}
+
 DiscreteCost PlanPolisher::Polish(DiscretePlan* plan, const PolishLimits& limits,
                                   const std::function<void(double)>& on_improvement) {
   DiscreteCost current = Cost(*plan);
@@ -630,9 +669,32 @@ DiscreteCost PlanPolisher::Polish(DiscretePlan* plan, const PolishLimits& limits
   std::vector<DiscretePlan> neighbors;
   std::mt19937_64 rng(limits.seed);
 
-  auto descend = [&](DiscretePlan* p, DiscreteCost* cost) {
+  auto improve = [&](const DiscretePlan& p, const DiscreteCost& cost) {
+    if (cost.BetterThan(best)) {
+      best = cost;
+      best_plan = p;
+      if (on_improvement && best.Fits()) on_improvement(best.iteration_seconds);
+    }
+  };
+  // The descent from a plan is deterministic, so every plan on a finished descent path is
+  // remembered with the local optimum it leads to; a later descent that reaches one of them
+  // (another start, a kick) jumps there without re-scanning the neighbourhoods.
+  std::vector<std::string> path;
+  // Returns the index of the local optimum reached in local_optima_, -1 if cut short.
+  auto descend = [&](DiscretePlan* p, DiscreteCost* cost) -> int {
+    path.clear();
     for (;;) {
-      if (OutOfBudget(limits)) return;
+      if (OutOfBudget(limits)) return -1;
+      std::string key = Key(*p);
+      if (auto it = descent_memo_.find(key); it != descent_memo_.end()) {
+        const int index = it->second;
+        *p = local_optima_[index].first;
+        *cost = local_optima_[index].second;
+        improve(*p, *cost);
+        for (std::string& k : path) descent_memo_.emplace(std::move(k), index);
+        return index;
+      }
+      path.push_back(std::move(key));
       int chosen = -1;
       DiscreteCost chosen_cost = *cost;
       // Variable neighbourhood descent: the extended neighbourhood only at a local optimum.
@@ -651,19 +713,29 @@ DiscreteCost PlanPolisher::Polish(DiscretePlan* plan, const PolishLimits& limits
         }
         if (chosen >= 0 || OutOfBudget(limits)) break;
       }
-      if (chosen < 0) return;
+      if (chosen < 0) {
+        if (OutOfBudget(limits)) return -1;  // not known to be a local optimum
+        const int index = static_cast<int>(local_optima_.size());
+        local_optima_.emplace_back(*p, *cost);
+        kicked_.push_back(0);
+        for (std::string& k : path) descent_memo_.emplace(std::move(k), index);
+        return index;
+      }
       *p = neighbors[chosen];
       *cost = chosen_cost;
-      if (cost->BetterThan(best)) {
-        best = *cost;
-        best_plan = *p;
-        if (on_improvement && best.Fits()) on_improvement(best.iteration_seconds);
-      }
+      improve(*p, *cost);
     }
   };
   if (best.Fits() && on_improvement) on_improvement(best.iteration_seconds);
-  descend(plan, &current);
-  for (int kick = 0; kick < limits.kicks && !OutOfBudget(limits); ++kick) {
+  const int reached = descend(plan, &current);
+  // Kicks from a local optimum that an earlier Polish call already kicked from are skipped:
+  // the restarts often converge to the same plan.
+  int kicks = limits.kicks;
+  if (reached >= 0 && best_plan == local_optima_[reached].first) {
+    if (kicked_[reached]) kicks = 0;
+    kicked_[reached] = 1;
+  }
+  for (int kick = 0; kick < kicks && !OutOfBudget(limits); ++kick) {
     DiscretePlan p = best_plan;
     for (int step = 0; step < 2; ++step) {
       neighbors.clear();

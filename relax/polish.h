@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "costmodel/plan.h"
@@ -70,7 +71,10 @@ class PlanPolisher {
   // DP x TP split, ZeRO stage, recompute); the same change on every stage; another microbatch
   // count; merging or splitting stages; changing the stage count with uniform stages; and
   // rebalancing the layers for the current configs. Returns the final cost. `on_improvement`
-  // is called with every new best fitting cost.
+  // is called with every new best fitting cost. Descents are memoized across calls (every plan
+  // on a finished descent maps to the local optimum it reaches: the descent is deterministic),
+  // and the kicks are skipped when the first descent reaches a local optimum that an earlier
+  // call already kicked from.
   DiscreteCost Polish(DiscretePlan* plan, const PolishLimits& limits,
                       const std::function<void(double)>& on_improvement = nullptr);
 
@@ -108,6 +112,17 @@ class PlanPolisher {
   std::vector<std::vector<int>> config_neighbors_;  // (K) one dimension apart
   std::vector<int> lookup_;              // (mesh index, log2 tp, zero, recompute) -> config or -1
   int num_tp_slots_ = 1;
+  // NearestValidConfig(k, m) without a device cap, by k * M + m; -2 = not computed yet.
+  mutable std::vector<int> nearest_valid_;
+  static std::string Key(const DiscretePlan& plan);
+
+  // Descent memo (Polish): plan key -> index into local_optima_ of where its descent ends.
+  std::unordered_map<std::string, int> descent_memo_;
+  std::vector<std::pair<DiscretePlan, DiscreteCost>> local_optima_;
+  std::vector<char> kicked_;  // (local_optima_) whether Polish kicked from it already
+  // FixMemory's choice per (layer range, mesh, m, first, last, in-flight count), packed; -1 =
+  // no config of the mesh fits.
+  mutable std::unordered_map<std::uint64_t, int> fix_memory_cache_;
   // Rebalance results by (configs, microbatch option); empty = no feasible partition.
   mutable std::unordered_map<std::string, std::vector<int>> rebalance_cache_;
 };

@@ -97,11 +97,45 @@ struct StageProbabilityFunction : public torch::autograd::Function<StageProbabil
 // length T per (r, s, k) and F per (r, s):
 //   d q[k] = g_expected . X[k, :T] + sum_m g_overflow[m] relu(...)
 //   d features[f] = g_expected . (sum_k q[k] W[k, f, :T]) + sum_k (memory part, where overflowing).
+// Memory bound for skipping the exact overflow work: with features >= 0 and in-flight counts
+// >= 0, every peak of config k on row rs is at most fsum[rs] (top_state[k] + max_m in[rs, m]
+// top_activation[k]) (top_*: the largest memory entry of config k, clamped at 0). Where that is
+// below the capacity (with a margin for rounding) no option can overflow: relu(...) = 0 exactly.
+template <typename scalar_t>
+struct MemoryBound {
+  std::vector<scalar_t> top_state, top_activation;  // (K)
+  std::vector<scalar_t> feature_sum, max_in_flight;  // (R S)
+  MemoryBound(const scalar_t* table, int64_t K, int64_t F, int64_t W, int64_t T, int64_t M,
+              const scalar_t* features, const scalar_t* in_flight, int64_t rows)
+      : top_state(K, 0), top_activation(K, 0), feature_sum(rows, 0), max_in_flight(rows, 0) {
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = 0; i < F; ++i) {
+        const scalar_t* row = table + (k * F + i) * W + T;
+        for (int64_t m = 0; m < M; ++m) {
+          top_state[k] = std::max(top_state[k], row[m]);
+          top_activation[k] = std::max(top_activation[k], row[M + m]);
+        }
+      }
+    for (int64_t rs = 0; rs < rows; ++rs) {
+      for (int64_t i = 0; i < F; ++i) feature_sum[rs] += features[rs * F + i];
+      for (int64_t m = 0; m < M; ++m)
+        max_in_flight[rs] = std::max(max_in_flight[rs], in_flight[rs * M + m]);
+    }
+  }
+  bool MayOverflow(int64_t rs, int64_t k, double capacity) const {
+    const double bound = static_cast<double>(feature_sum[rs]) *
+                         (static_cast<double>(top_state[k]) +
+                          static_cast<double>(max_in_flight[rs]) * top_activation[k]);
+    return bound * (1 + 1e-4) >= capacity;
+  }
+};
+
 struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
   static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx,
                                               torch::Tensor features, torch::Tensor q,
                                               torch::Tensor in_flight, torch::Tensor table,
-                                              int64_t time_columns, double capacity) {
+                                              int64_t time_columns, double capacity,
+                                              double min_probability) {
     features = features.contiguous();
     q = q.contiguous();
     in_flight = in_flight.contiguous();
@@ -119,24 +153,28 @@ struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
       scalar_t* ov = overflow.data_ptr<scalar_t>();
       std::vector<scalar_t> xbuf(W);
       scalar_t* x = xbuf.data();
+      const MemoryBound<scalar_t> bound(tab, K, F, W, T, M, fe, infl, R * S);
       // Configs outer, rows inner: one config's (F, W) block stays in L1 over all R * S rows.
       for (int64_t k = 0; k < K; ++k) {
         const scalar_t* block = tab + k * F * W;
         for (int64_t rs = 0; rs < R * S; ++rs) {
           const scalar_t qk = qq[rs * K + k];
-          if (qk == 0.0) continue;
+          if (qk == 0.0 || qk < min_probability) continue;
           const scalar_t* f = fe + rs * F;
           const scalar_t* in = infl + rs * M;
           scalar_t* exr = ex + rs * T;
           scalar_t* ovr = ov + rs * M;
-          std::fill(x, x + W, scalar_t(0));
+          const bool memory = bound.MayOverflow(rs, k, capacity);
+          const int64_t columns = memory ? W : T;
+          std::fill(x, x + columns, scalar_t(0));
           for (int64_t i = 0; i < F; ++i) {
             const scalar_t fi = f[i];
             if (fi == 0.0) continue;
             const scalar_t* row = block + i * W;
-            for (int64_t j = 0; j < W; ++j) x[j] += fi * row[j];
+            for (int64_t j = 0; j < columns; ++j) x[j] += fi * row[j];
           }
           for (int64_t j = 0; j < T; ++j) exr[j] += qk * x[j];
+          if (!memory) continue;
           const scalar_t* y = x + T;
           for (int64_t m = 0; m < M; ++m) {
             const scalar_t excess = y[m] + in[m] * y[M + m] - capacity;
@@ -148,6 +186,7 @@ struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
     ctx->save_for_backward({features, q, in_flight, table});
     ctx->saved_data["capacity"] = capacity;
     ctx->saved_data["time_columns"] = time_columns;
+    ctx->saved_data["min_probability"] = min_probability;
     return {expected, overflow};
   }
 
@@ -157,6 +196,7 @@ struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
     torch::Tensor features = saved[0], q = saved[1], in_flight = saved[2], table = saved[3];
     const double capacity = ctx->saved_data["capacity"].toDouble();
     const int64_t T = ctx->saved_data["time_columns"].toInt();
+    const double min_probability = ctx->saved_data["min_probability"].toDouble();
     const int64_t R = q.size(0), S = q.size(1), K = q.size(2);
     const int64_t F = features.size(2), M = in_flight.size(2), W = table.size(2);
     torch::Tensor g_expected = grad_outputs[0].defined()
@@ -177,32 +217,68 @@ struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
       scalar_t* df = d_features.data_ptr<scalar_t>();
       scalar_t* dq = d_q.data_ptr<scalar_t>();
       scalar_t* di = d_in_flight.data_ptr<scalar_t>();
-      std::vector<scalar_t> xbuf(W), gybuf(2 * M), abuf(static_cast<size_t>(R) * S * F * T, 0);
-      scalar_t* x = xbuf.data();
+      // Time columns transposed per config, features padded to FP: tt[k][j][f] = W[k, f, j], so
+      // that h[f] = sum_j g_expected[j] W[k, f, j] is T short axpys into FP accumulators.
+      constexpr int64_t kLanes = 8;
+      const int64_t FP = (F + kLanes - 1) / kLanes * kLanes;
+      std::vector<scalar_t> tt(static_cast<size_t>(K) * T * FP, scalar_t(0));
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t i = 0; i < F; ++i)
+          for (int64_t j = 0; j < T; ++j) tt[(k * T + j) * FP + i] = tab[(k * F + i) * W + j];
+      std::vector<scalar_t> ybuf(2 * M), gybuf(2 * M), hbuf(FP);
+      const MemoryBound<scalar_t> bound(tab, K, F, W, T, M, fe, infl, R * S);
+      scalar_t* y = ybuf.data();
       scalar_t* gy = gybuf.data();
-      scalar_t* a = abuf.data();  // (R S, F, T): sum_k q[rs, k] W[k, f, :T]
-      // Configs outer, rows inner (as in the forward).
+      scalar_t* h = hbuf.data();
+      // Configs outer, rows inner (as in the forward). With h[f] = g_expected . W[k, f, :T]:
+      //   d q[k] = sum_f features[f] h[f] (+ memory), d features[f] += q[k] h[f] (+ memory).
       for (int64_t k = 0; k < K; ++k) {
         const scalar_t* block = tab + k * F * W;
+        const scalar_t* tk = tt.data() + k * T * FP;
         for (int64_t rs = 0; rs < R * S; ++rs) {
           const scalar_t qk = qq[rs * K + k];
+          // Skipped in the forward: no contribution, and d q taken as 0 (its logit's gradient
+          // is q times it).
+          if (qk < min_probability) continue;
           const scalar_t* f = fe + rs * F;
           const scalar_t* in = infl + rs * M;
           const scalar_t* ger = ge + rs * T;
           const scalar_t* gor = go + rs * M;
-          scalar_t* ar = a + rs * F * T;
-          std::fill(x, x + W, scalar_t(0));
-          for (int64_t i = 0; i < F; ++i) {
-            const scalar_t fi = f[i];
-            const scalar_t* row = block + i * W;
-            for (int64_t j = 0; j < W; ++j) x[j] += fi * row[j];
-            scalar_t* ai = ar + i * T;
-            for (int64_t j = 0; j < T; ++j) ai[j] += qk * row[j];
+          scalar_t* dfr = df + rs * F;
+          if (FP == kLanes) {  // F <= 8 (up to 4 cost classes): accumulators in registers
+            scalar_t acc[kLanes] = {};
+            for (int64_t j = 0; j < T; ++j) {
+              const scalar_t gj = ger[j];
+              const scalar_t* row = tk + j * kLanes;
+              for (int64_t i = 0; i < kLanes; ++i) acc[i] += gj * row[i];
+            }
+            for (int64_t i = 0; i < kLanes; ++i) h[i] = acc[i];
+          } else {
+            std::fill(h, h + FP, scalar_t(0));
+            for (int64_t j = 0; j < T; ++j) {
+              const scalar_t gj = ger[j];
+              const scalar_t* row = tk + j * FP;
+              for (int64_t i = 0; i < FP; ++i) h[i] += gj * row[i];
+            }
           }
           scalar_t dqk = 0;
-          for (int64_t j = 0; j < T; ++j) dqk += ger[j] * x[j];  // d expected / d q
-          // Memory: gy[m] = d overflow / d (state part), gy[M + m] = d / d (activation part).
-          const scalar_t* y = x + T;
+          for (int64_t i = 0; i < F; ++i) {
+            dqk += f[i] * h[i];  // d expected / d q
+            dfr[i] += qk * h[i];  // d expected / d features
+          }
+          // Memory: y = [state + working | activation] of this config for the row's features;
+          // gy[m] = d overflow / d (state part), gy[M + m] = d / d (activation part).
+          if (!bound.MayOverflow(rs, k, capacity)) {
+            dq[rs * K + k] = dqk;
+            continue;
+          }
+          std::fill(y, y + 2 * M, scalar_t(0));
+          for (int64_t i = 0; i < F; ++i) {
+            const scalar_t fi = f[i];
+            if (fi == 0.0) continue;
+            const scalar_t* mrow = block + i * W + T;
+            for (int64_t j = 0; j < 2 * M; ++j) y[j] += fi * mrow[j];
+          }
           bool any = false;
           for (int64_t m = 0; m < M; ++m) {
             const scalar_t excess = y[m] + in[m] * y[M + m] - capacity;
@@ -221,23 +297,17 @@ struct StageCostFunction : public torch::autograd::Function<StageCostFunction> {
               const scalar_t* mrow = block + i * W + T;
               scalar_t dot = 0;
               for (int64_t j = 0; j < 2 * M; ++j) dot += gy[j] * mrow[j];
-              df[rs * F + i] += dot;
+              dfr[i] += dot;
             }
           }
           dq[rs * K + k] = dqk;
         }
       }
-      for (int64_t rs = 0; rs < R * S; ++rs) {  // d expected / d features
-        const scalar_t* ger = ge + rs * T;
-        for (int64_t i = 0; i < F; ++i) {
-          const scalar_t* ai = a + (rs * F + i) * T;
-          scalar_t dot = 0;
-          for (int64_t j = 0; j < T; ++j) dot += ger[j] * ai[j];
-          df[rs * F + i] += dot;
-        }
-      }
     });
-    return {d_features, d_q, d_in_flight, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {d_features,      d_q,
+            d_in_flight,     torch::Tensor(),
+            torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -379,7 +449,8 @@ SurrogateResult EvaluateSurrogate(const SurrogateTensors& t, const SurrogateProb
   torch::Tensor overflow;  // (R, S, M) sum_k q relu(peak - capacity), bytes
   if (!use_reference_ops && features.device().is_cpu()) {
     auto outputs = StageCostFunction::apply(features, q, in_flight, t.kernel_table, T,
-                                            t.memory_capacity_bytes);
+                                            t.memory_capacity_bytes,
+                                            settings.min_config_probability);
     expected = outputs[0];
     overflow = outputs[1];
   } else {

@@ -93,6 +93,10 @@ struct SurrogateSettings {
   double memory_penalty_weight = 10.0;
   double device_penalty_weight = 10.0;
   double stage_count_penalty_weight = 10.0;
+  // Fused CPU kernel only: configs whose probability q[r, s, k] is below this are skipped --
+  // their share of the expected costs (q times a cost) is dropped and d q taken as 0 (their
+  // logit's gradient is q times it). 0: exact (only exact zeros are skipped in the forward).
+  double min_config_probability = 0;
 };
 
 struct SurrogateResult {

@@ -47,6 +47,9 @@ void RelaxOptions::Validate() const {
   if (max_polish_starts < 1)
     ThrowInputError(where, "max_polish_starts", max_polish_starts, "must be >= 1");
   if (polish_kicks < 0) ThrowInputError(where, "polish_kicks", polish_kicks, "must be >= 0");
+  if (!(min_config_probability >= 0 && min_config_probability < 1))
+    ThrowInputError(where, "min_config_probability", min_config_probability,
+                    "must be >= 0 and < 1");
 }
 
 namespace {
@@ -189,6 +192,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   settings.memory_penalty_weight = ro.memory_penalty_weight;
   settings.device_penalty_weight = ro.device_penalty_weight;
   settings.stage_count_penalty_weight = ro.stage_count_penalty_weight;
+  settings.min_config_probability = ro.min_config_probability;
   double tau_scale = 0;
   {
     torch::NoGradGuard no_grad;

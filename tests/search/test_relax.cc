@@ -333,6 +333,28 @@ TEST_CASE("relax: RelaxSearcher returns valid plans that fit, within 2% of the e
   CHECK(solved > 0);
 }
 
+TEST_CASE("relax: RelaxSearcher with its default options stays within 2% of the exhaustive "
+          "optimum on random small problems") {
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    const Problem problem = MakeRandomSmallProblem(seed);
+    SearchOptions options;
+    options.seed = static_cast<int>(seed);
+    options.time_limit_seconds = 30;
+    RelaxSearcher searcher;  // RelaxOptions defaults
+    const SearchResult result = searcher.Search(problem, options);
+    ExhaustiveSearcher exhaustive;
+    const SearchResult optimum = exhaustive.Search(problem, options);
+    REQUIRE(optimum.summary.termination != TerminationType::kTimeLimit);
+    INFO("seed ", seed, ": ", result.summary.BriefReport(), " | ", optimum.summary.BriefReport());
+    CHECK(result.plan.has_value() == optimum.plan.has_value());
+    if (!result.plan || !optimum.plan) continue;
+    const Estimate estimate = Evaluate(problem, *result.plan);
+    CHECK(estimate.Fits());
+    CHECK(result.summary.iterations == RelaxOptions{}.iterations);
+    CHECK(estimate.iteration_seconds <= optimum.summary.best_iteration_seconds * 1.02);
+  }
+}
+
 TEST_CASE("relax: RelaxSearcher is deterministic for a seed and honours a tiny time limit") {
   const Problem problem = MakeRandomSmallProblem(4);
   SearchOptions options;
@@ -369,6 +391,9 @@ TEST_CASE("relax: RelaxOptions::Validate names the field and the rule") {
   options.learning_rate = -1;
   CHECK_THROWS_WITH_AS(options.Validate(), "RelaxOptions: learning_rate = -1: must be > 0",
                        InputError);
+  options = RelaxOptions{};
+  options.min_config_probability = 1;
+  CHECK_THROWS_AS(options.Validate(), InputError);
 }
 
 }  // namespace

@@ -241,36 +241,10 @@ TEST_CASE("relax: surrogate gradient matches central finite differences (1e-4 re
   }
 }
 
-struct SeedRow {
-  int num_layers, num_stages, num_microbatches;
-  double layer_cost, cut_cost, optimal_cost;
-};
-
-std::vector<SeedRow> ReadSeedCases() {
-  const std::string path =
-      std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
-  std::string line;
-  std::getline(in, line);  // header
-  std::vector<SeedRow> rows;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::stringstream fields(line);
-    std::string field;
-    std::vector<std::string> f;
-    while (std::getline(fields, field, ',')) f.push_back(field);
-    REQUIRE(f.size() >= 6);
-    rows.push_back({std::stoi(f[0]), std::stoi(f[1]), std::stoi(f[2]), std::stod(f[3]),
-                    std::stod(f[4]), std::stod(f[5])});
-  }
-  return rows;
-}
-
 TEST_CASE("relax: RelaxSearcher solves every seed pipeline-partition case to its optimal cost") {
-  const std::vector<SeedRow> rows = ReadSeedCases();
+  const std::vector<SeedCaseRow> rows = ReadSeedPartitionCases();
   CHECK(rows.size() >= 13);
-  for (const SeedRow& row : rows) {
+  for (const SeedCaseRow& row : rows) {
     const SeedCase seed = MakeSeedPartitionCase(row.num_layers, row.num_stages,
                                                 row.num_microbatches, row.layer_cost,
                                                 row.cut_cost);

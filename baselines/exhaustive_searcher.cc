@@ -90,9 +90,7 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
     return result;
   }
 
-  double best = kInf;
-  double least_overflow = kInf;
-  std::string least_overflow_text;
+  IncumbentTracker incumbent(options, result, start);
   bool stopped = false;
 
   Plan plan;
@@ -109,27 +107,8 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
         stopped = true;
         return;
       }
-      const Estimate estimate = Evaluate(cost_model, plan);
       ++summary.evaluations;
-      if (!estimate.Fits()) {
-        double overflow = 0;
-        for (const StageEstimate& se : estimate.stages)
-          overflow = std::max(overflow, -se.MemoryHeadroomBytes());
-        if (overflow < least_overflow) {
-          least_overflow = overflow;
-          least_overflow_text = fmt::format("{}: {}", plan.Summary(), estimate.MemoryViolation());
-        }
-        return;
-      }
-      if (summary.initial_iteration_seconds == kInf)
-        summary.initial_iteration_seconds = estimate.iteration_seconds;
-      if (estimate.iteration_seconds < best) {
-        best = estimate.iteration_seconds;
-        result.plan = plan;
-        const double wall = SecondsSince(start);
-        summary.anytime.push_back({wall, best});
-        if (options.on_improvement) options.on_improvement(wall, best);
-      }
+      incumbent.Offer(plan, Evaluate(cost_model, plan));
       return;
     }
     const int remaining = num_stages - s - 1;
@@ -157,19 +136,19 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
       assign(0, num_stages, 0, 0);
       if (options.progress)
         std::fprintf(stderr, "[exhaustive %8.2fs] m=%d, %d stages: %ld plans, best %.6g s\n",
-                     SecondsSince(start), m, num_stages, summary.evaluations, best);
+                     SecondsSince(start), m, num_stages, summary.evaluations,
+                     summary.best_iteration_seconds);
     }
   }
 
   summary.wall_seconds = SecondsSince(start);
-  summary.best_iteration_seconds = best;
   if (stopped) {
     summary.message = fmt::format("stopped by the time limit after {} of {:.0f} plans; best: {}",
                                   summary.evaluations, num_plans,
                                   result.plan ? result.plan->Summary() : std::string("none"));
   } else if (result.plan) {
     summary.termination = TerminationType::kOptimal;
-    summary.lower_bound_seconds = best;
+    summary.lower_bound_seconds = summary.best_iteration_seconds;
     summary.message =
         fmt::format("optimal over all {} plans: {}", summary.evaluations, result.plan->Summary());
   } else {
@@ -183,7 +162,7 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
             : fmt::format(
                   "no plan fits in device memory ({} plans); the least memory-hungry "
                   "one, {}",
-                  summary.evaluations, least_overflow_text);
+                  summary.evaluations, incumbent.LeastOverflowText());
   }
   return result;
 }

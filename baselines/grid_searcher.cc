@@ -49,10 +49,7 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
   summary.best_iteration_seconds = kInf;
   summary.initial_iteration_seconds = kInf;
 
-  double best = kInf;
-  // The least memory-hungry plan, for the infeasibility message.
-  double least_overflow = kInf;
-  std::string least_overflow_text;
+  IncumbentTracker incumbent(options, result, start);
   bool stopped = false;
   Clock::time_point last_progress = start;
 
@@ -81,40 +78,19 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
           plan.num_microbatches = m;
           plan.schedule = problem.training.schedule;
           for (int s = 0; s < pp; ++s) plan.stages.push_back({bounds[s], bounds[s + 1], config});
-          const Estimate estimate = Evaluate(cost_model, plan);
           ++summary.evaluations;
-          if (!estimate.Fits()) {
-            double overflow = 0;
-            for (const StageEstimate& se : estimate.stages)
-              overflow = std::max(overflow, -se.MemoryHeadroomBytes());
-            if (overflow < least_overflow) {
-              least_overflow = overflow;
-              least_overflow_text =
-                  fmt::format("{}: {}", plan.Summary(), estimate.MemoryViolation());
-            }
-            continue;
-          }
-          if (summary.initial_iteration_seconds == kInf)
-            summary.initial_iteration_seconds = estimate.iteration_seconds;
-          if (estimate.iteration_seconds < best) {
-            best = estimate.iteration_seconds;
-            result.plan = plan;
-            const double wall = SecondsSince(start);
-            summary.anytime.push_back({wall, best});
-            if (options.on_improvement) options.on_improvement(wall, best);
-          }
+          incumbent.Offer(plan, Evaluate(cost_model, plan));
         }
       }
       if (options.progress && SecondsSince(last_progress) >= 2.0) {
         last_progress = Clock::now();
         std::fprintf(stderr, "[grid %8.2fs] PP=%d: %ld plans, best %.6g s\n", SecondsSince(start),
-                     pp, summary.evaluations, best);
+                     pp, summary.evaluations, summary.best_iteration_seconds);
       }
     }
   }
 
   summary.wall_seconds = SecondsSince(start);
-  summary.best_iteration_seconds = best;
   if (stopped) {
     summary.message = fmt::format(
         "stopped by the {} after {} plans; best plan so far: {}",
@@ -135,7 +111,7 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
             : fmt::format(
                   "no uniform plan fits in device memory ({} plans); the least "
                   "memory-hungry one, {}",
-                  summary.evaluations, least_overflow_text);
+                  summary.evaluations, incumbent.LeastOverflowText());
   }
   if (options.progress) std::fprintf(stderr, "[grid] %s\n", summary.BriefReport().c_str());
   return result;

@@ -93,4 +93,32 @@ std::string SearchSummary::FullReport() const {
   return out;
 }
 
+IncumbentTracker::IncumbentTracker(const SearchOptions& options, SearchResult& result,
+                                   std::chrono::steady_clock::time_point start)
+    : options_(options), result_(result), start_(start) {}
+
+bool IncumbentTracker::Offer(const Plan& plan, const Estimate& estimate) {
+  SearchSummary& summary = result_.summary;
+  if (!estimate.Fits()) {
+    double overflow = 0;
+    for (const StageEstimate& stage : estimate.stages)
+      overflow = std::max(overflow, -stage.MemoryHeadroomBytes());
+    if (overflow < least_overflow_bytes_) {
+      least_overflow_bytes_ = overflow;
+      least_overflow_text_ = fmt::format("{}: {}", plan.Summary(), estimate.MemoryViolation());
+    }
+    return false;
+  }
+  if (!std::isfinite(summary.initial_iteration_seconds))
+    summary.initial_iteration_seconds = estimate.iteration_seconds;
+  if (estimate.iteration_seconds >= summary.best_iteration_seconds) return false;
+  summary.best_iteration_seconds = estimate.iteration_seconds;
+  result_.plan = plan;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  summary.anytime.push_back({wall, estimate.iteration_seconds});
+  if (options_.on_improvement) options_.on_improvement(wall, estimate.iteration_seconds);
+  return true;
+}
+
 }  // namespace stratos

@@ -3,12 +3,14 @@
 //   SearchResult result = searcher.Search(problem, options);
 // Infeasibility is a value (TerminationType::kInfeasible with a message), not an exception.
 // No LibTorch in this header: baselines include it without paying for LibTorch headers.
+#include <chrono>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "costmodel/evaluate.h"
 #include "costmodel/plan.h"
 #include "costmodel/search_space.h"
 
@@ -66,6 +68,27 @@ struct SearchSummary {
 struct SearchResult {
   std::optional<Plan> plan;
   SearchSummary summary;
+};
+
+// The bookkeeping of a search that prices complete plans with Evaluate (grid, exhaustive):
+// keeps the best fitting plan in `result`, its summary's best / initial seconds, anytime trace
+// and the on_improvement callback, and the least memory-hungry plan that did not fit (for the
+// "no feasible plan" message). Times are seconds since `start`.
+class IncumbentTracker {
+ public:
+  IncumbentTracker(const SearchOptions& options, SearchResult& result,
+                   std::chrono::steady_clock::time_point start);
+  // Records one priced plan; returns true if it became the incumbent.
+  bool Offer(const Plan& plan, const Estimate& estimate);
+  // "<plan summary>: <memory violation>" of the least overflowing plan offered; "" if none.
+  const std::string& LeastOverflowText() const { return least_overflow_text_; }
+
+ private:
+  const SearchOptions& options_;
+  SearchResult& result_;
+  std::chrono::steady_clock::time_point start_;
+  double least_overflow_bytes_ = std::numeric_limits<double>::infinity();
+  std::string least_overflow_text_;
 };
 
 class Searcher {

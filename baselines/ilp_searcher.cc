@@ -475,6 +475,15 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   start.reserve(num_cols + 1);
   index.reserve(static_cast<size_t>(C) * 9 + 6 * L + 2);
   value.reserve(index.capacity());
+  // A stage column's value x enters the per-layer rows where the stage starts (-x) and ends (+x).
+  auto add_telescoped = [&](int row_value0, const Column& col, double x) {
+    index.push_back(row_value0 + col.first_layer);
+    value.push_back(-x);
+    if (col.last_layer < L) {
+      index.push_back(row_value0 + col.last_layer);
+      value.push_back(x);
+    }
+  };
   for (const Column& col : set.columns) {
     start.push_back(static_cast<CoinBigIndex>(index.size()));
     const double t = col.t / scale;
@@ -493,39 +502,33 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     value.push_back(col.devices);
     index.push_back(row_count);
     value.push_back(1.0);
-    index.push_back(row_u0 + col.first_layer);
-    value.push_back(-t);
-    if (col.last_layer < L) {
-      index.push_back(row_u0 + col.last_layer);
-      value.push_back(t);
-    }
+    add_telescoped(row_u0, col, t);
     index.push_back(row_volume);
     value.push_back(-col.devices * t);
-    const double e = col.e / scale;
-    index.push_back(row_v0 + col.first_layer);
-    value.push_back(-e);
-    if (col.last_layer < L) {
-      index.push_back(row_v0 + col.last_layer);
-      value.push_back(e);
-    }
+    add_telescoped(row_v0, col, col.e / scale);
     col_lb.push_back(0.0);
     col_ub.push_back(1.0);
     obj.push_back(col.a / scale);
   }
-  for (int l = 0; l < L; ++l) {  // u_l - u_{l-1} - (t starting at l) + (t ending at l) = 0
-    start.push_back(static_cast<CoinBigIndex>(index.size()));
-    index.push_back(row_u0 + l);
-    value.push_back(1.0);
-    if (l + 1 < L) {
-      index.push_back(row_u0 + l + 1);
+  // The per-layer value columns: w_l (= u_l or v_l) with w_l - w_{l-1} - (value of the column
+  // starting at l) + (value of the column ending at l) = 0, and max >= w_l.
+  auto add_per_layer_columns = [&](int row_value0, int row_bound0) {
+    for (int l = 0; l < L; ++l) {
+      start.push_back(static_cast<CoinBigIndex>(index.size()));
+      index.push_back(row_value0 + l);
+      value.push_back(1.0);
+      if (l + 1 < L) {
+        index.push_back(row_value0 + l + 1);
+        value.push_back(-1.0);
+      }
+      index.push_back(row_bound0 + l);
       value.push_back(-1.0);
+      col_lb.push_back(0.0);
+      col_ub.push_back(big);
+      obj.push_back(0.0);
     }
-    index.push_back(row_t0 + l);
-    value.push_back(-1.0);
-    col_lb.push_back(0.0);
-    col_ub.push_back(big);
-    obj.push_back(0.0);
-  }
+  };
+  add_per_layer_columns(row_u0, row_t0);
   start.push_back(static_cast<CoinBigIndex>(index.size()));  // T
   for (int l = 0; l < L; ++l) {
     index.push_back(row_t0 + l);
@@ -536,20 +539,7 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   col_lb.push_back(set.t_floor / scale);
   col_ub.push_back(big);
   obj.push_back(m - 1.0);
-  for (int l = 0; l < L; ++l) {  // v_l - v_{l-1} - (e starting at l) + (e ending at l) = 0
-    start.push_back(static_cast<CoinBigIndex>(index.size()));
-    index.push_back(row_v0 + l);
-    value.push_back(1.0);
-    if (l + 1 < L) {
-      index.push_back(row_v0 + l + 1);
-      value.push_back(-1.0);
-    }
-    index.push_back(row_e0 + l);
-    value.push_back(-1.0);
-    col_lb.push_back(0.0);
-    col_ub.push_back(big);
-    obj.push_back(0.0);
-  }
+  add_per_layer_columns(row_v0, row_e0);
   start.push_back(static_cast<CoinBigIndex>(index.size()));  // E
   for (int l = 0; l < L; ++l) {
     index.push_back(row_e0 + l);

@@ -6,6 +6,7 @@
 #include "costmodel/zoo.h"
 #include "experiments/commands.h"
 #include "experiments/run_commands.h"
+#include "experiments/runtime_bench.h"
 #include "experiments/searchers.h"
 #include "runtime/device_info.h"
 
@@ -104,6 +105,14 @@ int main(int argc, char** argv) {
   ladder->add_option("--cluster", bench.cluster, "zoo cluster or file (8 GPUs per node)")
       ->capture_default_str();
 
+  stratos::BenchRuntimeArgs bench_runtime;
+  CLI::App* runtime_bench = bench_command->add_subcommand(
+      "runtime", "runtime acceptance: measured vs predicted iteration time of 6 plans (MAPE) and "
+                 "overhead against plain single-process LibTorch training");
+  runtime_bench->add_option("--output-dir", bench_runtime.output_dir)->capture_default_str();
+  runtime_bench->add_option("--steps", bench_runtime.steps, "steps per run (first is warm-up)")
+      ->capture_default_str();
+
   stratos::RunArgs run;
   CLI::App* run_command = app.add_subcommand(
       "run", "run a plan on this machine: spawn one worker process per device (Gloo on CPU)");
@@ -154,6 +163,7 @@ int main(int argc, char** argv) {
       return stratos::RunEvaluate(evaluate);
     }
     if (*ladder) return stratos::RunBenchLadder(bench);
+    if (*runtime_bench) return stratos::RunBenchRuntime(bench_runtime);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
     if (*version) {

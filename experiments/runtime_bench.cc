@@ -1,0 +1,309 @@
+// `stratos bench runtime` (experiments/runtime_bench.h).
+#include "experiments/runtime_bench.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "costmodel/error.h"
+#include "experiments/output.h"
+#include "experiments/run_commands.h"
+#include "runtime/communicator.h"
+#include "runtime/data.h"
+#include "runtime/gpt.h"
+#include "runtime/trainer.h"
+
+namespace stratos {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kOverheadTargetPercent = 10.0;
+
+struct BenchPlan {
+  int pp, dp, tp;
+  std::string Name() const { return fmt::format("{}x{}x{}", pp, dp, tp); }
+};
+
+// PPxDPxTP, at most 4 worker processes.
+const std::vector<BenchPlan> kPlans = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1},
+                                       {1, 1, 2}, {2, 2, 1}, {1, 2, 2}};
+
+struct PlanRow {
+  BenchPlan plan;
+  std::string status = "failed";  // ok | failed
+  std::string error;
+  double measured_seconds = 0;
+  double predicted_seconds = 0;
+  double simulated_seconds = 0;
+  double error_percent = 0;  // (measured - predicted) / measured * 100
+  std::vector<double> losses;
+};
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot open", path));
+  return nlohmann::json::parse(in);
+}
+
+// Sends this process's stdout to `path` while alive (RunRun prints every step's loss).
+class StdoutRedirect {
+ public:
+  explicit StdoutRedirect(const std::string& path) {
+    std::fflush(stdout);
+    saved_ = dup(STDOUT_FILENO);
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (saved_ >= 0 && fd >= 0) dup2(fd, STDOUT_FILENO);
+    if (fd >= 0) close(fd);
+  }
+  ~StdoutRedirect() {
+    std::fflush(stdout);
+    if (saved_ >= 0) {
+      dup2(saved_, STDOUT_FILENO);
+      close(saved_);
+    }
+  }
+  StdoutRedirect(const StdoutRedirect&) = delete;
+  StdoutRedirect& operator=(const StdoutRedirect&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
+PlanRow RunPlan(const BenchRuntimeArgs& args, const BenchPlan& plan, const std::string& dir) {
+  PlanRow row;
+  row.plan = plan;
+  RunArgs run;
+  run.flags.pipeline_parallel = plan.pp;
+  run.flags.data_parallel = plan.dp;
+  run.flags.tensor_parallel = plan.tp;
+  run.flags.micro_batch_size = args.micro_batch_size;
+  run.flags.global_batch_size = args.global_batch_size;
+  run.flags.steps = args.steps;
+  run.flags.output_dir = dir;
+  run.flags.threads = 1;
+  run.flags.backend = "gloo";
+  run.deadline_seconds = args.deadline_seconds;
+  std::filesystem::create_directories(dir);
+  try {
+    int rc;
+    {
+      StdoutRedirect quiet(dir + "/stdout.txt");
+      rc = RunRun(run);
+    }
+    if (rc != 0) {
+      row.error = fmt::format("workers failed (see {}/errors and {}/logs)", dir, dir);
+      return row;
+    }
+    const nlohmann::json measurement = ReadJson(dir + "/measurement.json");
+    const nlohmann::json comparison = ReadJson(dir + "/predicted_vs_measured.json");
+    row.measured_seconds = measurement.at("iteration_seconds").get<double>();
+    row.predicted_seconds = comparison.at("predicted_iteration_seconds").get<double>();
+    row.simulated_seconds = comparison.at("simulated_iteration_seconds").get<double>();
+    row.losses = measurement.at("losses").get<std::vector<double>>();
+    if (row.measured_seconds <= 0) {
+      row.error = "measured iteration time is 0";
+      return row;
+    }
+    row.error_percent =
+        (row.measured_seconds - row.predicted_seconds) / row.measured_seconds * 100.0;
+    row.status = "ok";
+  } catch (const std::exception& e) {
+    row.error = e.what();
+  }
+  return row;
+}
+
+struct PlainResult {
+  double iteration_seconds = 0;  // mean over steps 1 .. steps - 1
+  std::vector<double> losses;
+};
+
+// Plain single-process LibTorch training of the same model: the runtime's GptStage holding all
+// layers (tp = a self communicator), the same batches and microbatch split, torch::optim::Adam.
+PlainResult RunPlain(const BenchRuntimeArgs& args) {
+  const RunFlags flags;           // the `stratos run` defaults: model, seed, learning rate
+  const TrainOptions defaults;    // Adam hyper-parameters
+  const ModelSpec model = LoadRuntimeModel(flags.model, flags.seq_length);
+  const CharDataset data(DefaultDataPath(), model.seq_length);
+  const uint64_t seed = static_cast<uint64_t>(flags.seed);
+  auto self = MakeSelfCommunicator("plain");
+  GptStage gpt(model, 0, model.NumLayers(), Recompute::kNone, self.get(), seed);
+  torch::optim::Adam adam(
+      gpt.Parameters(),
+      torch::optim::AdamOptions(flags.learning_rate)
+          .betas({defaults.adam_beta1, defaults.adam_beta2})
+          .eps(defaults.adam_epsilon)
+          .weight_decay(0));
+  const int B = args.global_batch_size;
+  const int b = args.micro_batch_size;
+  const int m = B / b;
+  PlainResult result;
+  std::vector<double> step_seconds;
+  for (int step = 0; step < args.steps; ++step) {
+    const Clock::time_point start = Clock::now();
+    adam.zero_grad();
+    double loss_sum = 0;
+    for (int i = 0; i < m; ++i) {
+      const CharDataset::Batch batch = data.TrainBatch(seed, step, B, i * b, b);
+      torch::Tensor loss = gpt.Forward(batch.inputs, batch.targets);
+      loss_sum += loss.item<double>() / m;
+      (loss / static_cast<double>(m)).backward();
+    }
+    adam.step();
+    step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    result.losses.push_back(loss_sum);
+  }
+  double sum = 0;
+  for (size_t i = 1; i < step_seconds.size(); ++i) sum += step_seconds[i];
+  result.iteration_seconds = sum / static_cast<double>(step_seconds.size() - 1);
+  return result;
+}
+
+}  // namespace
+
+int RunBenchRuntime(const BenchRuntimeArgs& args) {
+  if (args.steps < 2)
+    ThrowInputError("command line", "--steps", args.steps, "must be >= 2 (the first is warm-up)");
+  if (args.micro_batch_size < 1)
+    ThrowInputError("command line", "micro_batch_size", args.micro_batch_size, "must be >= 1");
+  if (args.global_batch_size < 1 || args.global_batch_size % (2 * args.micro_batch_size) != 0)
+    ThrowInputError("command line", "global_batch_size", args.global_batch_size,
+                    fmt::format("must be a positive multiple of 2 x micro-batch = {} (DP up to 2)",
+                                2 * args.micro_batch_size));
+  EnsureDirectory(args.output_dir);
+  const std::string dir = std::filesystem::absolute(args.output_dir).string();
+
+  fmt::print("stratos bench runtime: gpt-tiny on tinyshakespeare, global batch {}, micro-batch {}, "
+             "{} steps (first skipped), 1 thread per worker, Gloo\n",
+             args.global_batch_size, args.micro_batch_size, args.steps);
+
+  // (2) first, in this otherwise idle process: plain single-process LibTorch training.
+  const int saved_threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  PlainResult plain;
+  std::string plain_error;
+  try {
+    plain = RunPlain(args);
+  } catch (const std::exception& e) {
+    plain_error = e.what();
+  }
+  torch::set_num_threads(saved_threads);
+
+  // (1) the plans, launched as `stratos run` launches them.
+  std::vector<PlanRow> rows;
+  for (const BenchPlan& plan : kPlans) {
+    fmt::print("running {} ({} workers) ...\n", plan.Name(), plan.pp * plan.dp * plan.tp);
+    std::fflush(stdout);
+    rows.push_back(RunPlan(args, plan, dir + "/plans/" + plan.Name()));
+    if (rows.back().status != "ok")
+      fmt::print(stderr, "  {} failed: {}\n", plan.Name(), rows.back().error);
+  }
+
+  fmt::print("\n{:<8} {:>7} {:>12} {:>12} {:>9}\n", "PPxDPxTP", "workers", "measured s",
+             "predicted s", "error %");
+  double ape_sum = 0;
+  int ok = 0;
+  for (const PlanRow& row : rows) {
+    if (row.status == "ok") {
+      fmt::print("{:<8} {:>7} {:>12.5f} {:>12.5f} {:>+9.1f}\n", row.plan.Name(),
+                 row.plan.pp * row.plan.dp * row.plan.tp, row.measured_seconds,
+                 row.predicted_seconds, row.error_percent);
+      ape_sum += std::abs(row.error_percent);
+      ++ok;
+    } else {
+      fmt::print("{:<8} {:>7} {:>12} {:>12} {:>9}\n", row.plan.Name(),
+                 row.plan.pp * row.plan.dp * row.plan.tp, "failed", "-", "-");
+    }
+  }
+  const double mape = ok > 0 ? ape_sum / ok : 0.0;
+  fmt::print("MAPE over {} plans: {:.1f}% (error = (measured - predicted) / measured)\n", ok, mape);
+
+  const PlanRow& base = rows.front();  // 1x1x1
+  double overhead = 0;
+  double loss_diff = 0;
+  const bool have_overhead =
+      plain_error.empty() && base.status == "ok" && plain.iteration_seconds > 0;
+  if (have_overhead) {
+    overhead = (base.measured_seconds / plain.iteration_seconds - 1.0) * 100.0;
+    for (size_t i = 0; i < std::min(plain.losses.size(), base.losses.size()); ++i)
+      loss_diff = std::max(loss_diff, std::abs(plain.losses[i] - base.losses[i]));
+    fmt::print("plain single-process LibTorch (GptStage of all layers, torch::optim::Adam, no "
+               "plan machinery): {:.5f} s/iteration\n",
+               plain.iteration_seconds);
+    fmt::print("runtime 1x1x1: {:.5f} s/iteration -> overhead {:+.1f}% (target <= {:.0f}%: {})\n",
+               base.measured_seconds, overhead, kOverheadTargetPercent,
+               overhead <= kOverheadTargetPercent ? "met" : "NOT met");
+    fmt::print("loss agreement plain vs runtime 1x1x1: max |difference| {:.2e} over {} steps\n",
+               loss_diff, std::min(plain.losses.size(), base.losses.size()));
+  } else {
+    fmt::print(stderr, "overhead not measured: {}\n",
+               plain_error.empty() ? "the 1x1x1 run failed" : "plain loop: " + plain_error);
+  }
+
+  // Outputs.
+  std::string csv = "plan,pp,dp,tp,devices,status,measured_s,predicted_s,error_percent\n";
+  nlohmann::json json_rows = nlohmann::json::array();
+  for (const PlanRow& row : rows) {
+    const BenchPlan& p = row.plan;
+    csv += fmt::format("{},{},{},{},{},{},{:.6f},{:.6f},{:.3f}\n", p.Name(), p.pp, p.dp, p.tp,
+                       p.pp * p.dp * p.tp, row.status, row.measured_seconds,
+                       row.predicted_seconds, row.error_percent);
+    json_rows.push_back({{"plan", p.Name()},
+                         {"pp", p.pp},
+                         {"dp", p.dp},
+                         {"tp", p.tp},
+                         {"devices", p.pp * p.dp * p.tp},
+                         {"status", row.status},
+                         {"error", row.error},
+                         {"measured_iteration_seconds", row.measured_seconds},
+                         {"predicted_iteration_seconds", row.predicted_seconds},
+                         {"simulated_iteration_seconds", row.simulated_seconds},
+                         {"error_percent", row.error_percent},
+                         {"run_dir", "plans/" + p.Name()}});
+  }
+  csv += fmt::format("plain,1,1,1,1,{},{:.6f},,\n", plain_error.empty() ? "ok" : "failed",
+                     plain.iteration_seconds);
+  nlohmann::json out = {
+      {"schema", "stratos.runtime_bench/1"},
+      {"model", RunFlags().model},
+      {"global_batch_size", args.global_batch_size},
+      {"micro_batch_size", args.micro_batch_size},
+      {"steps", args.steps},
+      {"warmup_steps_skipped", 1},
+      {"threads_per_worker", 1},
+      {"plans", json_rows},
+      {"plans_ok", ok},
+      {"mape_percent", mape},
+      {"plain",
+       {{"what", "one process, runtime GptStage of all layers with a self communicator, same "
+                 "batches and microbatches, torch::optim::Adam, 1 intra-op thread"},
+        {"status", plain_error.empty() ? "ok" : "failed"},
+        {"error", plain_error},
+        {"iteration_seconds", plain.iteration_seconds},
+        {"losses", plain.losses}}},
+      {"runtime_iteration_seconds", base.measured_seconds},
+      {"overhead_percent", have_overhead ? nlohmann::json(overhead) : nlohmann::json()},
+      {"overhead_target_percent", kOverheadTargetPercent},
+      {"overhead_target_met", have_overhead && overhead <= kOverheadTargetPercent},
+      {"max_loss_difference_plain_vs_1x1x1", have_overhead ? nlohmann::json(loss_diff)
+                                                           : nlohmann::json()},
+  };
+  WriteFileAtomically(args.output_dir + "/runtime_bench.csv", csv);
+  WriteJsonAtomically(args.output_dir + "/runtime_bench.json", out);
+  fmt::print("wrote {0}/runtime_bench.csv, {0}/runtime_bench.json\n", args.output_dir);
+  return ok == static_cast<int>(rows.size()) && plain_error.empty() ? 0 : 1;
+}
+
+}  // namespace stratos

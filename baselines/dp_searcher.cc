@@ -20,12 +20,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // out[k] = min(out[k], in[k] + add): the DP's inner loop over free devices, vectorized (with an
 // AVX2 clone chosen at load time on x86-64).
 #if defined(__x86_64__) && defined(__has_attribute)
@@ -351,24 +345,20 @@ using RectangleQueue =
 }  // namespace
 
 SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const Clock::time_point start = Clock::now();
+  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::max(1, std::min({space.max_stages, L, space.num_devices}));
 
-  SearchResult result;
+  SearchResult result = StartSearchResult(Name(), options);
   SearchSummary& summary = result.summary;
-  summary.algorithm = Name();
-  summary.time_limit_seconds_given = options.time_limit_seconds;
-  summary.best_iteration_seconds = kInf;
-  summary.initial_iteration_seconds = kInf;
 
   double best = kInf;
   bool stopped = false;
   TerminationType stop_reason = TerminationType::kOptimal;
-  Clock::time_point last_progress = start;
+  SearchClock::time_point last_progress = start;
 
   auto out_of_budget = [&]() {
     if (SecondsSince(start) >= options.time_limit_seconds) {
@@ -420,7 +410,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   auto progress = [&](const std::string& line, bool force) {
     if (!options.progress) return;
     if (!force && SecondsSince(last_progress) < 2.0) return;
-    last_progress = Clock::now();
+    last_progress = SearchClock::now();
     std::fprintf(stderr, "[dp %8.2fs] %s\n", SecondsSince(start), line.c_str());
   };
 

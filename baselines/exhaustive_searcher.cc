@@ -14,13 +14,6 @@
 namespace stratos {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Binomial coefficient C(n, k) as a double.
 double Choose(int n, int k) {
   if (k < 0 || k > n) return 0.0;
@@ -62,7 +55,7 @@ double ExhaustiveSearcher::CountPlans(const Problem& problem, const SearchSpace&
 }
 
 SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const Clock::time_point start = Clock::now();
+  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
@@ -70,12 +63,8 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
   const int D = space.num_devices;
   const int max_stages = std::min(space.max_stages, L);
 
-  SearchResult result;
+  SearchResult result = StartSearchResult(Name(), options);
   SearchSummary& summary = result.summary;
-  summary.algorithm = Name();
-  summary.time_limit_seconds_given = options.time_limit_seconds;
-  summary.best_iteration_seconds = kInf;
-  summary.initial_iteration_seconds = kInf;
 
   const double num_plans = CountPlans(problem, space);
   const double cap = options.max_evaluations > 0 ? static_cast<double>(options.max_evaluations)

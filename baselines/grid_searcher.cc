@@ -11,17 +11,6 @@
 #include "costmodel/evaluate.h"
 
 namespace stratos {
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
-
 std::vector<int> UniformStageBoundaries(int num_layers, int num_stages, bool larger_last) {
   STRATOS_CHECK(num_stages >= 1 && num_stages <= num_layers, "{} stages for {} layers", num_stages,
                 num_layers);
@@ -35,23 +24,19 @@ std::vector<int> UniformStageBoundaries(int num_layers, int num_stages, bool lar
 }
 
 SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const Clock::time_point start = Clock::now();
+  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
 
-  SearchResult result;
+  SearchResult result = StartSearchResult(Name(), options);
   SearchSummary& summary = result.summary;
-  summary.algorithm = Name();
-  summary.time_limit_seconds_given = options.time_limit_seconds;
-  summary.best_iteration_seconds = kInf;
-  summary.initial_iteration_seconds = kInf;
 
   IncumbentTracker incumbent(options, result, start);
   bool stopped = false;
-  Clock::time_point last_progress = start;
+  SearchClock::time_point last_progress = start;
 
   for (int pp = space.min_stages; pp <= max_stages && !stopped; ++pp) {
     std::vector<std::vector<int>> splits = {UniformStageBoundaries(L, pp, false)};
@@ -83,7 +68,7 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
         }
       }
       if (options.progress && SecondsSince(last_progress) >= 2.0) {
-        last_progress = Clock::now();
+        last_progress = SearchClock::now();
         std::fprintf(stderr, "[grid %8.2fs] PP=%d: %ld plans, best %.6g s\n", SecondsSince(start),
                      pp, summary.evaluations, summary.best_iteration_seconds);
       }

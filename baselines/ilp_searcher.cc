@@ -30,12 +30,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 #ifdef STRATOS_HAVE_CBC
 
 // One candidate stage of the MILP of one microbatch count: a binary column.
@@ -707,19 +701,15 @@ bool IlpSearcher::Available() {
 }
 
 SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const Clock::time_point start = Clock::now();
+  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
 
-  SearchResult result;
+  SearchResult result = StartSearchResult(Name(), options);
   SearchSummary& summary = result.summary;
-  summary.algorithm = Name();
-  summary.time_limit_seconds_given = options.time_limit_seconds;
-  summary.best_iteration_seconds = kInf;
-  summary.initial_iteration_seconds = kInf;
 
 #ifndef STRATOS_HAVE_CBC
   (void)cost_model;

@@ -43,12 +43,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Consecutive proposals that leave the space before the chain is declared stuck.
 constexpr long kMaxConsecutiveRejections = 10000;
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 struct Stage {
   int first = 0;   // inclusive
   int last = 0;    // exclusive
@@ -366,7 +360,7 @@ class Chain {
 }  // namespace
 
 SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const Clock::time_point start = Clock::now();
+  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   mcmc_options_.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
@@ -375,12 +369,8 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
   const int max_stages = std::min(space.max_stages, L);
   const McmcOptions& mo = mcmc_options_;
 
-  SearchResult result;
+  SearchResult result = StartSearchResult(Name(), options);
   SearchSummary& summary = result.summary;
-  summary.algorithm = Name();
-  summary.time_limit_seconds_given = options.time_limit_seconds;
-  summary.best_iteration_seconds = kInf;
-  summary.initial_iteration_seconds = kInf;
 
   Chain chain(cost_model, space, mo, max_stages, options.seed);
   std::mt19937_64& rng = chain.rng();

@@ -54,8 +54,6 @@ void RelaxOptions::Validate() const {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 double Geometric(double from, double to, double fraction) {
   if (from <= 0 || to <= 0) return from + (to - from) * fraction;
   return from * std::pow(to / from, fraction);
@@ -105,16 +103,14 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   options.Validate();
   relax_options_.Validate();
   const RelaxOptions& ro = relax_options_;
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(
+  const SearchClock::time_point start = SearchClock::now();
+  const SearchClock::time_point deadline =
+      start + std::chrono::duration_cast<SearchClock::duration>(
                   std::chrono::duration<double>(options.time_limit_seconds));
-  auto elapsed = [&]() { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto elapsed = [&]() { return SecondsSince(start); };
 
-  SearchResult result;
+  SearchResult result = StartSearchResult("relax", options);
   SearchSummary& summary = result.summary;
-  summary.algorithm = "relax";
-  summary.time_limit_seconds_given = options.time_limit_seconds;
   summary.best_iteration_seconds = std::numeric_limits<double>::infinity();
   summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
 
@@ -217,7 +213,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   };
   double temperature = ro.initial_temperature;
   for (int it = 0; it < ro.iterations; ++it) {
-    if (Clock::now() >= deadline) {
+    if (SearchClock::now() >= deadline) {
       time_limited = true;
       break;
     }
@@ -284,7 +280,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   }
   if (polisher.OutOfBudget(limits)) polish_cut_short = true;
   if (polish_cut_short) {
-    if (Clock::now() >= deadline) {
+    if (SearchClock::now() >= deadline) {
       time_limited = true;
     } else {
       evaluation_limited = true;

@@ -93,8 +93,19 @@ std::string SearchSummary::FullReport() const {
   return out;
 }
 
+double SecondsSince(SearchClock::time_point start) {
+  return std::chrono::duration<double>(SearchClock::now() - start).count();
+}
+
+SearchResult StartSearchResult(const std::string& algorithm, const SearchOptions& options) {
+  SearchResult result;
+  result.summary.algorithm = algorithm;
+  result.summary.time_limit_seconds_given = options.time_limit_seconds;
+  return result;
+}
+
 IncumbentTracker::IncumbentTracker(const SearchOptions& options, SearchResult& result,
-                                   std::chrono::steady_clock::time_point start)
+                                   SearchClock::time_point start)
     : options_(options), result_(result), start_(start) {}
 
 bool IncumbentTracker::Offer(const Plan& plan, const Estimate& estimate) {
@@ -114,8 +125,7 @@ bool IncumbentTracker::Offer(const Plan& plan, const Estimate& estimate) {
   if (estimate.iteration_seconds >= summary.best_iteration_seconds) return false;
   summary.best_iteration_seconds = estimate.iteration_seconds;
   result_.plan = plan;
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double wall = SecondsSince(start_);
   summary.anytime.push_back({wall, estimate.iteration_seconds});
   if (options_.on_improvement) options_.on_improvement(wall, estimate.iteration_seconds);
   return true;

@@ -74,10 +74,19 @@ struct SearchResult {
 // keeps the best fitting plan in `result`, its summary's best / initial seconds, anytime trace
 // and the on_improvement callback, and the least memory-hungry plan that did not fit (for the
 // "no feasible plan" message). Times are seconds since `start`.
+using SearchClock = std::chrono::steady_clock;
+
+// Seconds elapsed since `start` (wall clock, steady).
+double SecondsSince(SearchClock::time_point start);
+
+// An empty result whose summary names `algorithm` and records the time limit given (best and
+// initial seconds start at SearchSummary::kNoPlanSeconds).
+SearchResult StartSearchResult(const std::string& algorithm, const SearchOptions& options);
+
 class IncumbentTracker {
  public:
   IncumbentTracker(const SearchOptions& options, SearchResult& result,
-                   std::chrono::steady_clock::time_point start);
+                   SearchClock::time_point start);
   // Records one priced plan; returns true if it became the incumbent.
   bool Offer(const Plan& plan, const Estimate& estimate);
   // "<plan summary>: <memory violation>" of the least overflowing plan offered; "" if none.
@@ -86,7 +95,7 @@ class IncumbentTracker {
  private:
   const SearchOptions& options_;
   SearchResult& result_;
-  std::chrono::steady_clock::time_point start_;
+  SearchClock::time_point start_;
   double least_overflow_bytes_ = std::numeric_limits<double>::infinity();
   std::string least_overflow_text_;
 };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/search/search_test_util.h"
 #include "baselines/dp_searcher.h"
 #include "baselines/exhaustive_searcher.h"
 #include "costmodel/evaluate.h"
@@ -17,8 +18,6 @@
 namespace stratos {
 namespace {
 
-
-double RelativeGap(double x, double y) { return std::abs(x - y) / std::max(1e-300, std::abs(y)); }
 
 }  // namespace
 
@@ -94,7 +93,7 @@ TEST_CASE("DP equals exhaustive on 20 random small problems") {
     CHECK(result.summary.termination == TerminationType::kOptimal);
     const double dp_seconds = Evaluate(problem, *result.plan).iteration_seconds;
     CHECK(Evaluate(problem, *result.plan).Fits());
-    CHECK(RelativeGap(dp_seconds, truth.summary.best_iteration_seconds) <= 1e-9);
+    CHECK(testing::RelativeGap(dp_seconds, truth.summary.best_iteration_seconds) <= 1e-9);
     CHECK(dp_seconds == result.summary.best_iteration_seconds);
   }
   MESSAGE(feasible, " of 20 random problems are feasible");
@@ -119,7 +118,7 @@ TEST_CASE("DP pays the longest stage tail, not their sum, and pipelines where a 
     REQUIRE(truth.plan.has_value() == result.plan.has_value());
     if (!truth.plan) continue;
     CHECK(result.summary.termination == TerminationType::kOptimal);
-    CHECK(RelativeGap(result.summary.best_iteration_seconds,
+    CHECK(testing::RelativeGap(result.summary.best_iteration_seconds,
                       truth.summary.best_iteration_seconds) <= 1e-9);
     const Estimate estimate = Evaluate(problem, *result.plan);
     double max_tail = 0, sum_tails = 0, one_time = 0;
@@ -137,7 +136,7 @@ TEST_CASE("DP pays the longest stage tail, not their sum, and pipelines where a 
     const SearchResult one_dp = dp.Search(problem, single_stage);
     REQUIRE(one.plan.has_value());
     REQUIRE(one_dp.plan.has_value());
-    CHECK(RelativeGap(one_dp.summary.best_iteration_seconds, one.summary.best_iteration_seconds) <=
+    CHECK(testing::RelativeGap(one_dp.summary.best_iteration_seconds, one.summary.best_iteration_seconds) <=
           1e-9);
     CHECK(result.summary.best_iteration_seconds < one.summary.best_iteration_seconds);
     const double sum_objective =

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/search/search_test_util.h"
 #include "baselines/dp_searcher.h"
 #include "baselines/exhaustive_searcher.h"
 #include "baselines/ilp_searcher.h"
@@ -22,19 +23,9 @@
 namespace stratos {
 namespace {
 
-
-double IlpRelativeGap(double x, double y) {
-  return std::abs(x - y) / std::max(1e-300, std::abs(y));
-}
-
 // GPT-3 6.7B (34 layers) on 8 DGX A100 nodes (64 GPUs), batch 512, only m = 256: its optimum
 // is an 8-stage pipeline that the best uniform plan misses, so CBC has to branch (seconds).
-Problem Gpt67bOn64Gpus() {
-  Problem problem;
-  problem.model = ReadModelFile(ResolveModelPath("gpt3-6.7b"));
-  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb")).WithNodes(8);
-  return problem;
-}
+Problem Gpt67bOn64Gpus() { return testing::ZooProblem("gpt3-6.7b", "dgx-a100-80gb", 8); }
 
 // Without CBC every search reports why; the other tests then have nothing to check.
 bool RequireCbc(const Problem& problem, const SearchOptions& options) {
@@ -74,13 +65,13 @@ TEST_CASE("ILP = DP = exhaustive optimum on every seed pipeline-partition case")
 
     const SearchResult by_dp = dp.Search(seed.problem, options);
     REQUIRE(by_dp.plan.has_value());
-    CHECK(IlpRelativeGap(result.summary.best_iteration_seconds,
+    CHECK(testing::RelativeGap(result.summary.best_iteration_seconds,
                          by_dp.summary.best_iteration_seconds) <= 1e-9);
     options.max_evaluations = 100000;  // exhaustive where it takes well under a second
     const SearchResult truth = exhaustive.Search(seed.problem, options);
     if (truth.plan) {
       ++cross_checked;
-      CHECK(IlpRelativeGap(result.summary.best_iteration_seconds,
+      CHECK(testing::RelativeGap(result.summary.best_iteration_seconds,
                            truth.summary.best_iteration_seconds) <= 1e-9);
     }
   }
@@ -115,9 +106,9 @@ TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems") {
     const Estimate estimate = Evaluate(problem, *result.plan);
     CHECK(estimate.Fits());
     CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
-    CHECK(IlpRelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
+    CHECK(testing::RelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
           1e-9);
-    CHECK(IlpRelativeGap(estimate.iteration_seconds, by_dp.summary.best_iteration_seconds) <=
+    CHECK(testing::RelativeGap(estimate.iteration_seconds, by_dp.summary.best_iteration_seconds) <=
           1e-9);
     REQUIRE(result.summary.lower_bound_seconds.has_value());
     CHECK(*result.summary.lower_bound_seconds == result.summary.best_iteration_seconds);
@@ -243,7 +234,7 @@ TEST_CASE("ILP with a warm start returns a plan at least as good as the warm sta
     CHECK(result.summary.initial_iteration_seconds == warm_seconds);
     CHECK(result.summary.message.find("warm start") != std::string::npos);
     const SearchResult cold = IlpSearcher().Search(problem, SearchOptions{});
-    CHECK(IlpRelativeGap(result.summary.best_iteration_seconds,
+    CHECK(testing::RelativeGap(result.summary.best_iteration_seconds,
                          cold.summary.best_iteration_seconds) <= 1e-9);
 
     // Out of time before any MILP, the warm start (or better) comes back.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/search/search_test_util.h"
 #include "baselines/dp_searcher.h"
 #include "baselines/mcmc_searcher.h"
 #include "costmodel/cluster_io.h"
@@ -21,17 +22,6 @@
 namespace stratos {
 namespace {
 
-
-double McmcRelativeGap(double x, double y) {
-  return std::abs(x - y) / std::max(1e-300, std::abs(y));
-}
-
-Problem McmcGpt67bOn64Gpus() {
-  Problem problem;
-  problem.model = ReadModelFile(ResolveModelPath("gpt3-6.7b"));
-  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb")).WithNodes(8);
-  return problem;
-}
 
 }  // namespace
 
@@ -83,7 +73,7 @@ TEST_CASE("MCMC reaches the DP optimum of 12 random small problems given 20000 e
     const Estimate estimate = Evaluate(problem, *result.plan);
     CHECK(estimate.Fits());
     CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
-    CHECK(McmcRelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
+    CHECK(testing::RelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
           1e-9);
     CHECK_FALSE(result.summary.lower_bound_seconds.has_value());
   }
@@ -120,7 +110,7 @@ TEST_CASE("MCMC is deterministic for a seed, and its anytime trace only improves
 }
 
 TEST_CASE("MCMC honours its time and evaluation limits and says why it stopped") {
-  const Problem problem = McmcGpt67bOn64Gpus();
+  const Problem problem = testing::ZooProblem("gpt3-6.7b", "dgx-a100-80gb", 8);
   McmcOptions never_converge;
   never_converge.convergence_patience = 0;
 

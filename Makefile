@@ -2,7 +2,7 @@
 # test. Both install missing Debian packages first (apt-get; run as root or with sudo).
 DEBIAN_PACKAGES := build-essential cmake pkg-config libtorch-dev libgloo-dev libeigen3-dev \
                    libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev doctest-dev \
-                   coinor-libcbc-dev python3-matplotlib
+                   libfccp-dev coinor-libcbc-dev python3-matplotlib
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -5,6 +5,7 @@
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
 #include "experiments/commands.h"
+#include "experiments/profile_command.h"
 #include "experiments/run_commands.h"
 #include "experiments/runtime_bench.h"
 #include "experiments/searchers.h"
@@ -147,6 +148,20 @@ int main(int argc, char** argv) {
   run_command->add_option("--deadline", run.deadline_seconds, "kill workers after this many seconds")->capture_default_str();
   worker_command->add_option("--config", worker.config_file, "run_options.json written by `stratos run`");
 
+  stratos::ProfileArgs profile;
+  CLI::App* profile_command = app.add_subcommand(
+      "profile", "measure GEMMs, transformer blocks and collectives on this machine (profile database)");
+  profile_command->add_option("--output-dir", profile.output_dir)->capture_default_str();
+  profile_command->add_option("--device", profile.device, "cpu | cuda")->capture_default_str();
+  profile_command->add_option("--dtype", profile.dtype, "fp32 | bf16 | fp16 (cuda)")->capture_default_str();
+  profile_command->add_option("--parts", profile.parts, "comma list of matmul, layer, collective")->capture_default_str();
+  profile_command->add_option("--nproc", profile.nproc, "worker processes of the collective sweep")->capture_default_str();
+  profile_command->add_option("--repeats", profile.repeats, "timed runs per point (median)")->capture_default_str();
+  profile_command->add_option("--threads", profile.threads, "intra-op threads per process")->capture_default_str();
+  profile_command->add_option("--timeout", profile.timeout_seconds, "c10d timeout, seconds")->capture_default_str();
+  profile_command->add_flag("--quick", profile.quick, "a small grid (seconds, for tests)");
+  profile_command->add_flag("--collective-worker", profile.collective_worker, "internal: one rank of the collective sweep")->group("");
+
   CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
 
   try {
@@ -164,6 +179,7 @@ int main(int argc, char** argv) {
     }
     if (*ladder) return stratos::RunBenchLadder(bench);
     if (*runtime_bench) return stratos::RunBenchRuntime(bench_runtime);
+    if (*profile_command) return stratos::RunProfile(profile);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
     if (*version) {

@@ -1,9 +1,7 @@
 // `stratos run` and `stratos worker` (experiments/run_commands.h).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
-#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,13 +44,6 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   }
   options.Validate();
   return options;
-}
-
-std::string SelfExecutable() {
-  char buffer[PATH_MAX];
-  const ssize_t length = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  if (length <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
-  return std::string(buffer, static_cast<size_t>(length));
 }
 
 std::string ReadText(const std::string& path) {

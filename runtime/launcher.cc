@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +44,13 @@ std::string LaunchResult::Summary() const {
     }
   }
   return text;
+}
+
+std::string SelfExecutable() {
+  char buffer[PATH_MAX];
+  const ssize_t length = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (length <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
+  return std::string(buffer, static_cast<size_t>(length));
 }
 
 int FreeTcpPort() {

@@ -34,6 +34,10 @@ struct LaunchResult {
   std::string Summary() const;
 };
 
+// The absolute path of this process's executable (/proc/self/exe), to launch copies of it as
+// workers. Throws std::runtime_error if it cannot be read.
+std::string SelfExecutable();
+
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
 int FreeTcpPort();
 

@@ -102,5 +102,16 @@ cp "$WORK/search/summary.json" "$WORK/summary.before"
   --output-dir "$WORK/search" >/dev/null 2>&1
 expect "a failed run leaves summary.json intact" 0 "" -- cmp "$WORK/summary.before" "$WORK/search/summary.json"
 
+# Profile: a small grid writes the three tables of the profile database.
+expect "profile --quick writes the profile database" 0 "wrote the profile database" -- \
+  "$STRATOS" profile --quick --nproc 2 --repeats 2 --output-dir "$WORK/profile"
+expect "profile: GEMM rows with units in the header" 0 "^m,n,k,dtype,flops,seconds$" -- \
+  head -1 "$WORK/profile/matmul.csv"
+expect "profile: block rows" 0 "^64,2,64,1,1,fp32," -- cat "$WORK/profile/layer.csv"
+expect "profile: all-reduce rows of the 2-process group" 0 "^all_reduce,fp32,1,2,2,1,0,4096," -- \
+  cat "$WORK/profile/collective.csv"
+expect_one_line_error "profile: unknown part" "--parts = gemm: must list matmul, layer, collective" -- \
+  "$STRATOS" profile --parts gemm --output-dir "$WORK/profile"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,27 @@
+#pragma once
+// `stratos profile` (issue 6): measures this machine's device and network through the runtime
+// and writes a profile database that `stratos calibrate` fits the cost model's constants from.
+#include <string>
+
+namespace stratos {
+
+struct ProfileArgs {
+  std::string output_dir = "out/profile";
+  std::string device = "cpu";     // cpu | cuda
+  std::string dtype = "fp32";     // fp32 | bf16 | fp16 (cuda)
+  std::string parts = "matmul,layer,collective";
+  int nproc = 4;                  // worker processes for the collective sweep (>= 2)
+  int repeats = 5;
+  int threads = 1;                // intra-op threads (per worker in the collective sweep)
+  bool quick = false;             // a smaller grid (for tests)
+  double timeout_seconds = 60;    // c10d timeout of the collective workers
+  bool collective_worker = false; // internal: one rank of the collective sweep
+};
+
+// Writes DIR/matmul.csv, DIR/layer.csv, DIR/collective.csv (units in column names) and
+// DIR/profile.json (device, backend, options), each atomically; prints progress and a summary.
+// The collective sweep runs in `nproc` spawned worker processes (Gloo on CPU). Returns 0 on
+// success, 1 if the workers failed. Throws InputError for bad options.
+int RunProfile(const ProfileArgs& args);
+
+}  // namespace stratos

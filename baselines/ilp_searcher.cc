@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "baselines/explain.h"
 #include "baselines/stage_table.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
@@ -28,7 +29,6 @@ namespace stratos {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 #ifdef STRATOS_HAVE_CBC
 
@@ -261,67 +261,6 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
   return set;
 }
 
-// Why no plan exists, for SearchSummary::message.
-std::string ExplainNoPlan(const CostModel& cost_model, const SearchSpace& space, int max_stages) {
-  const Problem& problem = cost_model.problem();
-  const double capacity = cost_model.DeviceMemoryCapacityBytes();
-  const int min_mesh = space.mesh_sizes.empty() ? 1 : space.mesh_sizes.front();
-  if (space.min_stages * min_mesh > space.num_devices)
-    return fmt::format("no feasible plan: min_stages = {} stages of at least {} device(s) need "
-                       "more than the {} devices of the cluster",
-                       space.min_stages, min_mesh, space.num_devices);
-  if (space.min_stages > max_stages)
-    return fmt::format("no feasible plan: min_stages = {} exceeds the {} stages this problem "
-                       "allows",
-                       space.min_stages, max_stages);
-  // A layer that fits alone on no configuration (with the fewest microbatches any stage holds)
-  // is a definitive reason.
-  const Schedule schedule = problem.training.schedule;
-  int worst_layer = -1;
-  double worst_need = 0;
-  std::string worst_config;
-  bool any_valid = false;
-  for (int m : space.num_microbatches) {
-    const StageTable table(cost_model, space.configs, m);
-    if (!table.ValidConfigs().empty()) any_valid = true;
-  }
-  if (!any_valid)
-    return "no feasible plan: no stage configuration is valid for any microbatch count of the "
-           "space (CostModel::CheckConfig)";
-  std::vector<double> need(problem.NumLayers(), kInf);
-  std::vector<std::string> need_config(problem.NumLayers());
-  for (int m : space.num_microbatches) {
-    const StageTable table(cost_model, space.configs, m);
-    const int inflight = MicrobatchesInFlight(schedule, 1, 0, m);
-    for (int c : table.ValidConfigs()) {
-      if (space.configs[c].NumDevices() > space.num_devices) continue;
-      for (int l = 0; l < problem.NumLayers(); ++l) {
-        const double bytes = table.Layer(l, c).PeakMemoryBytes(inflight);
-        if (bytes < need[l]) {
-          need[l] = bytes;
-          need_config[l] = fmt::format("{}, m={}", space.configs[c].Label(), m);
-        }
-      }
-    }
-  }
-  for (int l = 0; l < problem.NumLayers(); ++l)
-    if (need[l] > capacity && need[l] > worst_need) {
-      worst_need = need[l];
-      worst_layer = l;
-      worst_config = need_config[l];
-    }
-  if (worst_layer >= 0)
-    return fmt::format(
-        "no feasible plan fits in device memory: layer {} ({}) alone needs at least {:.3f} GiB "
-        "per device even in its least memory-hungry configuration ({}), {:.3f} GiB over the "
-        "{:.3f} GiB capacity",
-        worst_layer, problem.model.layers[worst_layer].name, worst_need / kGiB, worst_config,
-        (worst_need - capacity) / kGiB, capacity / kGiB);
-  return fmt::format("no feasible plan fits in device memory ({:.3f} GiB per device): every layer "
-                     "fits alone, but no chain of {} to {} stages on {} devices does for any "
-                     "microbatch count",
-                     capacity / kGiB, space.min_stages, max_stages, space.num_devices);
-}
 
 // The warm start's columns, one per stage, in a column set of its microbatch count: for each
 // stage the column of the same layers and states with no larger mesh, t and t + e (pruning
@@ -929,7 +868,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                                   best, best, work, result.plan->Summary());
   } else if (all_settled) {
     summary.termination = TerminationType::kInfeasible;
-    summary.message = fmt::format("{}; {}", ExplainNoPlan(cost_model, space, max_stages), work);
+    summary.message = fmt::format("{}; {}", ExplainNoFeasiblePlan(cost_model, space, max_stages), work);
   } else {
     const bool by_time = stopped_by_time || !stopped_by_evaluations;
     summary.termination = by_time ? TerminationType::kTimeLimit

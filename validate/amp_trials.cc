@@ -18,7 +18,7 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kAmpLayerEntries = 30;
-constexpr int kNodes = 4;
+constexpr int kNodes = 4;  // 4 x g4dn.12xlarge
 constexpr int kGlobalBatch = 32;
 // Mean forward seconds of one GPT-2 block (h 1024, s 1024) at micro-batch 1 on one T4, over the
 // 24 transformer_layer entries of DachengLi1/AMP @72eeea4 src/known_cost/gpt2_G4_1.npy.
@@ -156,6 +156,8 @@ std::optional<Plan> AmpTrialPlan(const Problem& problem, const AmpTrialRow& tria
 
 ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpAssumptions& how) {
   const std::vector<AmpTrialRow> trials = ReadAmpTrials(reference_path);
+  if (trials.size() < 2)
+    throw InputError(fmt::format("{}: {} trials: needs at least 2", reference_path, trials.size()));
   const Problem problem = AmpProblem(how);
   AmpAssumptions amp_network = how;
   amp_network.amp_intra_node_bandwidth = !how.amp_intra_node_bandwidth;
@@ -163,8 +165,9 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
   const CostModel cost_model(problem), other_cost_model(other_problem);
 
   const int n = static_cast<int>(trials.size());
-  std::vector<double> ours(n, std::numeric_limits<double>::quiet_NaN()), other(n, ours[0]);
-  std::vector<bool> representable(n, false), fits(n, false);
+  const double kNaN = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> ours(n, kNaN), other(n, kNaN);
+  std::vector<bool> fits(n, false);
   std::vector<int> feasible, all_representable, predicted_fit;
   ValidationReport report;
   for (int i = 0; i < n; ++i) {
@@ -177,7 +180,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                           {"dp", trial.data_parallel},
                           {"pp", trial.pipeline_parallel},
                           {"amp_partition", fmt::format("[{}]", fmt::join(trial.layer_partition, ","))},
-                          {"measured_seconds", trial.measured_seconds},
+                          {"measured_seconds", trial.measured_seconds},  // inf: JSON null
+                          {"measured_failed", !std::isfinite(trial.measured_seconds)},
                           {"amp_predicted_seconds", trial.amp_predicted_cost}};
     if (!plan) {
       row["note"] = why;
@@ -186,7 +190,6 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
     }
     const Estimate estimate = Evaluate(cost_model, *plan);
     const Estimate other_estimate = Evaluate(other_cost_model, *plan);
-    representable[i] = true;
     all_representable.push_back(i);
     ours[i] = estimate.iteration_seconds;
     other[i] = other_estimate.iteration_seconds;

@@ -32,8 +32,9 @@ struct MegatronCase {
 
 // Problem and Plan of one row (see the assumptions printed by the report): GPT with the row's
 // shapes, microbatch 1, sequence parallelism, distributed optimizer (ZeRO-1) with bf16 params
-// and fp32 gradients, FlashAttention as selective recomputation, embedding on the first and
-// head on the last stage. Throws InputError naming the row for shapes or degrees that do not fit.
+// and fp32 gradients, FlashAttention (UseFlashAttention), no recomputation, embedding on the
+// first and head on the last stage, interleaved 1F1B with one layer per virtual stage.
+// Throws InputError naming the row for shapes or degrees that do not fit.
 MegatronCase BuildMegatronCase(const MegatronScalingRow& row, const MegatronAssumptions& how);
 
 // Model FLOPs of one iteration as Megatron-LM counts them (megatron/training/training.py

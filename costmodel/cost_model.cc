@@ -222,13 +222,16 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
 
   // Tensor parallelism (Narayanan et al. SC'21 §3.2): tp_allreduces_per_forward all-reduces of
   // the layer's activations in forward, as many in backward, and again in a full recompute. With
-  // sequence parallelism each becomes an all-gather + reduce-scatter of the same volume.
+  // sequence parallelism each becomes an all-gather + reduce-scatter of the same volume. The
+  // share tp_comm_overlap_fraction runs under the GEMMs (Megatron-Core --tp-comm-overlap) and
+  // leaves the critical path.
   if (tp > 1 && layer.tp_allreduces_per_forward > 0) {
     const double message_bytes = b * std::max(layer.input_bytes, layer.output_bytes);
     const double one = AllReduceSeconds(message_bytes, 1, tp, c.mesh_gpus_per_node / tp);
     const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
-    terms.tp_comm_seconds = passes * layer.tp_allreduces_per_forward * one;
-    terms.forward_seconds += layer.tp_allreduces_per_forward * one;
+    const double exposed = 1.0 - training.tp_comm_overlap_fraction;
+    terms.tp_comm_seconds = exposed * (passes * layer.tp_allreduces_per_forward * one);
+    terms.forward_seconds += exposed * (layer.tp_allreduces_per_forward * one);
   }
 
   // Model states (Rajbhandari et al. SC'20 §3, §5.1): (2 + 2 + K) bytes per parameter, with
@@ -286,7 +289,9 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
   // 1/tp of the boundary activations of its replica's microbatch forward (unless last stage) and
   // receives their gradients backward (unless first). Across nodes when the mesh fills whole
   // nodes of a multi-node cluster (its neighbour then sits on another node); then each node's
-  // GPUs share its NICs.
+  // GPUs share its NICs. With v virtual stages (interleaved 1F1B, SC'21 §2.2.2) every one of the
+  // device's v chunks sends, except the model's last chunk forward and its first backward; a
+  // single-stage pipeline sends nothing. The share pp_comm_overlap_fraction runs under compute.
   double boundary_bytes_per_sample = 0.0;
   for (const LayerSpec& layer : model.layers)
     boundary_bytes_per_sample = std::max(boundary_bytes_per_sample, layer.output_bytes);
@@ -304,9 +309,13 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
       send_seconds = per_gpu_bytes / level.EffectiveBandwidth() + level.latency_seconds;
     }
   }
-  const int sends = (last_stage ? 0 : 1) + (first_stage ? 0 : 1);
-  terms.p2p_seconds = sends * send_seconds;
-  terms.forward_seconds = last_stage ? 0.0 : send_seconds;
+  const int v = training.virtual_pipeline_stages;
+  const bool single_stage = first_stage && last_stage;
+  const int forward_sends = single_stage ? 0 : v - (last_stage ? 1 : 0);
+  const int backward_sends = single_stage ? 0 : v - (first_stage ? 1 : 0);
+  const double exposed = 1.0 - training.pp_comm_overlap_fraction;
+  terms.p2p_seconds = exposed * ((forward_sends + backward_sends) * send_seconds);
+  terms.forward_seconds = exposed * (forward_sends * send_seconds);
 
   // Latency of the bucketed DP gradient synchronization, once per iteration.
   if (c.data_parallel > 1) {

@@ -12,9 +12,10 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }
 
 double PipelineObjective(const std::vector<double>& t, const std::vector<double>& e,
-                         const std::vector<double>& c, int m) {
+                         const std::vector<double>& c, int m, int v) {
   STRATOS_CHECK(t.size() == e.size() && t.size() == c.size() && !t.empty(),
                 "{} stage times, {} tails, {} one-time costs", t.size(), e.size(), c.size());
+  STRATOS_CHECK(v >= 1, "virtual_stages = {}", v);
   double sum = 0.0, max = 0.0, tail = 0.0, one_time = 0.0;
   for (size_t s = 0; s < t.size(); ++s) {
     sum += t[s];
@@ -22,7 +23,14 @@ double PipelineObjective(const std::vector<double>& t, const std::vector<double>
     tail = std::max(tail, e[s]);
     one_time += c[s];
   }
-  return sum + (m - 1) * max + tail + one_time;
+  // For v = 1 this is sum + (m - 1) * max, bit for bit (x / 1.0 == x, m - 1.0 is exact).
+  return sum / v + (m - 1.0 / v) * max + tail + one_time;
+}
+
+double InterleavedActivationFactor(int p, int v) {
+  STRATOS_CHECK(p >= 1 && v >= 1, "num_stages = {}, virtual_stages = {}", p, v);
+  if (v == 1 || p == 1) return 1.0;
+  return 1.0 + (p - 1.0) / (static_cast<double>(p) * v);
 }
 
 bool Estimate::Fits() const { return MemoryViolation().empty(); }
@@ -46,9 +54,12 @@ Estimate Evaluate(const Problem& problem, const Plan& plan) {
 
 Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
   const Problem& problem = cost_model.problem();
+  ValidateTrainingSpec(problem.training, "problem");
   ValidatePlan(problem, plan);
   const int m = plan.num_microbatches;
   const int p = plan.NumStages();
+  const int v = problem.training.virtual_pipeline_stages;
+  const double activation_factor = InterleavedActivationFactor(p, v);
   Estimate estimate;
   std::vector<double> t(p), e(p), c(p);
   const double capacity = cost_model.DeviceMemoryCapacityBytes();
@@ -63,15 +74,19 @@ Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
     se.one_time_seconds = se.terms.OneTimeSeconds();
     se.microbatches_in_flight = MicrobatchesInFlight(plan.schedule, p, s, m);
     se.peak_memory_bytes = se.terms.PeakMemoryBytes(se.microbatches_in_flight);
+    if (activation_factor != 1.0)
+      se.peak_memory_bytes += (activation_factor - 1.0) * se.microbatches_in_flight *
+                              se.terms.activation_bytes;
     se.memory_capacity_bytes = capacity;
     t[s] = se.microbatch_seconds;
     e[s] = se.tail_seconds;
     c[s] = se.one_time_seconds;
     estimate.stages.push_back(se);
   }
-  estimate.iteration_seconds = PipelineObjective(t, e, c, m);
+  estimate.iteration_seconds = PipelineObjective(t, e, c, m, v);
+  double sum_t = 0.0;
   for (int s = 0; s < p; ++s) {
-    estimate.fill_seconds += t[s];
+    sum_t += t[s];
     estimate.tail_seconds = std::max(estimate.tail_seconds, e[s]);
     if (t[s] > estimate.max_stage_seconds) {
       estimate.max_stage_seconds = t[s];
@@ -79,10 +94,10 @@ Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
     }
   }
   for (int s = 0; s < p; ++s) estimate.tail_seconds += c[s];
+  estimate.fill_seconds = sum_t / v + (1.0 - 1.0 / v) * estimate.max_stage_seconds;
   estimate.steady_seconds = (m - 1) * estimate.max_stage_seconds;
   const double pipeline = estimate.fill_seconds + estimate.steady_seconds;
-  estimate.bubble_fraction =
-      pipeline > 0 ? 1.0 - m * (estimate.fill_seconds / p) / pipeline : 0.0;
+  estimate.bubble_fraction = pipeline > 0 ? 1.0 - m * (sum_t / p) / pipeline : 0.0;
   estimate.num_devices = plan.NumDevices();
   const ModelSpec& model = problem.model;
   const double batch = problem.training.global_batch_size;

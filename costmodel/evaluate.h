@@ -26,7 +26,7 @@ struct Estimate {
   // T = fill_seconds + steady_seconds + tail_seconds (cost_model.h).
   // tail_seconds = max_s e_s + sum_s c_s: everything charged once per iteration.
   double iteration_seconds = 0;
-  double fill_seconds = 0;     // sum_s t_s
+  double fill_seconds = 0;     // sum_s t_s (interleaved: sum_s t_s / v + (1 - 1/v) max_s t_s)
   double steady_seconds = 0;   // (m - 1) * max_s t_s
   double tail_seconds = 0;     // max_s e_s + sum_s c_s
   double max_stage_seconds = 0;
@@ -45,7 +45,8 @@ struct Estimate {
   std::string MemoryViolation() const;
 };
 
-// Requires a structurally valid plan (ValidatePlan); throws InputError otherwise.
+// Requires a structurally valid plan (ValidatePlan) and training options in range
+// (ValidateTrainingSpec); throws InputError otherwise.
 // Memory overflow is reported in the Estimate, not thrown.
 Estimate Evaluate(const Problem& problem, const Plan& plan);
 
@@ -53,10 +54,19 @@ Estimate Evaluate(const Problem& problem, const Plan& plan);
 Estimate Evaluate(const CostModel& cost_model, const Plan& plan);
 
 // The closed form of cost_model.h over per-stage values: sum t + (m-1) max t + max e + sum c.
-// Throws InternalError unless the three vectors have the same, nonzero length.
+// With v virtual stages per device (interleaved 1F1B, Narayanan et al. SC'21 §2.2.2) the fill
+// shrinks by v: sum t / v + (m - 1/v) max t + max e + sum c, which for uniform stages is
+// (m + (p-1)/v) t, the paper's bubble (p-1)/(v m); v = 1 is the plain formula.
+// Throws InternalError unless the three vectors have the same, nonzero length and v >= 1.
 double PipelineObjective(const std::vector<double>& microbatch_seconds,
                          const std::vector<double>& tail_seconds,
-                         const std::vector<double>& one_time_seconds, int num_microbatches);
+                         const std::vector<double>& one_time_seconds, int num_microbatches,
+                         int virtual_stages = 1);
+
+// Activations a stage of the interleaved schedule holds, relative to plain 1F1B:
+// 1 + (p-1)/(p v) for v > 1 virtual stages and p > 1 stages (Korthikanti et al. 2022 §4.2.3,
+// applied to every stage, which is exact for the first and conservative for the others); 1 else.
+double InterleavedActivationFactor(int num_stages, int virtual_stages);
 
 nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan);
 // Human-readable multi-line report (per-stage breakdown).

@@ -1,5 +1,7 @@
 #include "costmodel/problem.h"
 
+#include <utility>
+
 #include "costmodel/error.h"
 #include "costmodel/stage_config.h"
 
@@ -29,6 +31,20 @@ Recompute ParseRecompute(const std::string& text, const std::string& where) {
   if (text == "full") return Recompute::kFull;
   ThrowInputError(where, "recompute", fmt::format("\"{}\"", text),
                   "must be \"none\", \"selective\" or \"full\"");
+}
+
+void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where) {
+  if (training.global_batch_size < 1)
+    ThrowInputError(where, "training.global_batch_size", training.global_batch_size, "must be >= 1");
+  const std::pair<const char*, double> fractions[] = {
+      {"training.dp_overlap_fraction", training.dp_overlap_fraction},
+      {"training.tp_comm_overlap_fraction", training.tp_comm_overlap_fraction},
+      {"training.pp_comm_overlap_fraction", training.pp_comm_overlap_fraction}};
+  for (const auto& [key, value] : fractions)
+    if (!(value >= 0.0 && value <= 1.0)) ThrowInputError(where, key, value, "must be in [0, 1]");
+  if (training.virtual_pipeline_stages < 1)
+    ThrowInputError(where, "training.virtual_pipeline_stages", training.virtual_pipeline_stages,
+                    "must be >= 1");
 }
 
 std::string StageConfig::Label() const {

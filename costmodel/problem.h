@@ -31,7 +31,33 @@ struct TrainingSpec {
   double dp_overlap_fraction = 0.0;
   // Tensor parallelism uses Megatron sequence parallelism (activations split by TP everywhere).
   bool sequence_parallel = true;
+
+  // The options below model what Megatron-Core does beyond the plain schedule. Their defaults
+  // (0, 0, 1) reproduce the cost model without them, number for number.
+  //
+  // Share of the tensor-parallel collectives hidden behind the GEMMs that produce or consume
+  // them, in [0, 1]: Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers) splits
+  // each sequence-parallel all-gather / reduce-scatter into chunks pipelined with the GEMM
+  // (Wang et al., "Overlap Communication with Dependent Computation via Decomposition in Large
+  // Deep Learning Models", ASPLOS'23). Scales StageTerms::tp_comm_seconds by (1 - fraction).
+  double tp_comm_overlap_fraction = 0.0;
+  // Share of the pipeline point-to-point sends hidden behind compute, in [0, 1]: Megatron-Core
+  // overlaps them with the other model chunks of the interleaved schedule
+  // (--overlap-p2p-communication, on by default there). Scales StageTerms::p2p_seconds.
+  double pp_comm_overlap_fraction = 0.0;
+  // Virtual pipeline stages per device v >= 1: the interleaved 1F1B schedule (Narayanan et al.
+  // SC'21 §2.2.2) gives each device v model chunks, which shrinks the bubble by v, multiplies
+  // the point-to-point sends by v and holds (1 + (p-1)/(p v)) times the activations of plain
+  // 1F1B (Korthikanti et al. 2022 §4.2.3). v = 1 is plain 1F1B / GPipe.
+  // Honoured by Evaluate() and StageOverhead(); the searchers' own closed forms (DP, relax)
+  // assume v = 1.
+  int virtual_pipeline_stages = 1;
 };
+
+// Throws InputError naming `where`, the field, its value and the rule if an option of
+// TrainingSpec is out of range (overlap fractions outside [0, 1], virtual_pipeline_stages < 1,
+// global_batch_size < 1).
+void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where);
 
 struct Problem {
   ModelSpec model;

@@ -5,6 +5,10 @@
 
 #include "experiments/problem_loader.h"
 
+namespace CLI {
+class App;
+}
+
 namespace stratos {
 
 struct SearchArgs {
@@ -52,5 +56,17 @@ struct BenchArgs {
 // per run), each plan's gap to the DP optimum.
 // Writes DIR/ladder.csv and DIR/ladder.json.
 int RunBenchLadder(const BenchArgs& args);
+
+// `stratos validate <report>` (validate_command.cc): the cost model against published
+// measurements (validate/validation.h). Prints the report's assumptions, table and headline
+// and writes DIR/<report>.json and DIR/<report>.csv. Returns 0 when the report ran, whether or
+// not it meets its target (the JSON says).
+struct ValidateArgs {
+  std::string report;      // set by the chosen subcommand
+  std::string output_dir;  // empty: out/validate/<report>
+};
+// Adds `validate` and one subcommand per report to `app`; returns the `validate` command.
+CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args);
+int RunValidate(const ValidateArgs& args);
 
 }  // namespace stratos

@@ -162,6 +162,10 @@ int main(int argc, char** argv) {
   profile_command->add_flag("--quick", profile.quick, "a small grid (seconds, for tests)");
   profile_command->add_flag("--collective-worker", profile.collective_worker, "internal: one rank of the collective sweep")->group("");
 
+  // `stratos validate <report>`: the cost model against published measurements.
+  stratos::ValidateArgs validate;
+  CLI::App* validate_command = stratos::AddValidateCommand(app, validate);
+
   CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
 
   try {
@@ -182,6 +186,7 @@ int main(int argc, char** argv) {
     if (*profile_command) return stratos::RunProfile(profile);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
+    if (*validate_command) return stratos::RunValidate(validate);
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();
       fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {})\n", info.torch_version,

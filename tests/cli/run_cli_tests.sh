@@ -96,6 +96,26 @@ for algorithm in relax dp ilp mcmc grid exhaustive; do
     cat "$WORK/nowhere.err"
 done
 
+# Validation reports against published measurements: each runs, prints its headline and writes
+# its JSON and CSV.
+validate_pattern() {
+  case $1 in
+    megatron-h100) echo "MAPE .* held-out rows" ;;
+    amp) echo "Spearman .* Kendall tau-b" ;;
+    korthikanti) echo "recompute overhead full" ;;
+    zero) echo "agree up to the printed rounding" ;;
+    alpa-point) echo "predicted .* s vs measured 2.465 s" ;;
+  esac
+}
+for report in megatron-h100 amp korthikanti zero alpa-point; do
+  expect "validate $report prints its headline" 0 "$(validate_pattern "$report")" -- \
+    "$STRATOS" validate "$report" --output-dir "$WORK/validate/$report"
+  expect "validate $report writes its JSON" 0 "\"headline\"" -- \
+    cat "$WORK/validate/$report/$report.json"
+  expect "validate $report writes its CSV" 0 "," -- cat "$WORK/validate/$report/$report.csv"
+done
+expect "validate lists its reports" 0 "alpa-point" -- "$STRATOS" validate --help
+
 # A failed run leaves earlier outputs intact.
 cp "$WORK/search/summary.json" "$WORK/summary.before"
 "$STRATOS" search --model gpt3-1.3b --nodes 1 --global-batch 64 --algo nope \

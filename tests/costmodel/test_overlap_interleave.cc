@@ -1,0 +1,183 @@
+// The cost-model options that model Megatron-Core: TP and PP communication overlap and the
+// interleaved 1F1B schedule. Their defaults must leave every number unchanged.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "costmodel/cost_model.h"
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+
+using namespace stratos;
+
+namespace {
+
+// A GPT of `layers` blocks on `nodes` nodes of 8 ideal GPUs; two network levels.
+Problem OptionsProblem(int layers, int nodes) {
+  Problem problem;
+  ModelSpec& m = problem.model;
+  m.name = "options-gpt";
+  m.family = "gpt";
+  m.source = "test";
+  m.hidden_size = 1024;
+  m.num_layers = layers;
+  m.num_attention_heads = 16;
+  m.vocab_size = 32000;
+  m.seq_length = 1024;
+  BuildTransformerLayers(m);
+  problem.cluster.name = "test";
+  problem.cluster.devices.push_back({"gpu", 100e12, 1e15, 1e12, 0.8, 0.0, "test"});
+  problem.cluster.node_groups.push_back({nodes, 8, "gpu"});
+  problem.cluster.networks = {{"nvlink", 100e9, 5e-6, 1.0, "test"},
+                              {"ib", 25e9, 10e-6, 1.0, "test"}};
+  problem.training.global_batch_size = 32;
+  return problem;
+}
+
+// p uniform stages of blocks (embedding and head folded into the first and last), each a full
+// node with dp x tp.
+Plan UniformPlan(const Problem& problem, int p, int dp, int tp, int m) {
+  Plan plan;
+  plan.global_batch_size = problem.training.global_batch_size;
+  plan.num_microbatches = m;
+  const int L = problem.model.num_layers;
+  for (int s = 0; s < p; ++s) {
+    const int first = s == 0 ? 0 : 1 + s * (L / p);
+    const int last = s == p - 1 ? L + 2 : 1 + (s + 1) * (L / p);
+    plan.stages.push_back({first, last, StageConfig{1, 8, dp, tp, 1, Recompute::kNone}});
+  }
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("default options (no overlap, v = 1) reproduce the plain formulas exactly") {
+  const Problem problem = OptionsProblem(8, 4);
+  const CostModel cost_model(problem);
+  const StageConfig config{1, 8, 2, 4, 1, Recompute::kNone};
+  const int m = 4;
+  const StageTerms block = cost_model.LayerTerms(1, config, m);
+  const double b = cost_model.ReplicaMicrobatchSize(config, m);
+  const double message = b * problem.model.layers[1].output_bytes;
+  // 2 all-reduces forward + 2 backward, none hidden.
+  CHECK(block.tp_comm_seconds == 4 * cost_model.AllReduceSeconds(message, 1, 4, 2));
+  // A middle stage sends forward and backward once per microbatch, none hidden.
+  const StageTerms middle = cost_model.StageOverhead(config, m, false, false);
+  const StageTerms first = cost_model.StageOverhead(config, m, true, false);
+  CHECK(middle.p2p_seconds == doctest::Approx(2 * first.p2p_seconds).epsilon(1e-15));
+  CHECK(cost_model.StageOverhead(config, m, true, true).p2p_seconds == 0.0);
+
+  const Plan plan = UniformPlan(problem, 4, 2, 4, m);
+  const Estimate e = Evaluate(problem, plan);
+  std::vector<double> t, tail, c;
+  double sum = 0, max = 0, max_tail = 0;
+  for (const StageEstimate& s : e.stages) {
+    t.push_back(s.microbatch_seconds);
+    tail.push_back(s.tail_seconds);
+    c.push_back(s.one_time_seconds);
+    sum += s.microbatch_seconds;
+    max = std::max(max, s.microbatch_seconds);
+    max_tail = std::max(max_tail, s.tail_seconds);
+  }
+  CHECK(e.iteration_seconds == PipelineObjective(t, tail, c, m));
+  CHECK(e.iteration_seconds == sum + (m - 1) * max + max_tail);
+  CHECK(e.fill_seconds == sum);
+}
+
+TEST_CASE("tp_comm_overlap_fraction hides that share of the TP collectives and nothing else") {
+  Problem problem = OptionsProblem(4, 1);
+  const StageConfig config{1, 8, 1, 8, 0, Recompute::kFull};
+  const StageTerms plain = CostModel(problem).LayerTerms(1, config, 32);
+  REQUIRE(plain.tp_comm_seconds > 0);
+  problem.training.tp_comm_overlap_fraction = 0.75;
+  const StageTerms hidden = CostModel(problem).LayerTerms(1, config, 32);
+  CHECK(hidden.tp_comm_seconds == doctest::Approx(0.25 * plain.tp_comm_seconds).epsilon(1e-14));
+  CHECK(hidden.compute_seconds == plain.compute_seconds);
+  CHECK(hidden.dp_sync_seconds == plain.dp_sync_seconds);
+  // The forward share shrinks by the forward part of the hidden communication.
+  const double forward_tp = plain.tp_comm_seconds / 3;  // full recompute: 3 passes
+  CHECK(hidden.forward_seconds ==
+        doctest::Approx(plain.forward_seconds - 0.75 * forward_tp).epsilon(1e-12));
+  problem.training.tp_comm_overlap_fraction = 1.0;
+  CHECK(CostModel(problem).LayerTerms(1, config, 32).tp_comm_seconds == 0.0);
+}
+
+TEST_CASE("pp_comm_overlap_fraction hides that share of the pipeline sends") {
+  Problem problem = OptionsProblem(4, 2);
+  const StageConfig config{1, 8, 8, 1, 0, Recompute::kNone};
+  const double plain = CostModel(problem).StageOverhead(config, 4, false, false).p2p_seconds;
+  REQUIRE(plain > 0);
+  problem.training.pp_comm_overlap_fraction = 0.4;
+  CHECK(CostModel(problem).StageOverhead(config, 4, false, false).p2p_seconds ==
+        doctest::Approx(0.6 * plain).epsilon(1e-14));
+}
+
+TEST_CASE("interleaving with v virtual stages sends v times per microbatch and direction") {
+  Problem problem = OptionsProblem(8, 4);
+  const StageConfig config{1, 8, 8, 1, 0, Recompute::kNone};
+  const CostModel plain_model(problem);
+  const double one = plain_model.StageOverhead(config, 4, true, false).p2p_seconds;  // 1 send
+  problem.training.virtual_pipeline_stages = 3;
+  const CostModel model(problem);
+  CHECK(model.StageOverhead(config, 4, false, false).p2p_seconds == doctest::Approx(6 * one));
+  CHECK(model.StageOverhead(config, 4, true, false).p2p_seconds == doctest::Approx(5 * one));
+  CHECK(model.StageOverhead(config, 4, false, true).p2p_seconds == doctest::Approx(5 * one));
+  CHECK(model.StageOverhead(config, 4, true, true).p2p_seconds == 0.0);
+  CHECK(model.StageOverhead(config, 4, false, true).forward_seconds == doctest::Approx(2 * one));
+}
+
+TEST_CASE("interleaving shrinks the pipeline bubble by the number of virtual stages") {
+  // Uniform stages (embedding and head of no cost in time here: sends hidden, so every stage's
+  // t is its layers' compute): bubble time (p - 1) t / v (Narayanan et al. SC'21 §2.2.2).
+  Problem problem = OptionsProblem(8, 4);
+  problem.training.pp_comm_overlap_fraction = 1.0;
+  const int p = 4, m = 8;
+  const Plan plan = UniformPlan(problem, p, 4, 2, m);
+  const Estimate plain = Evaluate(problem, plan);
+  problem.training.virtual_pipeline_stages = 2;
+  const Estimate interleaved = Evaluate(problem, plan);
+  double sum = 0, max = 0;
+  for (const StageEstimate& s : plain.stages) {
+    sum += s.microbatch_seconds;
+    max = std::max(max, s.microbatch_seconds);
+  }
+  // Closed forms.
+  CHECK(plain.fill_seconds + plain.steady_seconds == doctest::Approx(sum + (m - 1) * max));
+  CHECK(interleaved.fill_seconds + interleaved.steady_seconds ==
+        doctest::Approx(sum / 2 + (m - 0.5) * max));
+  CHECK(interleaved.iteration_seconds ==
+        doctest::Approx(plain.iteration_seconds - (sum - max) / 2));
+  // With equal stages: bubble time (p - 1) t / v.
+  std::vector<double> t(p, 1.0), zero(p, 0.0);
+  CHECK(PipelineObjective(t, zero, zero, m, 1) - m == doctest::Approx(p - 1));
+  CHECK(PipelineObjective(t, zero, zero, m, 4) - m == doctest::Approx((p - 1) / 4.0));
+  CHECK(interleaved.bubble_fraction < plain.bubble_fraction);
+}
+
+TEST_CASE("interleaving holds (1 + (p-1)/(p v)) times the activations of plain 1F1B") {
+  CHECK(InterleavedActivationFactor(4, 1) == 1.0);
+  CHECK(InterleavedActivationFactor(1, 4) == 1.0);
+  CHECK(InterleavedActivationFactor(4, 2) == doctest::Approx(1.375));
+  Problem problem = OptionsProblem(8, 4);
+  const Plan plan = UniformPlan(problem, 4, 4, 2, 8);
+  const Estimate plain = Evaluate(problem, plan);
+  problem.training.virtual_pipeline_stages = 2;
+  const Estimate interleaved = Evaluate(problem, plan);
+  const StageEstimate& s0 = plain.stages[0];
+  CHECK(interleaved.stages[0].peak_memory_bytes ==
+        doctest::Approx(s0.peak_memory_bytes +
+                        0.375 * s0.microbatches_in_flight * s0.terms.activation_bytes));
+}
+
+TEST_CASE("out-of-range training options are input errors naming the field") {
+  Problem problem = OptionsProblem(4, 1);
+  const Plan plan = UniformPlan(problem, 1, 8, 1, 4);
+  problem.training.tp_comm_overlap_fraction = 1.5;
+  CHECK_THROWS_WITH_AS(Evaluate(problem, plan),
+                       doctest::Contains("training.tp_comm_overlap_fraction = 1.5"), InputError);
+  problem.training.tp_comm_overlap_fraction = 0;
+  problem.training.virtual_pipeline_stages = 0;
+  CHECK_THROWS_WITH_AS(Evaluate(problem, plan),
+                       doctest::Contains("training.virtual_pipeline_stages = 0: must be >= 1"),
+                       InputError);
+}

@@ -1,0 +1,229 @@
+// Validation against published tables (validate/): rank correlation on known vectors, the
+// published memory tables reproduced exactly, the FLOP formulas of the reports, the mapping of
+// AMP's layer list, and the reports' headline figures as regression checks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+#include "validate/alpa_point.h"
+#include "validate/amp_trials.h"
+#include "validate/korthikanti.h"
+#include "validate/megatron_h100.h"
+#include "validate/rank_correlation.h"
+#include "validate/reference_tables.h"
+#include "validate/report.h"
+#include "validate/validation.h"
+#include "validate/zero_memory.h"
+
+using namespace stratos;
+
+TEST_CASE("average ranks give tied values the mean of the ranks they span") {
+  CHECK(AverageRanks({10, 20, 20, 30}) == std::vector<double>{1, 2.5, 2.5, 4});
+  CHECK(AverageRanks({3, 1, 2}) == std::vector<double>{3, 1, 2});
+  CHECK(AverageRanks({7, 7, 7}) == std::vector<double>{2, 2, 2});
+}
+
+TEST_CASE("Spearman rho and Kendall tau-b match SciPy's documented examples (with ties)") {
+  // scipy.stats.spearmanr([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) = 0.8207826816681233
+  CHECK(SpearmanRho({1, 2, 3, 4, 5}, {5, 6, 7, 8, 7}) ==
+        doctest::Approx(0.8207826816681233).epsilon(1e-14));
+  // scipy.stats.kendalltau([12, 2, 1, 12, 2], [1, 4, 7, 1, 0]) = -0.47140452079103173 (tau-b)
+  CHECK(KendallTauB({12, 2, 1, 12, 2}, {1, 4, 7, 1, 0}) ==
+        doctest::Approx(-0.47140452079103173).epsilon(1e-14));
+}
+
+TEST_CASE("rank correlations are +1 / -1 for monotone pairs and reject undefined inputs") {
+  const std::vector<double> x = {1, 2, 3, 4}, up = {10, 20, 25, 100}, down = {4, 3, 2, 1};
+  CHECK(SpearmanRho(x, up) == doctest::Approx(1.0));
+  CHECK(KendallTauB(x, up) == doctest::Approx(1.0));
+  CHECK(SpearmanRho(x, down) == doctest::Approx(-1.0));
+  CHECK(KendallTauB(x, down) == doctest::Approx(-1.0));
+  CHECK_THROWS_AS(SpearmanRho({1, 2}, {1, 2, 3}), InputError);
+  CHECK_THROWS_AS(KendallTauB({1}, {1}), InputError);
+  CHECK_THROWS_AS(SpearmanRho({1, 2, 3}, {5, 5, 5}), InputError);
+  CHECK_THROWS_AS(KendallTauB({1, 2, 3}, {5, 5, 5}), InputError);
+  CHECK_THROWS_AS(SpearmanRho({1, 2, INFINITY}, {1, 2, 3}), InputError);
+}
+
+TEST_CASE("MAPE is the mean of |predicted - measured| / measured, in percent") {
+  CHECK(MeanAbsolutePercentError({110, 90}, {100, 100}) == doctest::Approx(10.0));
+  CHECK(MeanAbsolutePercentError({1.5}, {1.0}) == doctest::Approx(50.0));
+}
+
+TEST_CASE("a malformed reference table names the file, the line, the column and the rule") {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "stratos_test_bad_zero.csv").string();
+  {
+    std::ofstream out(path);
+    out << "stage,per_gpu_model_state_bytes_formula,psi_params,Nd,K,bytes_per_gpu_GB_1e9,"
+           "value_status,source\n"
+        << "ZeRO-1 (P_os),x,7.5e9,sixty-four,12,31.4,published,paper\n";
+  }
+  CHECK_THROWS_WITH_AS(ReadZeroMemory(path),
+                       doctest::Contains("stratos_test_bad_zero.csv:2: Nd = \"sixty-four\": must be "
+                                         "an integer"),
+                       InputError);
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(ReadZeroMemory("no/such/file.csv"), InputError);
+}
+
+TEST_CASE("ZeRO: every row of zero_memory.csv is reproduced up to its printed rounding") {
+  CHECK(RoundingHalfUnit("31.4") == doctest::Approx(0.05));
+  CHECK(RoundingHalfUnit("4012") == doctest::Approx(0.5));
+  CHECK(RoundingHalfUnit("1.6e+04") == doctest::Approx(500));
+  CHECK(RoundingHalfUnit("0.1172") == doctest::Approx(0.00005));
+  const std::vector<ZeroMemoryRow> rows = ReadZeroMemory(ReferenceDataPath("zero_memory.csv"));
+  REQUIRE(rows.size() == 76);
+  for (const ZeroMemoryRow& row : rows) {
+    CAPTURE(row.line);
+    CAPTURE(row.stage);
+    const double ours = OurZeroStateBytes(row.psi, row.nd, row.zero_stage, row.k);
+    CHECK(ours == doctest::Approx(ZeroFormulaBytes(row.psi, row.nd, row.zero_stage, row.k))
+                      .epsilon(1e-15));
+    CHECK(std::abs(ours / 1e9 - row.gb) <= RoundingHalfUnit(row.gb_text) * (1 + 1e-9));
+  }
+  const ValidationReport report = RunValidationReport("zero");
+  CHECK(report.summary["rows_agreeing"] == 76);
+  CHECK(report.summary["published_rows_agreeing"] == 4);
+}
+
+TEST_CASE("Korthikanti Table 2: our activation bytes equal every formula row exactly") {
+  const std::vector<ActivationFormulaRow> rows =
+      ReadActivationFormulas(ReferenceDataPath("korthikanti_activation_memory_formulas.csv"));
+  REQUIRE(rows.size() == 6);
+  struct Shape {
+    int h, a, s, b, t;
+  };
+  for (const ActivationFormulaRow& row : rows) {
+    CAPTURE(row.configuration);
+    // The file's coefficient column (GPT-3 175B, printed to 3 digits).
+    CHECK(std::abs(ActivationFormulaCoefficient(row.configuration, 96, 2048, 12288, 8, "test") -
+                   row.coefficient_gpt3_175b) <= 0.05 + 1e-9);
+    for (const Shape& x : {Shape{12288, 96, 2048, 1, 8}, Shape{6144, 64, 2048, 4, 8},
+                           Shape{1024, 16, 512, 2, 4}}) {
+      const KorthikantiSetting setting = ActivationFormulaSetting(row.configuration, x.t, "test");
+      const double formula = ActivationFormulaCoefficient(row.configuration, x.a, x.s, x.h,
+                                                          setting.tensor_parallel, "test");
+      CHECK(OurActivationCoefficient(x.h, x.a, x.s, x.b, setting) ==
+            doctest::Approx(formula).epsilon(1e-14));
+    }
+  }
+  CHECK_THROWS_AS(ActivationFormulaSetting("pipeline parallel", 8, "test"), InputError);
+}
+
+TEST_CASE("Korthikanti Table 4: full recomputation costs more than selective, which costs more "
+          "than none") {
+  const ValidationReport report = RunValidationReport("korthikanti");
+  CHECK(report.summary["memory_exact"] == true);
+  const double full = report.summary["full_recompute_overhead_pct"];
+  const double selective = report.summary["selective_recompute_overhead_pct"];
+  CHECK(full > selective);
+  CHECK(selective > 0);
+  CHECK(full == doctest::Approx(39).epsilon(0.15));  // the paper's +39%, within 15% of it
+}
+
+TEST_CASE("Megatron: our model FLOPs equal Megatron-LM's formula for all nine rows") {
+  const std::vector<MegatronScalingRow> rows =
+      ReadMegatronScaling(ReferenceDataPath("megatron_h100_weak_scaling_2024.csv"));
+  REQUIRE(rows.size() == 9);
+  for (const MegatronScalingRow& row : rows) {
+    CAPTURE(row.model);
+    const MegatronCase c = BuildMegatronCase(row, {});
+    const Estimate estimate = Evaluate(c.problem, c.plan);
+    CHECK(estimate.model_flops == doctest::Approx(MegatronModelFlops(row)).epsilon(1e-12));
+    CHECK(c.plan.NumDevices() == row.num_gpus);
+    CHECK(c.plan.num_microbatches == row.global_batch_size / row.data_parallel);
+    CHECK(c.problem.training.virtual_pipeline_stages ==
+          (row.pipeline_parallel > 1 ? row.num_layers / row.pipeline_parallel : 1));
+    CHECK(estimate.Fits());
+  }
+  // The published TFLOP/s and MFU agree with each other through the H100 peak (989.4 TFLOP/s).
+  for (const MegatronScalingRow& row : rows)
+    CHECK(row.tflops_per_gpu / 989.4 * 100 == doctest::Approx(row.mfu_pct).epsilon(0.03));
+  const std::vector<size_t> calibration = MegatronCalibrationRows(rows);
+  CHECK(rows[calibration[0]].model == "1.7B");
+  CHECK(rows[calibration[1]].model == "462B");
+}
+
+TEST_CASE("Megatron report: held-out MAPE within the 10% target (regression check)") {
+  const ValidationReport report = RunValidationReport("megatron-h100");
+  CHECK(report.rows.size() == 9);
+  CHECK(report.summary["num_held_out"] == 7);
+  CHECK(report.summary["mape_held_out_pct"].get<double>() <= 10.0);
+  CHECK(report.summary["mape_all_pct"].get<double>() <= 10.0);
+}
+
+TEST_CASE("AMP: layer-list boundaries map to our layers; a stage of no-ops is refused") {
+  CHECK(AmpBoundaryToLayer(0) == 0);
+  CHECK(AmpBoundaryToLayer(2) == 1);    // first block
+  CHECK(AmpBoundaryToLayer(15) == 14);
+  CHECK(AmpBoundaryToLayer(25) == 24);  // last block
+  CHECK(AmpBoundaryToLayer(26) == 25);  // the head's entries
+  CHECK(AmpBoundaryToLayer(30) == 26);
+  CHECK_THROWS_AS(AmpBoundaryToLayer(31), InputError);
+  const std::vector<AmpTrialRow> trials =
+      ReadAmpTrials(ReferenceDataPath("amp_trials_homogeneous.csv"));
+  REQUIRE(trials.size() == 52);
+  const Problem problem = AmpProblem({});
+  std::string why;
+  const std::optional<Plan> plan = AmpTrialPlan(problem, trials[3], &why);  // [0,9,15,21,30]
+  REQUIRE(plan);
+  CHECK(plan->NumStages() == 4);
+  CHECK(plan->stages[0].NumLayers() == 8);   // embedding + blocks 0-6
+  CHECK(plan->stages[3].NumLayers() == 6);   // blocks 19-23 + head
+  CHECK(plan->num_microbatches == 8);
+  CHECK_FALSE(AmpTrialPlan(problem, trials[47], &why));  // [0,1,2,...]: stage 1 is a no-op
+  CHECK(why.find("no-ops only") != std::string::npos);
+}
+
+TEST_CASE("AMP: T4 constants come from AMP's layer profile and reproduce it") {
+  const Problem problem = AmpProblem({});
+  const CostModel cost_model(problem);
+  const StageConfig one{1, 1, 1, 1, 0, Recompute::kNone};
+  CHECK(cost_model.LayerTerms(1, one, 32).forward_seconds ==
+        doctest::Approx(5.4699e-3).epsilon(1e-9));
+  CHECK(problem.cluster.Device().matmul_efficiency > 0.05);
+  CHECK(problem.cluster.Device().matmul_efficiency < 0.2);
+  CHECK(problem.cluster.IntraNode().latency_seconds > 0);
+}
+
+TEST_CASE("AMP report: AMP's own Spearman from the file, ours at the 0.8 target (regression)") {
+  const ValidationReport report = RunValidationReport("amp");
+  CHECK(report.summary["num_feasible"] == 47);
+  CHECK(report.summary["spearman_amp"].get<double>() == doctest::Approx(0.935).epsilon(0.001));
+  CHECK(report.summary["spearman_ours"].get<double>() >= 0.8);
+}
+
+TEST_CASE("Alpa: its TFLOP formula turns the measured 2.465 s into the published 37.0 TFLOP/s") {
+  const std::vector<AlpaPointRow> rows =
+      ReadAlpaPoints(ReferenceDataPath("alpa_measured_points.csv"));
+  REQUIRE(!rows.empty());
+  const AlpaPointRow& row = rows.front();
+  CHECK(AlpaGptFlops(row, true) / (row.iteration_seconds * row.num_gpus) / 1e12 ==
+        doctest::Approx(row.tflops_per_gpu_with_recompute).epsilon(0.002));
+  CHECK(AlpaGptFlops(row, false) / (row.iteration_seconds * row.num_gpus) / 1e12 ==
+        doctest::Approx(row.tflops_per_gpu_model).epsilon(0.002));
+  // ... and Alpa's model FLOPs are ours.
+  const AlpaPointCase c = BuildAlpaPointCase(row);
+  CHECK(Evaluate(c.problem, c.plan).model_flops ==
+        doctest::Approx(AlpaGptFlops(row, false)).epsilon(1e-12));
+}
+
+TEST_CASE("every report runs, has rows, a headline and serializes") {
+  for (const std::string& name : ValidationReportNames()) {
+    CAPTURE(name);
+    const ValidationReport report = RunValidationReport(name);
+    CHECK(report.name == name);
+    CHECK(!report.rows.empty());
+    CHECK(!report.headline.empty());
+    CHECK(report.ToJson()["rows"].size() == report.rows.size());
+    CHECK(report.Csv().find('\n') != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(RunValidationReport("nope"), doctest::Contains("reports: megatron-h100"),
+                       InputError);
+}

@@ -1,0 +1,369 @@
+#include "validate/amp_trials.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+#include "validate/builders.h"
+#include "validate/rank_correlation.h"
+
+namespace stratos {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr int kAmpLayerEntries = 30;
+constexpr int kNodes = 4;  // 4 x g4dn.12xlarge
+constexpr int kGlobalBatch = 32;
+// Mean forward seconds of one GPT-2 block (h 1024, s 1024) at micro-batch 1 on one T4, over the
+// 24 transformer_layer entries of DachengLi1/AMP @72eeea4 src/known_cost/gpt2_G4_1.npy.
+constexpr double kAmpProfiledBlockForwardSeconds = 5.4699e-3;
+// The same with Megatron tensor (model) parallelism 2 and 4, per GPU, all-reduces included:
+// src/known_cost/gpt2_G4_2.npy and gpt2_G4_4.npy.
+constexpr double kAmpProfiledBlockForwardSecondsTp2 = 5.9624e-3;
+constexpr double kAmpProfiledBlockForwardSecondsTp4 = 5.5768e-3;
+
+// Index of the smallest value among `candidates` (ties: the first), or -1 if none.
+int ArgMin(const std::vector<double>& values, const std::vector<int>& candidates) {
+  int best = -1;
+  for (int i : candidates)
+    if (best < 0 || values[i] < values[best]) best = i;
+  return best;
+}
+
+}  // namespace
+
+int AmpBoundaryToLayer(int b) {
+  if (b < 0 || b > kAmpLayerEntries)
+    ThrowInputError("AMP layer partition", "boundary", b,
+                    fmt::format("must be in [0, {}]", kAmpLayerEntries));
+  if (b == 0) return 0;
+  if (b == 1) return 1;          // the no-op after the embedding: nothing of ours is in [1, 2)
+  if (b <= 25) return b - 1;     // block b - 2 is our layer b - 1
+  if (b < kAmpLayerEntries) return 25;  // the head's four entries
+  return 26;
+}
+
+Problem AmpProblem(const AmpAssumptions& how) {
+  Problem problem;
+  // AMP's GPT-2 (homogeneous.py model_config; 16 heads from ds_pretrain_gpt2_pipe.sh).
+  problem.model = GptModel("gpt2-amp", 1024, 16, 24, 1024, 52256);
+  problem.cluster = ZooCluster(how.cluster, kNodes);
+  if (how.amp_intra_node_bandwidth) {
+    NetworkLevel& intra = problem.cluster.networks.at(0);
+    intra.name = "50 Gb/s (AMP cluster_info)";
+    intra.bandwidth_bytes_per_second = 50e9 / 8;
+    intra.efficiency = 1.0;
+    intra.source = "DachengLi1/AMP src/homogeneous.py cluster_info: 50 Gb/s intra-node";
+  }
+  TrainingSpec& training = problem.training;
+  training.global_batch_size = kGlobalBatch;
+  training.schedule = Schedule::kOneFOneB;
+  training.activation_dtype_bytes = 2;  // fp16
+  training.param_dtype_bytes = 2;
+  // ds_config.json "fp32_allreduce": true: gradients are all-reduced in fp32.
+  training.grad_dtype_bytes = 4;
+  // DeepSpeed's FP16_Optimizer (no ZeRO): fp32 master weights, their fp32 gradients, Adam m, v.
+  training.optimizer_state_bytes_per_param = 16;
+  training.sequence_parallel = false;  // Megatron-LM v1.1.5 has none
+  DeviceSpec* device = nullptr;
+  for (DeviceSpec& d : problem.cluster.devices)
+    if (d.name == problem.cluster.node_groups.at(0).device) device = &d;
+  STRATOS_CHECK(device != nullptr, "device of {}", problem.cluster.name);
+  device->matmul_efficiency =
+      how.matmul_efficiency > 0 ? how.matmul_efficiency : AmpProfiledMatmulEfficiency(problem);
+  problem.cluster.networks.at(0).latency_seconds = how.intra_node_latency_seconds >= 0
+                                                       ? how.intra_node_latency_seconds
+                                                       : AmpProfiledIntraNodeLatency(problem);
+  return problem;
+}
+
+double AmpProfiledIntraNodeLatency(const Problem& problem) {
+  // Our block forward is affine in the latency: f(alpha) = f(0) + alpha g. Least squares over
+  // tensor parallel 2 and 4 of the profiled times.
+  const std::pair<int, double> profiled[] = {{2, kAmpProfiledBlockForwardSecondsTp2},
+                                             {4, kAmpProfiledBlockForwardSecondsTp4}};
+  constexpr double kProbe = 1e-3;
+  double numerator = 0.0, denominator = 0.0;
+  for (const auto& [tp, seconds] : profiled) {
+    auto forward = [&, tp = tp](double latency) {
+      Problem probe = problem;
+      probe.cluster.networks.at(0).latency_seconds = latency;
+      const CostModel cost_model(probe);
+      const StageConfig config{1, tp, 1, tp, 0, Recompute::kNone};
+      const int m = probe.training.global_batch_size;  // one sample per microbatch
+      STRATOS_CHECK(cost_model.CheckConfig(config, m).empty(), "{}",
+                    cost_model.CheckConfig(config, m));
+      return cost_model.LayerTerms(1, config, m).forward_seconds;
+    };
+    const double base = forward(0.0);
+    const double slope = (forward(kProbe) - base) / kProbe;
+    numerator += (seconds - base) * slope;
+    denominator += slope * slope;
+  }
+  STRATOS_CHECK(denominator > 0, "the block's forward does not depend on the latency");
+  return std::max(0.0, numerator / denominator);
+}
+
+double AmpProfiledMatmulEfficiency(const Problem& problem) {
+  const LayerSpec& block = problem.model.layers.at(1);
+  STRATOS_CHECK(block.kind == LayerKind::kTransformer, "layer 1 is {}", block.name);
+  const DeviceSpec& device = problem.cluster.Device();
+  // Our forward of one block at b = 1 on one device: FLOPs / (peak x efficiency) + stored
+  // activation bytes / HBM bandwidth (cost_model.cc). Solve for the efficiency.
+  const double memory_seconds = block.ActivationBytes() / device.hbm_bytes_per_second;
+  const double matmul_seconds = kAmpProfiledBlockForwardSeconds - memory_seconds;
+  STRATOS_CHECK(matmul_seconds > 0, "memory term {} s exceeds the profiled forward",
+                memory_seconds);
+  return std::min(1.0, block.forward_flops / (device.peak_flops * matmul_seconds));
+}
+
+std::optional<Plan> AmpTrialPlan(const Problem& problem, const AmpTrialRow& trial,
+                                 std::string* why) {
+  const std::string where = fmt::format("amp_trials_homogeneous.csv:{} (trial {})", trial.line,
+                                        trial.trial);
+  const int per_microbatch = trial.micro_batch * trial.data_parallel;
+  if (kGlobalBatch % per_microbatch != 0)
+    ThrowInputError(where, "micro_batch x dp", per_microbatch,
+                    fmt::format("must divide the global batch {}", kGlobalBatch));
+  const StageConfig config = StageOnDevices(problem.cluster, trial.data_parallel,
+                                            trial.tensor_parallel, 0, Recompute::kNone, where);
+  Plan plan;
+  plan.global_batch_size = kGlobalBatch;
+  plan.num_microbatches = kGlobalBatch / per_microbatch;
+  plan.schedule = problem.training.schedule;
+  const std::vector<int>& bounds = trial.layer_partition;
+  if (bounds.front() != 0 || bounds.back() != kAmpLayerEntries)
+    ThrowInputError(where, "layer_partition", fmt::format("[{}]", fmt::join(bounds, ",")),
+                    fmt::format("must run from 0 to {}", kAmpLayerEntries));
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const int first = AmpBoundaryToLayer(bounds[s]), last = AmpBoundaryToLayer(bounds[s + 1]);
+    if (first >= last) {
+      *why = fmt::format("stage {} holds AMP entries [{}, {}), no-ops only: no layer of ours", s,
+                         bounds[s], bounds[s + 1]);
+      return std::nullopt;
+    }
+    plan.stages.push_back({first, last, config});
+  }
+  ValidatePlan(problem, plan, where);
+  return plan;
+}
+
+ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpAssumptions& how) {
+  const std::vector<AmpTrialRow> trials = ReadAmpTrials(reference_path);
+  if (trials.size() < 2)
+    throw InputError(fmt::format("{}: {} trials: needs at least 2", reference_path, trials.size()));
+  const Problem problem = AmpProblem(how);
+  AmpAssumptions amp_network = how;
+  amp_network.amp_intra_node_bandwidth = !how.amp_intra_node_bandwidth;
+  const Problem other_problem = AmpProblem(amp_network);
+  const CostModel cost_model(problem), other_cost_model(other_problem);
+
+  const int n = static_cast<int>(trials.size());
+  const double kNaN = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> ours(n, kNaN), other(n, kNaN);
+  std::vector<bool> fits(n, false);
+  std::vector<int> feasible, all_representable, predicted_fit;
+  ValidationReport report;
+  for (int i = 0; i < n; ++i) {
+    const AmpTrialRow& trial = trials[i];
+    std::string why;
+    const std::optional<Plan> plan = AmpTrialPlan(problem, trial, &why);
+    nlohmann::json row = {{"trial", trial.trial},
+                          {"micro_batch", trial.micro_batch},
+                          {"tp", trial.tensor_parallel},
+                          {"dp", trial.data_parallel},
+                          {"pp", trial.pipeline_parallel},
+                          {"amp_partition", fmt::format("[{}]", fmt::join(trial.layer_partition, ","))},
+                          {"measured_seconds", trial.measured_seconds},  // inf: JSON null
+                          {"measured_failed", !std::isfinite(trial.measured_seconds)},
+                          {"amp_predicted_seconds", trial.amp_predicted_cost}};
+    if (!plan) {
+      row["note"] = why;
+      report.rows.push_back(row);
+      continue;
+    }
+    const Estimate estimate = Evaluate(cost_model, *plan);
+    const Estimate other_estimate = Evaluate(other_cost_model, *plan);
+    all_representable.push_back(i);
+    ours[i] = estimate.iteration_seconds;
+    other[i] = other_estimate.iteration_seconds;
+    fits[i] = estimate.Fits();
+    if (fits[i]) predicted_fit.push_back(i);
+    if (std::isfinite(trial.measured_seconds)) feasible.push_back(i);
+    double peak = 0.0;
+    for (const StageEstimate& stage : estimate.stages) peak = std::max(peak, stage.peak_memory_bytes);
+    std::string layers;
+    for (const StagePlan& stage : plan->stages)
+      layers += fmt::format("{}{}", layers.empty() ? "" : "|", stage.NumLayers());
+    row["num_microbatches"] = plan->num_microbatches;
+    row["layers_per_stage"] = layers;
+    row["predicted_seconds"] = estimate.iteration_seconds;
+    row["predicted_seconds_other_network"] = other_estimate.iteration_seconds;
+    row["predicted_fits_memory"] = fits[i];
+    row["predicted_peak_memory_gib"] = peak / kGiB;
+    if (!fits[i]) row["note"] = estimate.MemoryViolation();
+    report.rows.push_back(row);
+  }
+  if (feasible.size() < 2)
+    throw InputError(fmt::format("{}: {} feasible trials: needs at least 2", reference_path,
+                                 feasible.size()));
+
+  // Rank correlations over the trials that ran (measured time finite).
+  std::vector<double> measured, predicted, amp, predicted_other;
+  for (int i : feasible) {
+    measured.push_back(trials[i].measured_seconds);
+    predicted.push_back(ours[i]);
+    amp.push_back(trials[i].amp_predicted_cost);
+    predicted_other.push_back(other[i]);
+  }
+  const double rho = SpearmanRho(predicted, measured), tau = KendallTauB(predicted, measured);
+  const double amp_rho = SpearmanRho(amp, measured), amp_tau = KendallTauB(amp, measured);
+  const double other_rho = SpearmanRho(predicted_other, measured);
+  const double other_tau = KendallTauB(predicted_other, measured);
+  const std::vector<double> measured_rank = AverageRanks(measured),
+                            predicted_rank = AverageRanks(predicted),
+                            amp_rank = AverageRanks(amp);
+  for (size_t k = 0; k < feasible.size(); ++k) {
+    nlohmann::json& row = report.rows[feasible[k]];
+    row["rank_measured"] = measured_rank[k];
+    row["rank_predicted"] = predicted_rank[k];
+    row["rank_amp"] = amp_rank[k];
+  }
+
+  // Top-1 choices and what they measured.
+  std::vector<double> measured_all(n), amp_all(n);
+  std::vector<int> everything;
+  for (int i = 0; i < n; ++i) {
+    measured_all[i] = trials[i].measured_seconds;
+    amp_all[i] = trials[i].amp_predicted_cost;
+    everything.push_back(i);
+  }
+  const int best = ArgMin(measured_all, feasible);
+  const int ours_feasible = ArgMin(ours, feasible);
+  const int amp_feasible = ArgMin(amp_all, feasible);
+  const int ours_all = ArgMin(ours, all_representable);
+  const int ours_fit = ArgMin(ours, predicted_fit);
+  const int amp_all_best = ArgMin(amp_all, everything);
+  auto choice = [&](int i) -> nlohmann::json {
+    if (i < 0) return nullptr;
+    const double t = trials[i].measured_seconds;
+    return {{"trial", trials[i].trial},
+            {"measured_seconds", std::isfinite(t) ? nlohmann::json(t) : nlohmann::json("inf")},
+            {"measured_over_best", std::isfinite(t) ? nlohmann::json(t / measured_all[best])
+                                                    : nlohmann::json(nullptr)}};
+  };
+  // Memory: does the model foresee the trials that failed?
+  int oom_caught = 0, oom_missed = 0, false_alarms = 0, failed = 0;
+  for (int i : all_representable) {
+    const bool ran = std::isfinite(trials[i].measured_seconds);
+    if (!ran) ++failed;
+    if (!ran && !fits[i]) ++oom_caught;
+    if (!ran && fits[i]) ++oom_missed;
+    if (ran && !fits[i]) ++false_alarms;
+  }
+  int unrepresentable = n - static_cast<int>(all_representable.size());
+
+  report.name = "amp";
+  report.title =
+      "AMP (NeurIPS'22) homogeneous trials, GPT-2 (h 1024, s 1024, 24 layers) on 4 x 4 T4: "
+      "predicted vs measured iteration time, rank correlation beside AMP's own cost model";
+  report.columns = {{"trial", "trial", 0},
+                    {"micro_batch", "mbs", 0},
+                    {"tp", "TP", 0},
+                    {"dp", "DP", 0},
+                    {"pp", "PP", 0},
+                    {"num_microbatches", "m", 0},
+                    {"layers_per_stage", "layers/stage", 0},
+                    {"measured_seconds", "measured s", 2},
+                    {"amp_predicted_seconds", "AMP s", 3},
+                    {"predicted_seconds", "ours s", 3},
+                    {"rank_measured", "rank meas", 1},
+                    {"rank_amp", "rank AMP", 1},
+                    {"rank_predicted", "rank ours", 1},
+                    {"predicted_peak_memory_gib", "peak GiB", 1},
+                    {"predicted_fits_memory", "fits", 0}};
+  const double efficiency = problem.cluster.Device().matmul_efficiency;
+  const double intra_latency = problem.cluster.IntraNode().latency_seconds;
+  report.summary = {
+      {"num_trials", n},
+      {"num_feasible", feasible.size()},
+      {"num_unrepresentable", unrepresentable},
+      {"spearman_ours", rho},
+      {"kendall_tau_b_ours", tau},
+      {"spearman_amp", amp_rho},
+      {"kendall_tau_b_amp", amp_tau},
+      {"target_spearman", 0.8},
+      {"meets_target", rho >= 0.8 && rho >= amp_rho},
+      {"t4_matmul_efficiency", efficiency},
+      {"intra_node_latency_seconds", intra_latency},
+      {"best_measured", choice(best)},
+      {"top1_ours_among_feasible", choice(ours_feasible)},
+      {"top1_amp_among_feasible", choice(amp_feasible)},
+      {"top1_ours_among_all", choice(ours_all)},
+      {"top1_ours_among_predicted_to_fit", choice(ours_fit)},
+      {"top1_amp_among_all", choice(amp_all_best)},
+      {"memory",
+       {{"failed_trials", failed},
+        {"failures_predicted", oom_caught},
+        {"failures_missed", oom_missed},
+        {"false_alarms", false_alarms}}},
+      {"other_network",
+       {{"amp_intra_node_bandwidth", amp_network.amp_intra_node_bandwidth},
+        {"spearman_ours", other_rho},
+        {"kendall_tau_b_ours", other_tau}}}};
+  auto measured_text = [&](int i) {
+    return std::isfinite(trials[i].measured_seconds)
+               ? fmt::format("{:.2f} s", trials[i].measured_seconds)
+               : std::string("failed");
+  };
+  report.headline = fmt::format(
+      "over {} feasible trials: Spearman {:.3f} / Kendall tau-b {:.3f} (AMP's cost model: {:.3f} "
+      "/ {:.3f}; target Spearman >= 0.8 and >= AMP's); our top-1 among feasible: trial {} "
+      "measured {} vs best {} (trial {}); among all trials: trial {} ({}); among those our memory "
+      "model says fit: trial {} ({}); memory model flags {} of {} failed trials, {} false alarms; "
+      "{} network inside nodes: Spearman {:.3f}",
+      feasible.size(), rho, tau, amp_rho, amp_tau, trials[ours_feasible].trial,
+      measured_text(ours_feasible), measured_text(best), trials[best].trial,
+      trials[ours_all].trial, measured_text(ours_all),
+      ours_fit >= 0 ? trials[ours_fit].trial : -1, ours_fit >= 0 ? measured_text(ours_fit) : "-",
+      oom_caught, failed, false_alarms,
+      amp_network.amp_intra_node_bandwidth ? "with AMP's 50 Gb/s" : "with the zoo's PCIe",
+      other_rho);
+  report.assumptions = {
+      "model: GPT-2 with h 1024, s 1024, 24 layers, 16 heads (ds_pretrain_gpt2_pipe.sh), "
+      "vocabulary 52256, learned positions, tied embeddings; global batch 32",
+      fmt::format("cluster: zoo {} x 4 nodes (4 T4 each), {}; 50 Gb/s between nodes",
+                  how.cluster,
+                  how.amp_intra_node_bandwidth
+                      ? "50 Gb/s inside a node as AMP's cluster_info models"
+                      : "PCIe inside a node as in the zoo file (AMP's code models 50 Gb/s; "
+                        "reported as a variant)"),
+      fmt::format("T4 matmul efficiency {:.4f}: our forward of one block at micro-batch 1 equals "
+                  "AMP's profiled {:.3f} ms (mean of the 24 block entries of "
+                  "DachengLi1/AMP src/known_cost/gpt2_G4_1.npy, the profile AMP's own cost model "
+                  "uses); intra-node latency {:.0f} us per ring step, fitted to the same profile at "
+                  "tensor parallel 2 and 4 ({:.3f} and {:.3f} ms per block, all-reduces included; "
+                  "gpt2_G4_2.npy, gpt2_G4_4.npy); nothing is fitted to the trials",
+                  efficiency, 1e3 * kAmpProfiledBlockForwardSeconds,
+                  1e6 * problem.cluster.IntraNode().latency_seconds,
+                  1e3 * kAmpProfiledBlockForwardSecondsTp2,
+                  1e3 * kAmpProfiledBlockForwardSecondsTp4),
+      "DeepSpeed 3D parallelism as in AMP's Megatron-LM v1.1.5 example: fp16, no ZeRO, no "
+      "sequence parallelism, no recomputation, gradients all-reduced in fp32 (ds_config.json "
+      "fp32_allreduce), FP16_Optimizer states 2 + 4 + 16 bytes per parameter, 1F1B, TP innermost "
+      "then DP then PP (DeepSpeed's pipe/data/model topology), DP sync not overlapped",
+      "layer_partition: boundaries into AMP's 30-entry list [embed2h, noop, 24 blocks, noop, noop, "
+      "embed2v, noop] (src/cost_homo.py), mapped to our [embedding, 24 blocks, head]; a stage of "
+      "AMP no-op entries only has no layer of ours and is reported as not representable",
+      "rank correlation over the trials whose measured time is finite; Spearman with average "
+      "ranks for ties, Kendall tau-b"};
+  return report;
+}
+
+}  // namespace stratos

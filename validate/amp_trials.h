@@ -1,0 +1,64 @@
+#pragma once
+// `stratos validate amp`: does the cost model rank AMP's 52 GPT-2 strategies on 4 x 4 T4 (Li et
+// al., "AMP: Automatically Finding Model Parallel Strategies with Heterogeneity Awareness",
+// NeurIPS'22) the way their measured iteration times do, and as well as AMP's own cost model?
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "costmodel/plan.h"
+#include "costmodel/problem.h"
+#include "validate/reference_tables.h"
+#include "validate/report.h"
+
+namespace stratos {
+
+struct AmpAssumptions {
+  std::string cluster = "g4dn.12xlarge";  // zoo cluster, 4 nodes
+  // AMP's code models 50 Gb/s inside a node as well as between nodes (homogeneous.py
+  // cluster_info); false keeps the zoo's PCIe level inside a node.
+  bool amp_intra_node_bandwidth = false;
+  // T4 matmul efficiency: < 0 derives it from AMP's profiled forward time of one GPT-2 block
+  // (AmpProfiledMatmulEfficiency); > 0 uses this value.
+  double matmul_efficiency = -1;
+  // Intra-node latency per ring step, seconds: < 0 fits it to AMP's profiled tensor-parallel
+  // block times (AmpProfiledIntraNodeLatency); >= 0 uses this value.
+  double intra_node_latency_seconds = -1;
+};
+
+// Maps a boundary of AMP's GPT-2 layer list to ours. AMP lists 30 entries for 24 blocks
+// (DachengLi1/AMP src/cost_homo.py, get_cost_e): [embed2h, noop, 24 x transformer_layer, noop,
+// noop, embed2v, noop]; ours are [embedding, block 0..23, head]. A stage starting at AMP entry
+// b starts at our layer 0 for b = 0, 1 + (b - 2) for a block entry (b in 2..25), the head for
+// b in 26..29, and "past the end" (26) for b = 30. Entry 1 (the no-op after the embedding)
+// maps to layer 1: a stage of AMP entry 1 alone becomes empty. Throws InputError for b outside
+// [0, 30].
+int AmpBoundaryToLayer(int amp_boundary);
+
+// The GPT-2 problem of AMP's homogeneous experiment (h 1024, s 1024, 24 layers, 16 heads,
+// vocabulary 52256, global batch 32, fp16 with DeepSpeed's FP16 optimizer, fp32 gradient
+// all-reduce) on 4 nodes of `how.cluster`.
+Problem AmpProblem(const AmpAssumptions& how);
+
+// The T4 matmul efficiency at which our forward time of one GPT-2 block at micro-batch 1
+// (GEMM FLOPs at efficiency x peak + the roofline memory term) equals AMP's profiled 5.470 ms,
+// the mean over the 24 transformer_layer entries of DachengLi1/AMP src/known_cost/gpt2_G4_1.npy
+// (1 GPU, model parallel 1, micro-batch 1; the profile AMP's own cost model uses).
+double AmpProfiledMatmulEfficiency(const Problem& problem);
+
+// The intra-node latency per ring step (alpha) at which our forward of one GPT-2 block at
+// micro-batch 1 with tensor parallelism 2 and 4 (compute + 2 TP all-reduces) best matches, in
+// least squares, AMP's profiled 5.962 ms and 5.577 ms (means over the block entries of
+// src/known_cost/gpt2_G4_2.npy and gpt2_G4_4.npy, which include the all-reduces); the
+// bandwidth of the level is kept. >= 0.
+double AmpProfiledIntraNodeLatency(const Problem& problem);
+
+// The plan of one trial, or nullopt with the reason in `why` if our layer list cannot express
+// it (a stage of AMP no-op entries only).
+std::optional<Plan> AmpTrialPlan(const Problem& problem, const AmpTrialRow& trial,
+                                 std::string* why);
+
+ValidationReport ValidateAmpTrials(const std::string& reference_path,
+                                   const AmpAssumptions& how = {});
+
+}  // namespace stratos

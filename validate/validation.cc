@@ -1,0 +1,51 @@
+#include "validate/validation.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "costmodel/error.h"
+#include "validate/alpa_point.h"
+#include "validate/amp_trials.h"
+#include "validate/korthikanti.h"
+#include "validate/megatron_h100.h"
+#include "validate/reference_tables.h"
+#include "validate/zero_memory.h"
+
+namespace stratos {
+
+const std::vector<std::string>& ValidationReportNames() {
+  static const std::vector<std::string> names = {"megatron-h100", "amp", "korthikanti", "zero",
+                                                 "alpa-point"};
+  return names;
+}
+
+std::string ValidationReportDescription(const std::string& name) {
+  if (name == "megatron-h100")
+    return "predicted vs published TFLOP/s of Megatron-Core's 9 GPT runs on H100 (2 rows fitted, "
+           "7 held out)";
+  if (name == "amp")
+    return "rank correlation of predicted vs measured time over AMP's 52 GPT-2 strategies on "
+           "4 x 4 T4, beside AMP's own cost model";
+  if (name == "korthikanti")
+    return "activation memory per layer (Table 2) and one 22B layer's forward/backward time "
+           "(Table 4) under TP / SP / recompute";
+  if (name == "zero") return "per-GPU model-state bytes of ZeRO stages 0-3 vs the published table";
+  if (name == "alpa-point")
+    return "Alpa's measured GPT 2.6B iteration on 8 V100 vs our prediction";
+  return "";
+}
+
+ValidationReport RunValidationReport(const std::string& name) {
+  if (name == "megatron-h100")
+    return ValidateMegatronH100(ReferenceDataPath("megatron_h100_weak_scaling_2024.csv"));
+  if (name == "amp") return ValidateAmpTrials(ReferenceDataPath("amp_trials_homogeneous.csv"));
+  if (name == "korthikanti")
+    return ValidateKorthikanti(ReferenceDataPath("korthikanti_activation_memory_formulas.csv"),
+                               ReferenceDataPath("korthikanti_table4_layer_times_22B.csv"));
+  if (name == "zero") return ValidateZeroMemory(ReferenceDataPath("zero_memory.csv"));
+  if (name == "alpa-point") return ValidateAlpaPoint(ReferenceDataPath("alpa_measured_points.csv"));
+  throw InputError(fmt::format("validate: report = {}: unknown (reports: {})", name,
+                               fmt::join(ValidationReportNames(), ", ")));
+}
+
+}  // namespace stratos

@@ -8,9 +8,11 @@
 // so that the cost model (CollectiveSeconds) and the calibration's least-squares fit
 // (calibrate/collective_fit.h) use the very same terms. Sources: bytes moved per rank
 // factor * (n-1)/n of the buffer, factor 2 for all-reduce and 1 for all-gather / reduce-scatter
-// (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); ring latency steps per level as in NCCL's
-// tuning model (src/graph/tuning.cc: nInterSteps = factor * (nNodes - 1), the other steps
-// intra-node).
+// (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); the latency part follows NCCL's own model
+// (src/graph/tuning.cc): a base latency per call (our launch), and for a ring factor * (n-1)
+// steps of which factor * (k-1) cross nodes (nInterSteps), the rest intra-node; for the tree
+// all-reduce 2 (n/k - 1) intra-node steps and 2 log2(k) inter-node ones (our hierarchical
+// form charges 2 (k-1), the same for 2 nodes).
 #include "costmodel/cluster.h"
 
 namespace stratos {

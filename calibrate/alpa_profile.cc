@@ -66,8 +66,8 @@ void CheckReplicaGroups(const CsvCell& cell, const std::string& text, const Coll
     }
     const bool crosses = ranks_per_node.size() > 1;
     if (crosses != row.crosses_nodes) {
-      fail(fmt::format("groups {} nodes, but crosses_nodes = {}", crosses ? "cross" : "do not cross",
-                       row.crosses_nodes ? 1 : 0));
+      fail(fmt::format("groups {} nodes, but crosses_nodes = {}",
+                       crosses ? "cross" : "do not cross", row.crosses_nodes ? 1 : 0));
     }
     if (crosses) {
       const bool even = static_cast<int>(ranks_per_node.size()) == row.nodes &&
@@ -75,8 +75,9 @@ void CheckReplicaGroups(const CsvCell& cell, const std::string& text, const Coll
                           return p.second == row.group_size / row.nodes;
                         });
       if (!even) {
-        fail("a group crossing nodes must spread evenly over all nodes of the mesh (the profile "
-             "format's layout rule, calibrate/profile.h)");
+        fail(
+            "a group crossing nodes must spread evenly over all nodes of the mesh (the profile "
+            "format's layout rule, calibrate/profile.h)");
       }
     }
   }
@@ -114,7 +115,7 @@ struct RawRow {
   unsigned line = 0;
   std::string series;  // mesh, op, dtype, replica groups
   bool dot = false;
-  double size = 0;     // elements (collectives) or FLOPs (dot), Alpa's size
+  double size = 0;  // elements (collectives) or FLOPs (dot), Alpa's size
   double seconds = 0;
   CollectiveRow collective;
   MatmulRow matmul;

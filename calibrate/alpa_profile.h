@@ -41,10 +41,10 @@ struct AlpaProfile {
   Profile profile;  // the measured rows: collectives (every op) and dot rows as matmul rows
   std::vector<CollectiveRow> filled_collectives;  // rows make_monotonic filled in
   std::vector<MatmulRow> filled_matmuls;
-  int rows_read = 0;            // data lines of the file
-  int inf_rows = 0;             // failed measurements
-  int zero_flop_dot_rows = 0;   // the n = 0 matmul
-  int duplicate_dot_rows = 0;   // dot rows repeated for every mesh (kept once)
+  int rows_read = 0;           // data lines of the file
+  int inf_rows = 0;            // failed measurements
+  int zero_flop_dot_rows = 0;  // the n = 0 matmul
+  int duplicate_dot_rows = 0;  // dot rows repeated for every mesh (kept once)
 };
 
 // Reads the file. Throws InputError "<file>:<line>: <column> = <value>: <rule>" for a malformed

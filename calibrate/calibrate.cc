@@ -63,8 +63,8 @@ Holdout ParseHoldout(const std::string& text) {
   std::string item;
   while (std::getline(in, item, ',')) {
     if (item.rfind("gemm>", 0) == 0) {
-      holdout.matmul_min_dim_above =
-          ParseCount(text, item.substr(5), fmt::format("'{}': gemm>D needs an integer D >= 1", item));
+      holdout.matmul_min_dim_above = ParseCount(
+          text, item.substr(5), fmt::format("'{}': gemm>D needs an integer D >= 1", item));
       continue;
     }
     std::stringstream parts(item);
@@ -88,8 +88,8 @@ Holdout ParseHoldout(const std::string& text) {
         selector.group_size = static_cast<int>(ParseCount(
             text, qualifier.substr(1), fmt::format("'{}': gS needs a group size S >= 1", item)));
       } else {
-        FailHoldout(text, fmt::format("'{}': unknown qualifier '{}' (gS, local, cross)", item,
-                                      qualifier));
+        FailHoldout(
+            text, fmt::format("'{}': unknown qualifier '{}' (gS, local, cross)", item, qualifier));
       }
     }
     holdout.meshes.push_back(selector);
@@ -108,7 +108,7 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
   ClusterSpec& cluster = result.cluster;
   cluster.name = options.name.empty() ? base.name + "-calibrated" : options.name;
   const int ring_links = options.ring_links_per_gpu >= 0 ? options.ring_links_per_gpu
-                                                          : base.IntraNode().ring_links_per_gpu;
+                                                         : base.IntraNode().ring_links_per_gpu;
   result.layer_rows = static_cast<int>(profile.layers.size());
 
   // Collectives: split the rows the model covers into fitted and held out, per collective.
@@ -128,10 +128,10 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
     const int index = static_cast<int>(kind);
     if (fit_rows[index].empty()) {
       if (!held_rows[index].empty()) {
-        throw InputError(fmt::format("{}: all {} rows are held out (--holdout = {}); nothing "
-                                     "left to fit",
-                                     CollectiveName(kind), held_rows[index].size(),
-                                     options.holdout.ToString()));
+        throw InputError(
+            fmt::format("{}: all {} rows are held out (--holdout = {}); nothing "
+                        "left to fit",
+                        CollectiveName(kind), held_rows[index].size(), options.holdout.ToString()));
       }
       continue;
     }
@@ -203,9 +203,9 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
     report.fitted = errors(matmul_fit_rows);
     report.held_out = errors(matmul_held_rows);
     device->matmul_curve = curve;
-    const MatmulRow& largest = *std::max_element(
-        matmul_fit_rows.begin(), matmul_fit_rows.end(),
-        [](const MatmulRow& a, const MatmulRow& b) { return a.flops < b.flops; });
+    const MatmulRow& largest =
+        *std::max_element(matmul_fit_rows.begin(), matmul_fit_rows.end(),
+                          [](const MatmulRow& a, const MatmulRow& b) { return a.flops < b.flops; });
     device->matmul_efficiency = MatmulEfficiency(
         *device, GemmShape{static_cast<double>(largest.m), static_cast<double>(largest.n),
                            static_cast<double>(largest.k)});

@@ -75,11 +75,11 @@ struct MatmulReport {
 };
 
 struct CalibrationResult {
-  ClusterSpec cluster;                       // the base with the calibrated constants
+  ClusterSpec cluster;                        // the base with the calibrated constants
   std::vector<CollectiveReport> collectives;  // one per collective with rows, Collective order
-  std::optional<MatmulReport> matmul;        // nullopt: no matmul rows of the dtype
-  std::map<std::string, int> skipped_rows;   // reason -> collective rows the model does not cover
-  int layer_rows = 0;                        // layer.csv rows (read, not fitted yet)
+  std::optional<MatmulReport> matmul;         // nullopt: no matmul rows of the dtype
+  std::map<std::string, int> skipped_rows;    // reason -> collective rows the model does not cover
+  int layer_rows = 0;                         // layer.csv rows (read, not fitted yet)
 };
 
 // Fits every collective with rows and the matmul curve, on the rows `options.holdout` does not

@@ -28,10 +28,11 @@ toml::table DeviceTable(const DeviceSpec& device) {
     table.insert("reserved_memory_GB", device.reserved_memory_bytes / kGB);
   }
   if (device.matmul_curve) {
-    table.insert("matmul_curve",
-                 toml::table{{"max_efficiency", device.matmul_curve->max_efficiency},
-                             {"half_efficiency_dim", device.matmul_curve->half_efficiency_dim},
-                             {"overhead_us", device.matmul_curve->overhead_seconds / kMicrosecond}});
+    table.insert(
+        "matmul_curve",
+        toml::table{{"max_efficiency", device.matmul_curve->max_efficiency},
+                    {"half_efficiency_dim", device.matmul_curve->half_efficiency_dim},
+                    {"overhead_us", device.matmul_curve->overhead_seconds / kMicrosecond}});
   }
   InsertSource(table, device.source);
   return table;
@@ -64,9 +65,8 @@ std::string ClusterToToml(const ClusterSpec& cluster, const std::string& header)
   root.insert("device", std::move(devices));
   toml::array groups;
   for (const NodeGroup& group : cluster.node_groups) {
-    groups.push_back(toml::table{{"count", group.count},
-                                 {"gpus_per_node", group.gpus_per_node},
-                                 {"device", group.device}});
+    groups.push_back(toml::table{
+        {"count", group.count}, {"gpus_per_node", group.gpus_per_node}, {"device", group.device}});
   }
   root.insert("node_group", std::move(groups));
   toml::array networks;
@@ -78,10 +78,10 @@ std::string ClusterToToml(const ClusterSpec& cluster, const std::string& header)
     if (c.launch_seconds == 0 && c.inter_node_algorithm == InterNodeAlgorithm::kHierarchical) {
       continue;
     }
-    collectives.insert(CollectiveName(kind),
-                       toml::table{{"launch_us", c.launch_seconds / kMicrosecond},
-                                   {"inter_node_algorithm",
-                                    InterNodeAlgorithmName(c.inter_node_algorithm)}});
+    collectives.insert(
+        CollectiveName(kind),
+        toml::table{{"launch_us", c.launch_seconds / kMicrosecond},
+                    {"inter_node_algorithm", InterNodeAlgorithmName(c.inter_node_algorithm)}});
   }
   if (!collectives.empty()) root.insert("collective", std::move(collectives));
   if (!cluster.calibration.source.empty()) {

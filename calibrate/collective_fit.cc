@@ -35,8 +35,8 @@ CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int r
   Eigen::VectorXd seconds(static_cast<Eigen::Index>(rows.size()));
   for (size_t i = 0; i < rows.size(); ++i) {
     const CollectiveRow& row = rows[i];
-    STRATOS_CHECK(row.Kind() == kind && CollectiveRowExclusion(row).empty(), "{}: row {} {}",
-                  what, i, row.op);
+    STRATOS_CHECK(row.Kind() == kind && CollectiveRowExclusion(row).empty(), "{}: row {} {}", what,
+                  i, row.op);
     const CollectiveTerms t = RingCollectiveTerms(kind, algorithm, row.bytes, row.Layout(),
                                                   ring_links_per_gpu, /*with_latency=*/true);
     terms.row(static_cast<Eigen::Index>(i)) << t.launches, t.intra_steps, t.intra_link_bytes,
@@ -88,9 +88,10 @@ CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int r
   auto level = [&](Column alpha, Column beta, const char* name) -> std::optional<LinkFit> {
     if (!fitted[beta]) return std::nullopt;
     if (!(coefficient[beta] > 0)) {
-      throw InputError(fmt::format("{}: the {} bandwidth comes out unbounded (no row is limited "
-                                   "by it); profile larger messages",
-                                   what, name));
+      throw InputError(
+          fmt::format("{}: the {} bandwidth comes out unbounded (no row is limited "
+                      "by it); profile larger messages",
+                      what, name));
     }
     return LinkFit{1.0 / coefficient[beta], coefficient[alpha]};
   };
@@ -106,10 +107,10 @@ void ApplyCollectiveFit(const CollectiveFit& fit, ClusterSpec& cluster) {
   if (fit.intra) cluster.networks[0].collective_fits[index] = *fit.intra;
   if (fit.inter) {
     if (cluster.networks.size() < 2) {
-      throw InputError(fmt::format("{}: the profile has {} rows crossing nodes, but the cluster "
-                                   "has no inter-node network level ([[network]] #2)",
-                                   cluster.source.empty() ? cluster.name : cluster.source,
-                                   CollectiveName(fit.kind)));
+      throw InputError(fmt::format(
+          "{}: the profile has {} rows crossing nodes, but the cluster "
+          "has no inter-node network level ([[network]] #2)",
+          cluster.source.empty() ? cluster.name : cluster.source, CollectiveName(fit.kind)));
     }
     cluster.networks[1].collective_fits[index] = *fit.inter;
   }

@@ -22,7 +22,7 @@ std::string CollectiveRowExclusion(const CollectiveRow& row);
 struct CollectiveFit {
   Collective kind = Collective::kAllReduce;
   InterNodeAlgorithm algorithm = InterNodeAlgorithm::kHierarchical;
-  int ring_links_per_gpu = 0;    // the intra-node topology the fit assumed
+  int ring_links_per_gpu = 0;  // the intra-node topology the fit assumed
   double launch_seconds = 0;
   std::optional<LinkFit> intra;  // nullopt: no fitted row used intra-node links
   std::optional<LinkFit> inter;  // nullopt: no fitted row crossed nodes

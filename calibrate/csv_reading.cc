@@ -9,7 +9,8 @@
 namespace stratos {
 
 void FailCell(const CsvCell& cell, const std::string& value, const std::string& rule) {
-  throw InputError(fmt::format("{}:{}: {} = {}: {}", cell.file, cell.line, cell.column, value, rule));
+  throw InputError(
+      fmt::format("{}:{}: {} = {}: {}", cell.file, cell.line, cell.column, value, rule));
 }
 
 double ParseFinite(const CsvCell& cell, const std::string& text) {

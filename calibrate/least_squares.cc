@@ -46,8 +46,8 @@ Eigen::VectorXd FitRelativeLeastSquares(const Eigen::MatrixXd& A, const Eigen::V
   }
   for (Eigen::Index i = 0; i < rows; ++i) {
     if (!(y(i) > 0) || !std::isfinite(y(i))) {
-      throw InputError(fmt::format("{}: row {}: measured value {} must be finite and > 0", what, i,
-                                   y(i)));
+      throw InputError(
+          fmt::format("{}: row {}: measured value {} must be finite and > 0", what, i, y(i)));
     }
   }
   // Relative weighting: row i divided by y_i, so the target is 1 everywhere.
@@ -59,9 +59,10 @@ Eigen::VectorXd FitRelativeLeastSquares(const Eigen::MatrixXd& A, const Eigen::V
   for (Eigen::Index j = 0; j < cols; ++j) {
     scale(j) = B.col(j).norm();
     if (!(scale(j) > 0) || !std::isfinite(scale(j))) {
-      throw InputError(fmt::format("{}: coefficient '{}' cannot be fitted: its column is zero on "
-                                   "every row (the rows do not exercise it)",
-                                   what, column_names[j]));
+      throw InputError(
+          fmt::format("{}: coefficient '{}' cannot be fitted: its column is zero on "
+                      "every row (the rows do not exercise it)",
+                      what, column_names[j]));
     }
     B.col(j) /= scale(j);
   }

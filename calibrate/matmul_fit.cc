@@ -33,8 +33,7 @@ const char* MatmulModelName(MatmulModel model) {
   return "unknown";
 }
 
-MatmulFit FitMatmulCurve(MatmulModel model, const std::vector<MatmulRow>& rows,
-                         double peak_flops) {
+MatmulFit FitMatmulCurve(MatmulModel model, const std::vector<MatmulRow>& rows, double peak_flops) {
   STRATOS_CHECK(peak_flops > 0, "peak {}", peak_flops);
   const bool saturating = model != MatmulModel::kOverhead;
   const bool overhead = model != MatmulModel::kSaturating;
@@ -94,8 +93,8 @@ MatmulChoice ChooseMatmulCurve(const std::vector<MatmulRow>& rows, double peak_f
     }
   }
   if (choice.cross_validation_mape.empty()) {
-    throw InputError(fmt::format("matmul fit: no model can be fitted to {} rows{}", rows.size(),
-                                 reasons));
+    throw InputError(
+        fmt::format("matmul fit: no model can be fitted to {} rows{}", rows.size(), reasons));
   }
   return choice;
 }

@@ -29,9 +29,10 @@ std::string RequireFile(const std::string& dir, const char* name) {
   const std::string path = (fs::path(dir) / name).string();
   std::error_code error;
   if (!fs::is_regular_file(path, error)) {
-    throw InputError(fmt::format("{}: missing (a profile directory holds matmul.csv, "
-                                 "collective.csv, layer.csv and profile.json)",
-                                 path));
+    throw InputError(
+        fmt::format("{}: missing (a profile directory holds matmul.csv, "
+                    "collective.csv, layer.csv and profile.json)",
+                    path));
   }
   return path;
 }
@@ -53,7 +54,8 @@ std::vector<MatmulRow> ReadMatmuls(const std::string& path) {
       row.flops = ParsePositive(CsvCell{path, line, "flops"}, flops);
       const double expected = 2.0 * row.m * row.n * row.k;
       if (std::abs(row.flops / expected - 1.0) > 1e-9) {
-        FailCell(CsvCell{path, line, "flops"}, flops, fmt::format("must be 2 m n k = {}", expected));
+        FailCell(CsvCell{path, line, "flops"}, flops,
+                 fmt::format("must be 2 m n k = {}", expected));
       }
       row.seconds = ParsePositive(CsvCell{path, line, "seconds"}, seconds);
       rows.push_back(row);
@@ -63,8 +65,8 @@ std::vector<MatmulRow> ReadMatmuls(const std::string& path) {
 }
 
 bool KnownOp(const std::string& op) {
-  return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" ||
-         op == "all_to_all" || op == "send_recv";
+  return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "all_to_all" ||
+         op == "send_recv";
 }
 
 std::vector<CollectiveRow> ReadCollectives(const std::string& path) {
@@ -90,7 +92,8 @@ std::vector<CollectiveRow> ReadCollectives(const std::string& path) {
       RequireAtLeast(CsvCell{path, line, "group_size"}, row.group_size, 1);
       RequireAtLeast(CsvCell{path, line, "num_groups"}, row.num_groups, 1);
       if (crosses != 0 && crosses != 1) {
-        FailCell(CsvCell{path, line, "crosses_nodes"}, fmt::format("{}", crosses), "must be 0 or 1");
+        FailCell(CsvCell{path, line, "crosses_nodes"}, fmt::format("{}", crosses),
+                 "must be 0 or 1");
       }
       row.crosses_nodes = crosses == 1;
       if (static_cast<long long>(row.group_size) * row.num_groups >
@@ -180,12 +183,14 @@ ProfileInfo ReadInfo(const std::string& path) {
     }
   }
   auto required = [&](const char* key) {
-    if (!json.contains(key)) throw InputError(fmt::format("{}: {}: missing required key", path, key));
+    if (!json.contains(key))
+      throw InputError(fmt::format("{}: {}: missing required key", path, key));
     return json[key].get<std::string>();
   };
   const std::string schema = required("schema");
   if (schema != kProfileSchema) {
-    throw InputError(fmt::format("{}: schema = \"{}\": must be \"{}\"", path, schema, kProfileSchema));
+    throw InputError(
+        fmt::format("{}: schema = \"{}\": must be \"{}\"", path, schema, kProfileSchema));
   }
   ProfileInfo info;
   info.device = required("device");
@@ -216,9 +221,10 @@ std::optional<Collective> CollectiveRow::Kind() const { return ParseCollectiveNa
 Profile ReadProfileDir(const std::string& dir) {
   std::error_code error;
   if (!fs::is_directory(dir, error)) {
-    throw InputError(fmt::format("{}: not a profile directory (expected matmul.csv, "
-                                 "collective.csv, layer.csv, profile.json)",
-                                 dir));
+    throw InputError(
+        fmt::format("{}: not a profile directory (expected matmul.csv, "
+                    "collective.csv, layer.csv, profile.json)",
+                    dir));
   }
   Profile profile;
   profile.info = ReadInfo(RequireFile(dir, "profile.json"));
@@ -257,9 +263,9 @@ void WriteProfileDir(const Profile& profile, const std::string& dir) {
   std::string collective =
       "op,dtype,nodes,gpus_per_node,group_size,num_groups,crosses_nodes,bytes,seconds\n";
   for (const CollectiveRow& r : profile.collectives) {
-    collective += fmt::format("{},{},{},{},{},{},{},{},{}\n", r.op, r.dtype, r.nodes,
-                              r.gpus_per_node, r.group_size, r.num_groups,
-                              r.crosses_nodes ? 1 : 0, r.bytes, r.seconds);
+    collective +=
+        fmt::format("{},{},{},{},{},{},{},{},{}\n", r.op, r.dtype, r.nodes, r.gpus_per_node,
+                    r.group_size, r.num_groups, r.crosses_nodes ? 1 : 0, r.bytes, r.seconds);
   }
   std::string layer =
       "hidden,heads,seq_len,micro_batch,tensor_parallel,dtype,forward_flops,forward_seconds,"

@@ -45,13 +45,13 @@ struct MatmulRow {
 struct CollectiveRow {
   std::string op;  // all_reduce | all_gather | reduce_scatter | all_to_all | send_recv
   std::string dtype;
-  int nodes = 1;          // mesh shape
+  int nodes = 1;  // mesh shape
   int gpus_per_node = 1;
-  int group_size = 1;     // ranks per group
-  int num_groups = 1;     // groups running the collective at once
+  int group_size = 1;  // ranks per group
+  int num_groups = 1;  // groups running the collective at once
   bool crosses_nodes = false;
-  double bytes = 0;       // see the file comment
-  double seconds = 0;     // per call, > 0
+  double bytes = 0;    // see the file comment
+  double seconds = 0;  // per call, > 0
 
   // Where one group's ranks sit (see crosses_nodes above): nodes spanned, ranks per node, and
   // groups sharing each node's NICs.
@@ -67,7 +67,7 @@ struct LayerRow {
   int micro_batch = 0;
   int tensor_parallel = 1;
   std::string dtype;
-  double forward_flops = 0;     // of one TP rank
+  double forward_flops = 0;  // of one TP rank
   double forward_seconds = 0;
   double backward_seconds = 0;
 };

@@ -44,7 +44,9 @@ std::vector<const toml::table*> TablesOf(const TomlTableReader& top, const char*
 std::optional<TomlTableReader> SubTable(const TomlTableReader& parent, const std::string& key) {
   const toml::node* node = parent.Find(key);
   if (node == nullptr) return std::nullopt;
-  if (!node->is_table()) parent.Fail(key, fmt::format("must be a table ([{}])", parent.KeyPath(key)));
+  if (!node->is_table()) {
+    parent.Fail(key, fmt::format("must be a table ([{}])", parent.KeyPath(key)));
+  }
   return TomlTableReader(*node->as_table(), parent.KeyPath(key), parent.Where());
 }
 

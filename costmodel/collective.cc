@@ -51,9 +51,8 @@ double CollectiveSeconds(const ClusterSpec& cluster, Collective kind, double byt
   if (bytes <= 0 && !with_latency) return 0.0;
   const CollectiveCalibration& calibration = cluster.collectives[static_cast<int>(kind)];
   const NetworkLevel& intra = cluster.IntraNode();
-  const CollectiveTerms terms =
-      RingCollectiveTerms(kind, calibration.inter_node_algorithm, bytes, layout,
-                          intra.ring_links_per_gpu, with_latency);
+  const CollectiveTerms terms = RingCollectiveTerms(kind, calibration.inter_node_algorithm, bytes,
+                                                    layout, intra.ring_links_per_gpu, with_latency);
   double seconds = 0.0;
   if (layout.gpus_per_node > 1) {
     seconds += terms.intra_link_bytes / intra.CollectiveBandwidth(kind);

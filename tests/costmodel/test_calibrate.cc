@@ -82,7 +82,7 @@ std::vector<CollectiveRow> GeneratedRows(const ClusterSpec& cluster, const std::
   std::vector<CollectiveRow> rows;
   for (const Layout& l : layouts) {
     for (double bytes = 1024; bytes <= 1024.0 * 1024 * 1024; bytes *= 4) {
-      CollectiveRow row{op, "f16", l.nodes, l.gpus_per_node, l.group_size, l.num_groups,
+      CollectiveRow row{op,        "f16", l.nodes, l.gpus_per_node, l.group_size, l.num_groups,
                         l.crosses, bytes, 0.0};
       row.seconds = PredictCollectiveSeconds(cluster, row);
       rows.push_back(row);
@@ -237,7 +237,7 @@ TEST_CASE("GEMM efficiency follows the layer's MLP GEMM and falls back to the sc
   CHECK(shape.n == 1024);  // ffn 4096 / tp 4
   CHECK(shape.k == 1024);
   CHECK_FALSE(LayerGemmShape(model, model.layers[0], 2, 4).Known());  // embedding: no GEMM
-  CHECK(MatmulEfficiency(device, shape) == 0.7);                        // no curve: the scalar
+  CHECK(MatmulEfficiency(device, shape) == 0.7);                      // no curve: the scalar
   device.matmul_curve = MatmulCurve{0.9, 1024, 0};
   CHECK(MatmulEfficiency(device, shape) == doctest::Approx(0.45));  // 0.9 x 1024 / (1024 + 1024)
   CHECK(MatmulEfficiency(device, GemmShape{}) == 0.7);
@@ -290,9 +290,10 @@ std::string ProfileError(const std::string& name, const std::string& file,
 TEST_CASE("bad profile rows are InputErrors naming file, line, column, value and rule") {
   const std::string collective_header =
       "op,dtype,nodes,gpus_per_node,group_size,num_groups,crosses_nodes,bytes,seconds\n";
-  std::string message = ProfileError(
-      "op", "collective.csv",
-      collective_header + "all_reduce,f16,1,8,8,1,0,1024,1e-4\nbroadcast,f16,1,8,8,1,0,1024,1e-4\n");
+  std::string message =
+      ProfileError("op", "collective.csv",
+                   collective_header +
+                       "all_reduce,f16,1,8,8,1,0,1024,1e-4\nbroadcast,f16,1,8,8,1,0,1024,1e-4\n");
   CHECK(Contains(message, "collective.csv:3: op = \"broadcast\": must be one of all_reduce"));
   message = ProfileError("seconds", "collective.csv",
                          collective_header + "all_reduce,f16,1,8,8,1,0,1024,-1\n");
@@ -371,8 +372,9 @@ TEST_CASE("the Alpa profile reads as what Alpa ran: rounded sizes, dot shapes, f
   CHECK(small.profile.collectives[0].bytes == 32 * 2);
   CHECK(small.profile.collectives[1].bytes == 96 / 4 * 4);  // 96 / g per rank, 4-byte f32
   CHECK(small.inf_rows == 1);
-  WriteText(dir + "/b.csv", header + "2,8,all_reduce,f16,8,2,1,64,1e-4,0 1|2 3|4 5|6 7|8 9|10 "
-                                     "11|12 13|14 15\n");
+  WriteText(dir + "/b.csv", header +
+                                "2,8,all_reduce,f16,8,2,1,64,1e-4,0 1|2 3|4 5|6 7|8 9|10 "
+                                "11|12 13|14 15\n");
   CHECK(Contains(InputErrorMessage([&] { ReadAlpaProfile(dir + "/b.csv"); }),
                  "b.csv:2: replica_groups = \"0 1|2 3"));
   WriteText(dir + "/c.csv", header + "1,1,dot,f16,0,0,0,1000,1e-4,\n");

@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   run_command->add_option("--deadline", run.deadline_seconds, "kill workers after this many seconds")->capture_default_str();
   worker_command->add_option("--config", worker.config_file, "run_options.json written by `stratos run`");
 
+  // `stratos calibrate`, `stratos validate alpa-comm` (experiments/calibrate_command.cc).
+  stratos::CalibrationCommands calibration;
+  stratos::AddCalibrationCommands(app, calibration);
+
   CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
 
   try {
@@ -166,6 +170,7 @@ int main(int argc, char** argv) {
     if (*runtime_bench) return stratos::RunBenchRuntime(bench_runtime);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
+    if (const std::optional<int> code = stratos::RunCalibrationCommands(calibration)) return *code;
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();
       fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {})\n", info.torch_version,

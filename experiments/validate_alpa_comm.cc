@@ -113,6 +113,7 @@ int RunValidateAlpaComm(const ValidateAlpaCommArgs& args) {
              "1x8 group 8", "2x8 group 16", "all held-out", "<64 KiB", "64K-16M", ">=16 MiB",
              "incl. filled");
   std::vector<std::string> verdicts;
+  std::vector<std::string> baselines;
   for (const CollectiveReport& report : result.collectives) {
     const std::string op = CollectiveName(report.fit.kind);
     auto is = [&](const Residual& r) { return r.row->op == op; };
@@ -139,6 +140,15 @@ int RunValidateAlpaComm(const ValidateAlpaCommArgs& args) {
                Cell(with_filled));
     verdicts.push_back(fmt::format("{} {} {}", op, Percent(all.mape),
                                    all.mape <= kTargetMape ? "<= 15%" : "> 15%"));
+    // The base cluster's own (uncalibrated) constants on the same held-out rows.
+    std::vector<double> base_predicted, base_measured;
+    for (const Residual& r : residuals) {
+      if (!held(r)) continue;
+      base_predicted.push_back(PredictCollectiveSeconds(base, *r.row));
+      base_measured.push_back(r.row->seconds);
+    }
+    const ErrorStats uncalibrated = RelativeErrors(base_predicted, base_measured);
+    baselines.push_back(fmt::format("{} {}", op, Percent(uncalibrated.mape)));
     nlohmann::json constants = {
         {"launch_seconds", report.fit.launch_seconds},
         {"inter_node_algorithm", InterNodeAlgorithmName(report.fit.algorithm)}};
@@ -156,9 +166,12 @@ int RunValidateAlpaComm(const ValidateAlpaCommArgs& args) {
                            {"held_out_1x8_group_8", ErrorJson(group8)},
                            {"held_out_2x8_group_16", ErrorJson(group16)},
                            {"held_out_by_size", sizes},
-                           {"held_out_including_filled_rows", ErrorJson(with_filled)}});
+                           {"held_out_including_filled_rows", ErrorJson(with_filled)},
+                           {"held_out_uncalibrated_base", ErrorJson(uncalibrated)}});
   }
   fmt::print("\ntarget: held-out collective MAPE <= 15%: {}\n", fmt::join(verdicts, ", "));
+  fmt::print("uncalibrated {} on the same held-out rows: {}\n", base.name,
+             fmt::join(baselines, ", "));
   fmt::print(
       "'incl. filled': also the held-out rows Alpa's make_monotonic filled in (lower bounds "
       "on the time, not measurements)\n");

@@ -156,18 +156,21 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
     report.held_out = errors(held_rows[index]);
   }
   // A level's own constants (used by point-to-point sends and anything without a fit of its
-  // own) become its all-reduce fit: with ring links the old per-GPU bandwidth would be wrong.
+  // own) become its first fit in Collective order (all-reduce first): with ring links the old
+  // per-GPU bandwidth would be wrong.
   for (size_t level = 0; level < cluster.networks.size(); ++level) {
     NetworkLevel& network = cluster.networks[level];
-    const std::optional<LinkFit>& all_reduce =
-        network.collective_fits[static_cast<int>(Collective::kAllReduce)];
-    if (!all_reduce) continue;
-    network.bandwidth_bytes_per_second = all_reduce->bandwidth_bytes_per_second;
-    network.latency_seconds = all_reduce->latency_seconds;
-    network.efficiency = 1.0;
-    network.source = fmt::format("calibrated: the all-reduce fit{} ({})",
-                                 level == 0 && ring_links > 0 ? ", per NVLink link" : "",
-                                 base.networks[level].name);
+    for (Collective kind : kAllCollectives) {
+      const std::optional<LinkFit>& fit = network.collective_fits[static_cast<int>(kind)];
+      if (!fit) continue;
+      network.bandwidth_bytes_per_second = fit->bandwidth_bytes_per_second;
+      network.latency_seconds = fit->latency_seconds;
+      network.efficiency = 1.0;
+      network.source = fmt::format("calibrated: the {} fit{} ({})", CollectiveName(kind),
+                                   level == 0 && ring_links > 0 ? ", per NVLink link" : "",
+                                   base.networks[level].name);
+      break;
+    }
   }
 
   // Matmul: the device's efficiency curve from rows of the priced dtype.

@@ -85,8 +85,8 @@ struct CalibrationResult {
 // Fits every collective with rows and the matmul curve, on the rows `options.holdout` does not
 // hold out, and writes the constants into a copy of `base` (its first node group's device gets
 // the curve; its matmul_efficiency becomes the curve's efficiency at the largest fitted GEMM;
-// each network level's own bandwidth and latency become its all-reduce fit, the best estimate
-// left for point-to-point sends). Throws InputError if a fit fails (calibrate/collective_fit.h,
+// each network level's own bandwidth and latency become its all-reduce fit (else its first
+// collective fit), the best estimate left for point-to-point sends). Throws InputError if a fit fails (calibrate/collective_fit.h,
 // matmul_fit.h), if nothing is left to fit, or if the base cluster is heterogeneous.
 CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
                             const CalibrateOptions& options);

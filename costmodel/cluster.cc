@@ -26,6 +26,45 @@ const NodeGroup& FirstGroup(const ClusterSpec& cluster) {
 
 }  // namespace
 
+const char* CollectiveName(Collective kind) {
+  switch (kind) {
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+  }
+  return "unknown";
+}
+
+std::optional<Collective> ParseCollectiveName(const std::string& name) {
+  for (Collective kind : kAllCollectives) {
+    if (name == CollectiveName(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+const char* InterNodeAlgorithmName(InterNodeAlgorithm algorithm) {
+  return algorithm == InterNodeAlgorithm::kRing ? "ring" : "hierarchical";
+}
+
+std::optional<InterNodeAlgorithm> ParseInterNodeAlgorithmName(const std::string& name) {
+  if (name == "hierarchical") return InterNodeAlgorithm::kHierarchical;
+  if (name == "ring") return InterNodeAlgorithm::kRing;
+  return std::nullopt;
+}
+
+double NetworkLevel::CollectiveBandwidth(Collective kind) const {
+  const std::optional<LinkFit>& fit = collective_fits[static_cast<int>(kind)];
+  return fit ? fit->bandwidth_bytes_per_second : EffectiveBandwidth();
+}
+
+double NetworkLevel::CollectiveLatency(Collective kind) const {
+  const std::optional<LinkFit>& fit = collective_fits[static_cast<int>(kind)];
+  return fit ? fit->latency_seconds : latency_seconds;
+}
+
 int ClusterSpec::NumNodes() const {
   int nodes = 0;
   for (const NodeGroup& group : node_groups) nodes += group.count;

@@ -2,10 +2,46 @@
 // Cluster description: device catalog, node groups and network levels (DESIGN.md §3).
 // All quantities are SI (bytes, seconds, FLOP/s, bytes/s); files spell human units and are
 // converted once, where they are read (cluster_io.h).
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace stratos {
+
+// Collectives whose cost the model prices (nccl-tests names: all_reduce, all_gather,
+// reduce_scatter). Their values index the per-collective arrays below.
+enum class Collective { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2 };
+constexpr int kNumCollectives = 3;
+constexpr std::array<Collective, kNumCollectives> kAllCollectives = {
+    Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter};
+// "all_reduce" | "all_gather" | "reduce_scatter" (the names of cluster files and profiles).
+const char* CollectiveName(Collective kind);
+// The collective named `name`, or nullopt for any other string.
+std::optional<Collective> ParseCollectiveName(const std::string& name);
+
+// How a collective over a group spanning several nodes moves its data (costmodel/collective.h):
+//   kHierarchical: a ring inside each node, then a ring over the nodes (each node's NICs carry
+//                  (k-1)/k of the buffer per group for k nodes), the NIC traffic of NCCL's
+//                  tree all-reduce.
+//   kRing:         one flat ring through all n ranks (NCCL's ring; the only algorithm NCCL has
+//                  for all-gather and reduce-scatter): the NICs carry (n-1)/n of the buffer.
+enum class InterNodeAlgorithm { kHierarchical, kRing };
+const char* InterNodeAlgorithmName(InterNodeAlgorithm algorithm);  // "hierarchical" | "ring"
+std::optional<InterNodeAlgorithm> ParseInterNodeAlgorithmName(const std::string& name);
+
+// GEMM efficiency as a function of the GEMM's shape, fitted from matmul profiles by
+// `stratos calibrate` (calibrate/matmul_fit.h). One GEMM of shape (m, n, k) takes
+//   t = 2 m n k / (peak_flops * max_efficiency) * (1 + half_efficiency_dim / min(m, n, k))
+//       + overhead_seconds,
+// i.e. a share of peak that saturates in the smallest dimension (half of max_efficiency at
+// min(m, n, k) = half_efficiency_dim) plus a fixed cost per GEMM (kernel launch; in profiles
+// taken in a loop, the loop's own overhead too).
+struct MatmulCurve {
+  double max_efficiency = 1.0;     // asymptotic share of peak_flops, in (0, 1]
+  double half_efficiency_dim = 0;  // elements, >= 0
+  double overhead_seconds = 0;     // per GEMM, >= 0
+};
 
 struct DeviceSpec {
   std::string name;
@@ -18,6 +54,11 @@ struct DeviceSpec {
   // Memory not available to the model (CUDA context, NCCL buffers, fragmentation).
   double reserved_memory_bytes = 0;
   std::string source;
+  // Calibrated keys come last so that positional initializers of the fields above still work.
+  // Optional calibrated efficiency curve; when set, the cost model prices each layer's GEMMs
+  // with it (costmodel/matmul_efficiency.h) instead of the scalar matmul_efficiency, which
+  // remains the fallback for layers without a GEMM shape.
+  std::optional<MatmulCurve> matmul_curve = std::nullopt;
 };
 
 struct NodeGroup {
@@ -26,18 +67,54 @@ struct NodeGroup {
   std::string device;     // name in the device catalog
 };
 
+// Calibrated alpha-beta constants of one collective on one network level (fitted by
+// `stratos calibrate`): achievable bandwidth (already net of any efficiency) and latency per ring
+// step.
+struct LinkFit {
+  double bandwidth_bytes_per_second = 0;
+  double latency_seconds = 0;
+};
+
 // One level of the network hierarchy, from inside a node outward.
 // Intra-node level: bandwidth is per GPU (achievable bus bandwidth of a ring collective,
-// nccl-tests busbw). Inter-node level: bandwidth is per node (sum over its NICs), shared by the
-// node's GPUs.
+// nccl-tests busbw), or per link when ring_links_per_gpu is set. Inter-node level: bandwidth is
+// per node (sum over its NICs), shared by the node's GPUs.
 struct NetworkLevel {
   std::string name;
   double bandwidth_bytes_per_second = 0;
   double latency_seconds = 0;   // alpha of the alpha-beta model, per ring step
   double efficiency = 1.0;      // achievable share of bandwidth_bytes_per_second, in (0, 1]
   std::string source;
+  // Keys added with calibration come last so that positional initializers of the fields above
+  // still work.
+  // Intra-node level of a direct-connect topology without a switch (e.g. the NVLink hybrid cube
+  // mesh of DGX-1 / p3.16xlarge, 6 NVLink2 links per V100): a ring collective over g GPUs of a
+  // node drives min(g - 1, ring_links_per_gpu) links per GPU at once (NCCL runs several rings
+  // over disjoint links), each of the level's bandwidth. 0 (default): bandwidth is per GPU,
+  // whatever g.
+  int ring_links_per_gpu = 0;
+  // Optional calibrated constants per collective (index: Collective); absent ones use the level's
+  // EffectiveBandwidth() and latency_seconds.
+  std::array<std::optional<LinkFit>, kNumCollectives> collective_fits = {};
 
   double EffectiveBandwidth() const { return bandwidth_bytes_per_second * efficiency; }
+  // Bandwidth and latency per ring step that `kind` achieves on this level (per link when
+  // ring_links_per_gpu is set): its calibrated fit, else EffectiveBandwidth() / latency_seconds.
+  double CollectiveBandwidth(Collective kind) const;
+  double CollectiveLatency(Collective kind) const;
+};
+
+// Per-collective constants that do not belong to one network level.
+struct CollectiveCalibration {
+  double launch_seconds = 0;  // fixed cost of every call (launch, synchronization), >= 0
+  InterNodeAlgorithm inter_node_algorithm = InterNodeAlgorithm::kHierarchical;
+};
+
+// What a calibrated cluster description was fitted on (empty source: not calibrated).
+struct CalibrationInfo {
+  std::string source;       // prose: command, profile, split
+  int collective_rows = 0;  // profile rows the collective constants were fitted on
+  int matmul_rows = 0;      // profile rows the matmul curve was fitted on
 };
 
 struct ClusterSpec {
@@ -46,6 +123,9 @@ struct ClusterSpec {
   std::vector<DeviceSpec> devices;
   std::vector<NodeGroup> node_groups;
   std::vector<NetworkLevel> networks;  // [0] intra-node, [1] inter-node
+  // Per collective (index: Collective); defaults reproduce the uncalibrated model.
+  std::array<CollectiveCalibration, kNumCollectives> collectives;
+  CalibrationInfo calibration;
 
   int NumNodes() const;
   int NumDevices() const;

@@ -40,9 +40,36 @@ std::vector<const toml::table*> TablesOf(const TomlTableReader& top, const char*
   return tables;
 }
 
+// The table at `key` of `parent`, or nullopt when absent; throws InputError if it is not a table.
+std::optional<TomlTableReader> SubTable(const TomlTableReader& parent, const std::string& key) {
+  const toml::node* node = parent.Find(key);
+  if (node == nullptr) return std::nullopt;
+  if (!node->is_table()) {
+    parent.Fail(key, fmt::format("must be a table ([{}])", parent.KeyPath(key)));
+  }
+  return TomlTableReader(*node->as_table(), parent.KeyPath(key), parent.Where());
+}
+
+double RequiredNonNegative(const TomlTableReader& t, const char* key) {
+  if (t.Find(key) == nullptr) t.Missing(key);
+  return *t.NonNegative(key);
+}
+
+// [device.matmul_curve]: calibrated GEMM efficiency curve (cluster.h MatmulCurve).
+MatmulCurve ReadMatmulCurve(const TomlTableReader& c) {
+  c.AllowOnly({"max_efficiency", "half_efficiency_dim", "overhead_us"});
+  MatmulCurve curve;
+  if (c.Find("max_efficiency") == nullptr) c.Missing("max_efficiency");
+  curve.max_efficiency = c.Fraction("max_efficiency");
+  curve.half_efficiency_dim = RequiredNonNegative(c, "half_efficiency_dim");
+  curve.overhead_seconds = RequiredNonNegative(c, "overhead_us") * kMicrosecond;
+  return curve;
+}
+
 DeviceSpec ReadDevice(const TomlTableReader& d) {
   d.AllowOnly({"name", "peak_TFLOPS", "memory_GB", "memory_GiB", "hbm_GBps", "matmul_efficiency",
-               "measured_matmul_TFLOPS", "reserved_memory_GB", "reserved_memory_GiB", "source"});
+               "measured_matmul_TFLOPS", "reserved_memory_GB", "reserved_memory_GiB",
+               "matmul_curve", "source"});
   DeviceSpec device;
   device.name = d.RequireString("name");
   const double peak_tflops = d.Positive("peak_TFLOPS");
@@ -69,20 +96,72 @@ DeviceSpec ReadDevice(const TomlTableReader& d) {
     d.Fail(reserved_unit == 0 ? "reserved_memory_GB" : "reserved_memory_GiB",
            "must be less than the device memory");
   }
+  if (const std::optional<TomlTableReader> curve = SubTable(d, "matmul_curve")) {
+    device.matmul_curve = ReadMatmulCurve(*curve);
+  }
   device.source = d.String("source").value_or("");
   return device;
 }
 
 NetworkLevel ReadNetwork(const TomlTableReader& n, int index) {
-  n.AllowOnly({"name", "bandwidth_GBps", "latency_us", "efficiency", "source"});
+  std::vector<std::string> known = {"name", "bandwidth_GBps", "latency_us", "efficiency",
+                                    "ring_links_per_gpu", "source"};
+  for (Collective kind : kAllCollectives) known.push_back(CollectiveName(kind));
+  n.AllowOnly(known);
   NetworkLevel level;
   level.name = n.String("name").value_or(index == 0 ? "intra-node" : "inter-node");
   level.bandwidth_bytes_per_second = n.Positive("bandwidth_GBps") * kGB;
-  if (n.Find("latency_us") == nullptr) n.Missing("latency_us");
-  level.latency_seconds = *n.NonNegative("latency_us") * kMicrosecond;
+  level.latency_seconds = RequiredNonNegative(n, "latency_us") * kMicrosecond;
   level.efficiency = n.Fraction("efficiency");
+  if (n.Find("ring_links_per_gpu") != nullptr) {
+    if (index != 0) {
+      n.Fail("ring_links_per_gpu", "only the intra-node level (network[0]) has ring links");
+    }
+    level.ring_links_per_gpu = static_cast<int>(*n.Int("ring_links_per_gpu", 1, 1024));
+  }
+  // [network.<collective>]: calibrated bandwidth and latency of one collective on this level.
+  for (Collective kind : kAllCollectives) {
+    if (const std::optional<TomlTableReader> fit = SubTable(n, CollectiveName(kind))) {
+      fit->AllowOnly({"bandwidth_GBps", "latency_us"});
+      LinkFit link;
+      link.bandwidth_bytes_per_second = fit->Positive("bandwidth_GBps") * kGB;
+      link.latency_seconds = RequiredNonNegative(*fit, "latency_us") * kMicrosecond;
+      level.collective_fits[static_cast<int>(kind)] = link;
+    }
+  }
   level.source = n.String("source").value_or("");
   return level;
+}
+
+// [collective.<name>]: per-collective launch cost and inter-node algorithm.
+void ReadCollectives(const TomlTableReader& top, ClusterSpec& cluster) {
+  const std::optional<TomlTableReader> table = SubTable(top, "collective");
+  if (!table) return;
+  std::vector<std::string> names;
+  for (Collective kind : kAllCollectives) names.push_back(CollectiveName(kind));
+  table->AllowOnly(names);
+  for (Collective kind : kAllCollectives) {
+    const std::optional<TomlTableReader> c = SubTable(*table, CollectiveName(kind));
+    if (!c) continue;
+    c->AllowOnly({"launch_us", "inter_node_algorithm"});
+    CollectiveCalibration& calibration = cluster.collectives[static_cast<int>(kind)];
+    calibration.launch_seconds = c->NonNegative("launch_us").value_or(0.0) * kMicrosecond;
+    if (const std::optional<std::string> name = c->String("inter_node_algorithm")) {
+      const std::optional<InterNodeAlgorithm> algorithm = ParseInterNodeAlgorithmName(*name);
+      if (!algorithm) c->Fail("inter_node_algorithm", "must be \"hierarchical\" or \"ring\"");
+      calibration.inter_node_algorithm = *algorithm;
+    }
+  }
+}
+
+// [calibration]: what the calibrated constants were fitted on.
+void ReadCalibration(const TomlTableReader& top, ClusterSpec& cluster) {
+  const std::optional<TomlTableReader> c = SubTable(top, "calibration");
+  if (!c) return;
+  c->AllowOnly({"source", "collective_rows", "matmul_rows"});
+  cluster.calibration.source = c->RequireString("source");
+  cluster.calibration.collective_rows = static_cast<int>(c->Int("collective_rows", 0).value_or(0));
+  cluster.calibration.matmul_rows = static_cast<int>(c->Int("matmul_rows", 0).value_or(0));
 }
 
 }  // namespace
@@ -90,7 +169,7 @@ NetworkLevel ReadNetwork(const TomlTableReader& n, int index) {
 ClusterSpec ParseClusterToml(std::string_view text, const std::string& where) {
   const toml::table root = ParseTomlText(text, where);
   const TomlTableReader top(root, "", where);
-  top.AllowOnly({"cluster", "device", "node_group", "network"});
+  top.AllowOnly({"cluster", "device", "node_group", "network", "collective", "calibration"});
 
   ClusterSpec cluster;
   cluster.source = where;
@@ -140,6 +219,8 @@ ClusterSpec ParseClusterToml(std::string_view text, const std::string& where) {
     const TomlTableReader n(*networks[i], fmt::format("network[{}]", i), where);
     cluster.networks.push_back(ReadNetwork(n, static_cast<int>(i)));
   }
+  ReadCollectives(top, cluster);
+  ReadCalibration(top, cluster);
   return cluster;
 }
 

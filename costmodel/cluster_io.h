@@ -27,6 +27,10 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   measured_matmul_TFLOPS = 271.2  #   optional, in (0, peak]: efficiency = measured / peak
 //   reserved_memory_GiB = 0         # optional, >= 0 (or reserved_memory_GB)
 //   source = "..."
+//   [device.matmul_curve]           # optional, calibrated (cluster.h MatmulCurve), all 3 keys:
+//   max_efficiency = 0.95           #   in (0, 1]
+//   half_efficiency_dim = 560       #   >= 0, elements
+//   overhead_us = 29                #   >= 0, per GEMM
 //   [[node_group]]                  # at least one; several = heterogeneous cluster
 //   count = 2                       # >= 1 nodes
 //   gpus_per_node = 8               # >= 1
@@ -36,7 +40,19 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   bandwidth_GBps = 232            # > 0
 //   latency_us = 5                  # >= 0
 //   efficiency = 1.0                # optional, in (0, 1], default 1
+//   ring_links_per_gpu = 6          # optional, intra-node level only, >= 1: bandwidth_GBps is
+//                                   #   per link (cluster.h NetworkLevel)
 //   source = "..."
+//   [network.all_reduce]            # optional, calibrated, per collective (all_reduce,
+//   bandwidth_GBps = 23             #   all_gather, reduce_scatter): > 0, replaces
+//   latency_us = 11                 #   bandwidth x efficiency; >= 0, replaces latency_us
+//   [collective.all_gather]         # optional, per collective:
+//   launch_us = 38                  #   >= 0, default 0: fixed cost per call
+//   inter_node_algorithm = "ring"   #   "hierarchical" (default) | "ring" (costmodel/collective.h)
+//   [calibration]                   # optional: what the calibrated keys were fitted on
+//   source = "..."                  #   required in the table
+//   collective_rows = 1200          #   optional, >= 0
+//   matmul_rows = 18                #   optional, >= 0
 // Throws InputError ("<where>: <key path> = <value>: <rule>") on TOML syntax errors, unknown,
 // missing or wrongly typed keys, impossible values, duplicate or unknown device names, and more
 // than 2 network levels.

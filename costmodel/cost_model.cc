@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "costmodel/collective.h"
 #include "costmodel/error.h"
+#include "costmodel/matmul_efficiency.h"
 
 namespace stratos {
 
@@ -118,24 +120,15 @@ std::string CostModel::CheckConfig(const StageConfig& c, int m) const {
 
 // Ring collective over `nodes` x `gpn` GPUs, `concurrent` such groups sharing each node's NICs.
 // `factor` = 2 for all-reduce, 1 for all-gather / reduce-scatter (bytes moved per rank are
-// factor * (n-1)/n of the buffer; nccl-tests doc/PERFORMANCE.md). Hierarchical across nodes:
-// the intra-node ring first, then each node sends factor * (k-1)/k of the buffer over its NICs
-// for each of its concurrent groups.
+// factor * (n-1)/n of the buffer; nccl-tests doc/PERFORMANCE.md). The formula, with its
+// calibrated constants, is CollectiveSeconds (costmodel/collective.h): factor 2 is priced as an
+// all-reduce, factor 1 as an all-gather (the call sites do not say whether they mean a
+// reduce-scatter; use CollectiveSeconds with Collective::kReduceScatter for one).
 static double RingCollectiveSeconds(const ClusterSpec& cluster, double bytes, double factor,
                                     int nodes, int gpn, int concurrent, bool with_latency) {
-  if (bytes <= 0 && !with_latency) return 0.0;
-  double seconds = 0.0;
-  if (gpn > 1) {
-    const NetworkLevel& level = cluster.IntraNode();
-    seconds += factor * (gpn - 1) / gpn * bytes / level.EffectiveBandwidth();
-    if (with_latency) seconds += factor * (gpn - 1) * level.latency_seconds;
-  }
-  if (nodes > 1) {
-    const NetworkLevel& level = cluster.InterNode();
-    seconds += concurrent * factor * (nodes - 1) / nodes * bytes / level.EffectiveBandwidth();
-    if (with_latency) seconds += factor * (nodes - 1) * level.latency_seconds;
-  }
-  return seconds;
+  const Collective kind = factor == 2.0 ? Collective::kAllReduce : Collective::kAllGather;
+  return CollectiveSeconds(cluster, kind, bytes, GroupLayout{nodes, gpn, concurrent},
+                           with_latency);
 }
 
 double CostModel::AllReduceSeconds(double bytes, int nodes, int gpn, int concurrent) const {
@@ -203,7 +196,8 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   if (recomputes && c.recompute == Recompute::kFull) recompute_flops = forward_flops;
   if (recomputes && c.recompute == Recompute::kSelective)
     recompute_flops = layer.attention_flops * b / tp;
-  const double flops_per_second = device.peak_flops * device.matmul_efficiency;
+  const double flops_per_second =
+      device.peak_flops * MatmulEfficiency(device, LayerGemmShape(problem_.model, layer, b, tp));
   const double full_activation_bytes =
       b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone);
   double recompute_traffic = 0.0;

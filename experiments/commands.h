@@ -1,13 +1,14 @@
 #pragma once
 // The subcommands of `stratos` (DESIGN.md §10). Each returns the process exit code; bad input
 // throws InputError, which main() prints as one line and turns into exit code 2.
+#include <optional>
 #include <string>
 
 #include "experiments/problem_loader.h"
 
 namespace CLI {
 class App;
-}
+}  // namespace CLI
 
 namespace stratos {
 
@@ -68,5 +69,49 @@ struct ValidateArgs {
 // Adds `validate` and one subcommand per report to `app`; returns the `validate` command.
 CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args);
 int RunValidate(const ValidateArgs& args);
+
+// --- calibration (experiments/calibrate_command.cc, experiments/validate_alpa_comm.cc) ---
+
+struct CalibrateArgs {
+  std::string profile_dir;  // a profile directory (calibrate/profile.h), or
+  std::string alpa_csv;     // an Alpa profile CSV; neither: the shared Alpa V100 profile
+  std::string cluster = "p3.16xlarge";  // base cluster: zoo name or file
+  std::string holdout = "none";         // calibrate/calibrate.h ParseHoldout
+  int ring_links = -1;                  // -1: the base cluster's
+  std::string name;                     // "": <base>-calibrated
+  std::string output = "out/calibrate/cluster.toml";
+};
+
+// `stratos calibrate`: fits the collective constants and the matmul curve (calibrate/), prints
+// the fit table (constants, MAPE on fitted and held-out rows) and writes the calibrated cluster
+// file atomically (an earlier file survives a failed run).
+int RunCalibrate(const CalibrateArgs& args);
+
+struct ValidateAlpaCommArgs {
+  std::string alpa_csv;  // "": the shared Alpa V100 profile
+  std::string cluster = "p3.16xlarge";
+  int ring_links = 6;    // V100 SXM2 NVLink2 links per GPU (datasheet), not fitted
+  std::string output_dir = "out/validate/alpa-comm";
+};
+
+// `stratos validate alpa-comm`: validation report 1. Fits on the small meshes (1x2, 1x4) and the
+// 2x8 mesh's node-crossing groups of 2, 4 and 8 ranks; predicts the held-out 1x8 mesh and the
+// 2x8 mesh's 16-rank groups and node-local groups; matmul curve fitted on GEMMs up to n = 4096,
+// predicting larger ones. Prints MAPE per collective overall, per held-out group and per
+// message-size range; writes DIR/summary.json, DIR/residuals.csv, DIR/matmul_residuals.csv and
+// DIR/calibrated.toml. Returns 0 (the figures are the result, not a pass/fail).
+int RunValidateAlpaComm(const ValidateAlpaCommArgs& args);
+
+// The two subcommands above: `calibrate` on `app`, `alpa-comm` under `validate` (the command
+// AddValidateCommand returned).
+struct CalibrationCommands {
+  CLI::App* calibrate = nullptr;
+  CLI::App* validate_alpa_comm = nullptr;
+  CalibrateArgs calibrate_args;
+  ValidateAlpaCommArgs validate_args;
+};
+void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationCommands& commands);
+// Runs the calibration subcommand that was given and returns its exit code; nullopt if none was.
+std::optional<int> RunCalibrationCommands(const CalibrationCommands& commands);
 
 }  // namespace stratos

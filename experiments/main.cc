@@ -166,6 +166,10 @@ int main(int argc, char** argv) {
   stratos::ValidateArgs validate;
   CLI::App* validate_command = stratos::AddValidateCommand(app, validate);
 
+  // `stratos calibrate`, `stratos validate alpa-comm` (experiments/calibrate_command.cc).
+  stratos::CalibrationCommands calibration;
+  stratos::AddCalibrationCommands(app, validate_command, calibration);
+
   CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
 
   try {
@@ -186,6 +190,7 @@ int main(int argc, char** argv) {
     if (*profile_command) return stratos::RunProfile(profile);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
+    if (const std::optional<int> code = stratos::RunCalibrationCommands(calibration)) return *code;
     if (*validate_command) return stratos::RunValidate(validate);
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();

@@ -132,6 +132,38 @@ expect "profile: all-reduce rows of the 2-process group" 0 "^all_reduce,fp32,1,2
   cat "$WORK/profile/collective.csv"
 expect_one_line_error "profile: unknown part" "--parts = gemm: must list matmul, layer, collective" -- \
   "$STRATOS" profile --parts gemm --output-dir "$WORK/profile"
+# Calibration: fit the Alpa V100 profile, search on the calibrated file, reject a bad profile.
+expect "calibrate writes a calibrated cluster file" 0 "wrote .*cal.toml" -- \
+  "$STRATOS" calibrate --ring-links 6 --holdout 1x8 --output "$WORK/cal.toml"
+expect "the fit table has held-out errors" 0 "all_reduce +hierarchical .*intra" -- \
+  "$STRATOS" calibrate --ring-links 6 --holdout 1x8 --output "$WORK/cal.toml"
+expect "the calibrated file says what it was fitted on" 0 "source = .*stratos calibrate --alpa-csv" -- \
+  cat "$WORK/cal.toml"
+expect "search accepts the calibrated cluster file" 0 "gap %" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster "$WORK/cal.toml" --nodes 2 --global-batch 64 \
+  --algo dp,grid --time-limit 60 --no-progress --output-dir "$WORK/cal-search"
+expect "search finds the calibrated zoo cluster by name" 0 "gap %" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge-calibrated --nodes 2 --global-batch 64 \
+  --algo grid --time-limit 60 --no-progress --output-dir "$WORK/cal-zoo"
+mkdir -p "$WORK/badprofile"
+printf '{"schema": "stratos.profile/1", "device": "d", "backend": "b", "produced_by": "test"}\n' \
+  >"$WORK/badprofile/profile.json"
+printf 'm,n,k,dtype,flops,seconds\n' >"$WORK/badprofile/matmul.csv"
+printf 'hidden,heads,seq_len,micro_batch,tensor_parallel,dtype,forward_flops,forward_seconds,backward_seconds\n' \
+  >"$WORK/badprofile/layer.csv"
+printf 'op,dtype,nodes,gpus_per_node,group_size,num_groups,crosses_nodes,bytes,seconds\nall_reduce,f16,1,8,8,1,0,1024,1e-4\nbroadcast,f16,1,8,8,1,0,1024,1e-4\n' \
+  >"$WORK/badprofile/collective.csv"
+cp "$WORK/cal.toml" "$WORK/cal.before"
+expect_one_line_error "a bad profile row names file, line, column and rule" \
+  'collective.csv:3: op = "broadcast": must be one of' -- \
+  "$STRATOS" calibrate --profile "$WORK/badprofile" --output "$WORK/cal.toml"
+expect "a failed calibration leaves the earlier file intact" 0 "" -- cmp "$WORK/cal.before" "$WORK/cal.toml"
+expect_one_line_error "a bad holdout names the flag" "--holdout = 1x8/q2" -- \
+  "$STRATOS" calibrate --holdout 1x8/q2 --output "$WORK/cal.toml"
+expect "validate alpa-comm reports held-out errors against the target" 0 \
+  "target: held-out collective MAPE <= 15%" -- \
+  "$STRATOS" validate alpa-comm --output-dir "$WORK/validate"
+expect "validate alpa-comm writes its figures" 0 '"held_out_2x8_group_16"' -- cat "$WORK/validate/summary.json"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

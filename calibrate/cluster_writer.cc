@@ -1,0 +1,107 @@
+#include "calibrate/cluster_writer.h"
+
+#include <toml++/toml.h>
+
+#include <sstream>
+
+#include "calibrate/profile.h"
+
+namespace stratos {
+
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr double kTFLOPS = 1e12;
+constexpr double kMicrosecond = 1e-6;
+
+void InsertSource(toml::table& table, const std::string& source) {
+  if (!source.empty()) table.insert("source", source);
+}
+
+toml::table DeviceTable(const DeviceSpec& device) {
+  toml::table table{{"name", device.name},
+                    {"peak_TFLOPS", device.peak_flops / kTFLOPS},
+                    {"memory_GB", device.memory_bytes / kGB},
+                    {"hbm_GBps", device.hbm_bytes_per_second / kGB},
+                    {"matmul_efficiency", device.matmul_efficiency}};
+  if (device.reserved_memory_bytes > 0) {
+    table.insert("reserved_memory_GB", device.reserved_memory_bytes / kGB);
+  }
+  if (device.matmul_curve) {
+    table.insert(
+        "matmul_curve",
+        toml::table{{"max_efficiency", device.matmul_curve->max_efficiency},
+                    {"half_efficiency_dim", device.matmul_curve->half_efficiency_dim},
+                    {"overhead_us", device.matmul_curve->overhead_seconds / kMicrosecond}});
+  }
+  InsertSource(table, device.source);
+  return table;
+}
+
+toml::table NetworkTable(const NetworkLevel& level) {
+  toml::table table{{"name", level.name},
+                    {"bandwidth_GBps", level.bandwidth_bytes_per_second / kGB},
+                    {"latency_us", level.latency_seconds / kMicrosecond},
+                    {"efficiency", level.efficiency}};
+  if (level.ring_links_per_gpu > 0) table.insert("ring_links_per_gpu", level.ring_links_per_gpu);
+  for (Collective kind : kAllCollectives) {
+    const std::optional<LinkFit>& fit = level.collective_fits[static_cast<int>(kind)];
+    if (!fit) continue;
+    table.insert(CollectiveName(kind),
+                 toml::table{{"bandwidth_GBps", fit->bandwidth_bytes_per_second / kGB},
+                             {"latency_us", fit->latency_seconds / kMicrosecond}});
+  }
+  InsertSource(table, level.source);
+  return table;
+}
+
+}  // namespace
+
+std::string ClusterToToml(const ClusterSpec& cluster, const std::string& header) {
+  toml::table root;
+  root.insert("cluster", toml::table{{"name", cluster.name}});
+  toml::array devices;
+  for (const DeviceSpec& device : cluster.devices) devices.push_back(DeviceTable(device));
+  root.insert("device", std::move(devices));
+  toml::array groups;
+  for (const NodeGroup& group : cluster.node_groups) {
+    groups.push_back(toml::table{
+        {"count", group.count}, {"gpus_per_node", group.gpus_per_node}, {"device", group.device}});
+  }
+  root.insert("node_group", std::move(groups));
+  toml::array networks;
+  for (const NetworkLevel& level : cluster.networks) networks.push_back(NetworkTable(level));
+  root.insert("network", std::move(networks));
+  toml::table collectives;
+  for (Collective kind : kAllCollectives) {
+    const CollectiveCalibration& c = cluster.collectives[static_cast<int>(kind)];
+    if (c.launch_seconds == 0 && c.inter_node_algorithm == InterNodeAlgorithm::kHierarchical) {
+      continue;
+    }
+    collectives.insert(
+        CollectiveName(kind),
+        toml::table{{"launch_us", c.launch_seconds / kMicrosecond},
+                    {"inter_node_algorithm", InterNodeAlgorithmName(c.inter_node_algorithm)}});
+  }
+  if (!collectives.empty()) root.insert("collective", std::move(collectives));
+  if (!cluster.calibration.source.empty()) {
+    root.insert("calibration", toml::table{{"source", cluster.calibration.source},
+                                           {"collective_rows", cluster.calibration.collective_rows},
+                                           {"matmul_rows", cluster.calibration.matmul_rows}});
+  }
+
+  std::ostringstream out;
+  std::istringstream header_lines(header);
+  std::string line;
+  while (std::getline(header_lines, line)) out << (line.empty() ? "#" : "# " + line) << "\n";
+  if (!header.empty()) out << "\n";
+  out << root << "\n";
+  return out.str();
+}
+
+void WriteClusterFile(const ClusterSpec& cluster, const std::string& path,
+                      const std::string& header) {
+  WriteTextFileAtomically(path, ClusterToToml(cluster, header));
+}
+
+}  // namespace stratos

@@ -1,0 +1,409 @@
+// Calibration (calibrate/): the fits recover constants from times the model itself generated,
+// relative weighting and bounds behave, profiles round-trip and bad rows name file, line and
+// column, the Alpa reader reads what Alpa ran, and the validation split stays within target.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "calibrate/alpa_profile.h"
+#include "calibrate/calibrate.h"
+#include "calibrate/collective_fit.h"
+#include "calibrate/least_squares.h"
+#include "calibrate/matmul_fit.h"
+#include "calibrate/profile.h"
+#include "costmodel/cluster_io.h"
+#include "costmodel/collective.h"
+#include "costmodel/error.h"
+#include "costmodel/matmul_efficiency.h"
+#include "costmodel/zoo.h"
+
+namespace stratos {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename F>
+std::string InputErrorMessage(F&& f) {
+  try {
+    f();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A fresh empty directory under the system's temporary directory.
+std::string TempDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("stratos_test_calibrate_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// Two nodes of 8 GPUs with known calibrated constants: the ground truth of the recovery tests.
+ClusterSpec KnownCluster() {
+  ClusterSpec cluster;
+  cluster.name = "known";
+  cluster.devices.push_back({"gpu", 125e12, 16e9, 900e9, 1.0, 0.0, "test"});
+  cluster.node_groups.push_back({2, 8, "gpu"});
+  cluster.networks = {{"nvlink", 1e9, 1e-6, 1.0, "test"}, {"eth", 1e9, 1e-6, 1.0, "test"}};
+  cluster.networks[0].ring_links_per_gpu = 6;
+  cluster.networks[0].collective_fits[0] = LinkFit{23e9, 11e-6};
+  cluster.networks[1].collective_fits[0] = LinkFit{2.3e9, 130e-6};
+  cluster.networks[0].collective_fits[1] = LinkFit{22e9, 28e-6};
+  cluster.networks[1].collective_fits[1] = LinkFit{2.6e9, 140e-6};
+  cluster.collectives[0] = {45e-6, InterNodeAlgorithm::kHierarchical};
+  cluster.collectives[1] = {38e-6, InterNodeAlgorithm::kRing};
+  return cluster;
+}
+
+// Rows of `op` on the layouts of Alpa's 1x2, 1x4, 1x8 and 2x8 meshes, 1 KiB to 1 GiB, timed by
+// `cluster` itself.
+std::vector<CollectiveRow> GeneratedRows(const ClusterSpec& cluster, const std::string& op) {
+  struct Layout {
+    int nodes, gpus_per_node, group_size, num_groups;
+    bool crosses;
+  };
+  const Layout layouts[] = {{1, 2, 2, 1, false}, {1, 4, 4, 1, false}, {1, 8, 8, 1, false},
+                            {2, 8, 2, 8, true},  {2, 8, 4, 4, true},  {2, 8, 16, 1, true}};
+  std::vector<CollectiveRow> rows;
+  for (const Layout& l : layouts) {
+    for (double bytes = 1024; bytes <= 1024.0 * 1024 * 1024; bytes *= 4) {
+      CollectiveRow row{op,        "f16", l.nodes, l.gpus_per_node, l.group_size, l.num_groups,
+                        l.crosses, bytes, 0.0};
+      row.seconds = PredictCollectiveSeconds(cluster, row);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+TEST_CASE("the collective fit recovers launch, latency and bandwidth of both levels exactly") {
+  const ClusterSpec known = KnownCluster();
+  for (Collective kind : {Collective::kAllReduce, Collective::kAllGather}) {
+    const int i = static_cast<int>(kind);
+    INFO("collective: ", CollectiveName(kind));
+    const CollectiveFit fit = FitCollective(kind, known.collectives[i].inter_node_algorithm, 6,
+                                            GeneratedRows(known, CollectiveName(kind)));
+    REQUIRE(fit.intra.has_value());
+    REQUIRE(fit.inter.has_value());
+    CHECK(fit.note.empty());
+    CHECK(fit.launch_seconds == doctest::Approx(known.collectives[i].launch_seconds).epsilon(1e-9));
+    CHECK(fit.intra->latency_seconds ==
+          doctest::Approx(known.networks[0].collective_fits[i]->latency_seconds).epsilon(1e-9));
+    CHECK(fit.intra->bandwidth_bytes_per_second ==
+          doctest::Approx(known.networks[0].collective_fits[i]->bandwidth_bytes_per_second)
+              .epsilon(1e-9));
+    CHECK(fit.inter->latency_seconds ==
+          doctest::Approx(known.networks[1].collective_fits[i]->latency_seconds).epsilon(1e-9));
+    CHECK(fit.inter->bandwidth_bytes_per_second ==
+          doctest::Approx(known.networks[1].collective_fits[i]->bandwidth_bytes_per_second)
+              .epsilon(1e-9));
+  }
+}
+
+TEST_CASE("a profile without node-crossing rows fits the intra-node level only") {
+  std::vector<CollectiveRow> rows;
+  for (const CollectiveRow& row : GeneratedRows(KnownCluster(), "all_reduce")) {
+    if (!row.crosses_nodes) rows.push_back(row);
+  }
+  const CollectiveFit fit =
+      FitCollective(Collective::kAllReduce, InterNodeAlgorithm::kHierarchical, 6, rows);
+  CHECK(fit.intra.has_value());
+  CHECK_FALSE(fit.inter.has_value());
+  CHECK(fit.intra->bandwidth_bytes_per_second == doctest::Approx(23e9).epsilon(1e-9));
+}
+
+TEST_CASE("one group layout only: the launch cost is fixed at 0 and the fit says why") {
+  std::vector<CollectiveRow> rows;
+  for (const CollectiveRow& row : GeneratedRows(KnownCluster(), "all_gather")) {
+    if (row.nodes == 1 && row.group_size == 4) rows.push_back(row);
+  }
+  const CollectiveFit fit =
+      FitCollective(Collective::kAllGather, InterNodeAlgorithm::kRing, 6, rows);
+  CHECK(fit.launch_seconds == 0.0);
+  CHECK(Contains(fit.note, "launch cost fixed at 0"));
+  // launch + 3 steps of latency are one constant: 38 us + 3 x 28 us.
+  CHECK(3 * fit.intra->latency_seconds == doctest::Approx(38e-6 + 3 * 28e-6).epsilon(1e-9));
+}
+
+TEST_CASE("relative weighting: a constant fitted to 1 and 100 is near 1, not their mean") {
+  Eigen::MatrixXd A = Eigen::MatrixXd::Ones(2, 1);
+  Eigen::VectorXd y(2);
+  y << 1.0, 100.0;
+  const Eigen::VectorXd lower = Eigen::VectorXd::Constant(1, -INFINITY);
+  const Eigen::VectorXd x = FitRelativeLeastSquares(A, y, lower, {"c"}, "test");
+  // argmin (c/1 - 1)^2 + (c/100 - 1)^2 = (1 + 1/100) / (1 + 1/100^2).
+  CHECK(x(0) == doctest::Approx((1 + 0.01) / (1 + 1e-4)).epsilon(1e-12));
+  const ErrorStats errors = RelativeErrors({x(0), x(0)}, {1.0, 100.0});
+  CHECK(errors.rows == 2);
+  CHECK(errors.max_ape == doctest::Approx(1 - x(0) / 100).epsilon(1e-12));  // the 100 row
+}
+
+TEST_CASE("a lower bound that binds holds the coefficient at the bound") {
+  // y = 1 * x, fitted with a >= 2: the optimum on the box is a = 2.
+  Eigen::MatrixXd A(3, 1);
+  A << 1, 2, 3;
+  Eigen::VectorXd y(3);
+  y << 1, 2, 3;
+  const Eigen::VectorXd x =
+      FitRelativeLeastSquares(A, y, Eigen::VectorXd::Constant(1, 2.0), {"a"}, "test");
+  CHECK(x(0) == 2.0);
+}
+
+TEST_CASE("coefficients the rows cannot tell apart are an InputError naming them") {
+  Eigen::MatrixXd A(3, 2);
+  A << 1, 2, 1, 2, 1, 2;  // second column = 2 x first
+  Eigen::VectorXd y(3);
+  y << 1, 1, 1;
+  const std::string message = InputErrorMessage([&] {
+    FitRelativeLeastSquares(A, y, Eigen::VectorXd::Zero(2), {"alpha", "beta"}, "fit of x");
+  });
+  CHECK(Contains(message, "fit of x"));
+  CHECK(Contains(message, "cannot be told apart"));
+  const std::string zero = InputErrorMessage([&] {
+    Eigen::MatrixXd B = A;
+    B.col(1).setZero();
+    FitRelativeLeastSquares(B, y, Eigen::VectorXd::Zero(2), {"alpha", "beta"}, "fit of x");
+  });
+  CHECK(Contains(zero, "'beta' cannot be fitted"));
+}
+
+std::vector<MatmulRow> SquareGemms(const MatmulCurve& curve, double peak, int max_n) {
+  std::vector<MatmulRow> rows;
+  for (long long n = 128; n <= max_n; n += 256) {
+    MatmulRow row{n, n, n, "f16", 2.0 * n * n * n, 0.0};
+    row.seconds = PredictMatmulSeconds(curve, peak, row);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST_CASE("the matmul fit recovers each curve from times it generated") {
+  const double peak = 125e12;
+  const MatmulCurve truth{0.9, 600, 25e-6};
+  const MatmulFit fit =
+      FitMatmulCurve(MatmulModel::kSaturatingOverhead, SquareGemms(truth, peak, 8192), peak);
+  CHECK(fit.curve.max_efficiency == doctest::Approx(0.9).epsilon(1e-9));
+  CHECK(fit.curve.half_efficiency_dim == doctest::Approx(600).epsilon(1e-9));
+  CHECK(fit.curve.overhead_seconds == doctest::Approx(25e-6).epsilon(1e-9));
+  const MatmulFit overhead =
+      FitMatmulCurve(MatmulModel::kOverhead, SquareGemms({0.8, 0, 10e-6}, peak, 8192), peak);
+  CHECK(overhead.curve.max_efficiency == doctest::Approx(0.8).epsilon(1e-9));
+  CHECK(overhead.curve.overhead_seconds == doctest::Approx(10e-6).epsilon(1e-9));
+  CHECK(overhead.curve.half_efficiency_dim == 0.0);
+  // Leave-one-out picks the model that generated the data (the others cannot reach 0 error).
+  const MatmulChoice choice = ChooseMatmulCurve(SquareGemms(truth, peak, 8192), peak);
+  CHECK(choice.fit.model == MatmulModel::kSaturatingOverhead);
+  CHECK(choice.cross_validation_mape.size() == 3);
+}
+
+TEST_CASE("the matmul curve never claims more than the peak") {
+  const double peak = 125e12;
+  // Faster than peak on the largest GEMM: the bound max_efficiency <= 1 binds.
+  std::vector<MatmulRow> rows = SquareGemms({1.0, 0, 0}, peak, 4096);
+  for (MatmulRow& row : rows) row.seconds *= 0.8;
+  const MatmulFit fit = FitMatmulCurve(MatmulModel::kOverhead, rows, peak);
+  CHECK(fit.curve.max_efficiency <= 1.0);
+  CHECK(fit.curve.max_efficiency == doctest::Approx(1.0));
+}
+
+TEST_CASE("GEMM efficiency follows the layer's MLP GEMM and falls back to the scalar") {
+  DeviceSpec device{"gpu", 100e12, 1e12, 1e12, 0.7, 0.0, "test"};
+  ModelSpec model;
+  model.family = "gpt";
+  model.hidden_size = 1024;
+  model.num_layers = 1;
+  model.num_attention_heads = 16;
+  model.seq_length = 512;
+  model.vocab_size = 1000;
+  BuildTransformerLayers(model);
+  const LayerSpec& block = model.layers[1];
+  const GemmShape shape = LayerGemmShape(model, block, 2, 4);
+  CHECK(shape.m == 1024);  // 2 samples x 512 tokens
+  CHECK(shape.n == 1024);  // ffn 4096 / tp 4
+  CHECK(shape.k == 1024);
+  CHECK_FALSE(LayerGemmShape(model, model.layers[0], 2, 4).Known());  // embedding: no GEMM
+  CHECK(MatmulEfficiency(device, shape) == 0.7);                      // no curve: the scalar
+  device.matmul_curve = MatmulCurve{0.9, 1024, 0};
+  CHECK(MatmulEfficiency(device, shape) == doctest::Approx(0.45));  // 0.9 x 1024 / (1024 + 1024)
+  CHECK(MatmulEfficiency(device, GemmShape{}) == 0.7);
+}
+
+Profile SampleProfile() {
+  Profile profile;
+  profile.info = {"V100-SXM2-16GB", "NCCL 2.10", "test, with \"quotes\" and, commas", "notes"};
+  profile.matmuls = {{128, 256, 512, "f16", 2.0 * 128 * 256 * 512, 1.2345678901234567e-5},
+                     {4096, 4096, 4096, "f32", 2.0 * 4096 * 4096 * 4096, 0.0123}};
+  profile.collectives = {{"all_reduce", "f16", 1, 8, 8, 1, false, 4194304, 4.168e-4},
+                         {"all_gather", "bf16", 2, 8, 4, 4, true, 1e9 / 3, 0.1},
+                         {"send_recv", "f32", 2, 8, 2, 8, true, 0, 1e-5}};
+  profile.layers = {{4096, 32, 2048, 1, 8, "bf16", 1.1e12, 0.012, 0.025}};
+  return profile;
+}
+
+TEST_CASE("a profile directory round-trips exactly through its writer and reader") {
+  const std::string dir = TempDir("roundtrip");
+  const Profile written = SampleProfile();
+  WriteProfileDir(written, dir);
+  const Profile read = ReadProfileDir(dir);
+  CHECK(read.info.device == written.info.device);
+  CHECK(read.info.produced_by == written.info.produced_by);
+  CHECK(read.info.notes == written.info.notes);
+  REQUIRE(read.matmuls.size() == 2);
+  CHECK(read.matmuls[0].m == 128);
+  CHECK(read.matmuls[0].seconds == written.matmuls[0].seconds);
+  CHECK(read.matmuls[1].dtype == "f32");
+  REQUIRE(read.collectives.size() == 3);
+  CHECK(read.collectives[1].bytes == written.collectives[1].bytes);  // 1e9 / 3, bit for bit
+  CHECK(read.collectives[1].crosses_nodes);
+  CHECK(read.collectives[1].Layout().gpus_per_node == 2);
+  CHECK(read.collectives[1].Layout().concurrent_groups == 4);
+  CHECK(read.collectives[2].op == "send_recv");
+  REQUIRE(read.layers.size() == 1);
+  CHECK(read.layers[0].backward_seconds == 0.025);
+  CHECK_FALSE(fs::exists(dir + "/matmul.csv.tmp"));
+}
+
+// Writes a valid profile, replaces one file, and returns the reader's error.
+std::string ProfileError(const std::string& name, const std::string& file,
+                         const std::string& text) {
+  const std::string dir = TempDir(name);
+  WriteProfileDir(SampleProfile(), dir);
+  WriteText(dir + "/" + file, text);
+  return InputErrorMessage([&] { ReadProfileDir(dir); });
+}
+
+TEST_CASE("bad profile rows are InputErrors naming file, line, column, value and rule") {
+  const std::string collective_header =
+      "op,dtype,nodes,gpus_per_node,group_size,num_groups,crosses_nodes,bytes,seconds\n";
+  std::string message =
+      ProfileError("op", "collective.csv",
+                   collective_header +
+                       "all_reduce,f16,1,8,8,1,0,1024,1e-4\nbroadcast,f16,1,8,8,1,0,1024,1e-4\n");
+  CHECK(Contains(message, "collective.csv:3: op = \"broadcast\": must be one of all_reduce"));
+  message = ProfileError("seconds", "collective.csv",
+                         collective_header + "all_reduce,f16,1,8,8,1,0,1024,-1\n");
+  CHECK(Contains(message, "collective.csv:2: seconds = -1: must be > 0"));
+  message = ProfileError("inf", "collective.csv",
+                         collective_header + "all_reduce,f16,1,8,8,1,0,1024,inf\n");
+  CHECK(Contains(message, "collective.csv:2: seconds = \"inf\": must be a finite number"));
+  message = ProfileError("layout", "collective.csv",
+                         collective_header + "all_reduce,f16,2,8,3,1,1,1024,1e-4\n");
+  CHECK(Contains(message, "collective.csv:2: group_size = 3: a group crossing nodes spreads"));
+  message = ProfileError("int", "matmul.csv", "m,n,k,dtype,flops,seconds\nx,1,1,f16,2,1e-5\n");
+  CHECK(Contains(message, "matmul.csv:2: m = \"x\": must be an integer"));
+  message = ProfileError("flops", "matmul.csv", "m,n,k,dtype,flops,seconds\n2,2,2,f16,17,1e-5\n");
+  CHECK(Contains(message, "matmul.csv:2: flops = 17: must be 2 m n k = 16"));
+  message = ProfileError("dtype", "matmul.csv", "m,n,k,dtype,flops,seconds\n1,1,1,fp8,2,1e-5\n");
+  CHECK(Contains(message, "matmul.csv:2: dtype = \"fp8\": must be one of f16, bf16, f32, f64"));
+  message = ProfileError("columns", "matmul.csv", "m,n,k,dtype,flops,seconds\n1,1,1,f16,2\n");
+  CHECK(Contains(message, "matmul.csv:2: fewer columns than the header"));
+  message = ProfileError("header", "layer.csv", "hidden,heads\n");
+  CHECK(Contains(message, "layer.csv: header:"));
+  message = ProfileError("heads", "layer.csv",
+                         "hidden,heads,seq_len,micro_batch,tensor_parallel,dtype,forward_flops,"
+                         "forward_seconds,backward_seconds\n1000,3,2048,1,1,bf16,1e12,0.1,0.2\n");
+  CHECK(Contains(message, "layer.csv:2: heads = 3: must divide hidden = 1000"));
+  message = ProfileError("schema", "profile.json",
+                         "{\"schema\": \"other/1\", \"device\": \"d\", \"backend\": \"b\", "
+                         "\"produced_by\": \"p\"}");
+  CHECK(Contains(message, "profile.json: schema = \"other/1\": must be \"stratos.profile/1\""));
+  const std::string dir = TempDir("missing");
+  WriteProfileDir(SampleProfile(), dir);
+  fs::remove(dir + "/layer.csv");
+  CHECK(Contains(InputErrorMessage([&] { ReadProfileDir(dir); }), "layer.csv: missing"));
+}
+
+TEST_CASE("holdout selectors parse, print back and select rows") {
+  const Holdout holdout = ParseHoldout("1x8,2x8/g16/cross,2x8/local,gemm>4096");
+  CHECK(holdout.ToString() == "1x8,2x8/g16/cross,2x8/local,gemm>4096");
+  const CollectiveRow g16{"all_reduce", "f16", 2, 8, 16, 1, true, 1024, 1e-3};
+  const CollectiveRow g2_cross{"all_reduce", "f16", 2, 8, 2, 8, true, 1024, 1e-3};
+  const CollectiveRow g2_local{"all_reduce", "f16", 2, 8, 2, 8, false, 1024, 1e-3};
+  CHECK(holdout.HoldsOut(g16));
+  CHECK_FALSE(holdout.HoldsOut(g2_cross));
+  CHECK(holdout.HoldsOut(g2_local));
+  CHECK(holdout.HoldsOut(MatmulRow{8192, 8192, 8192, "f16", 1, 1}));
+  CHECK_FALSE(holdout.HoldsOut(MatmulRow{4096, 8192, 8192, "f16", 1, 1}));
+  CHECK(ParseHoldout("none").ToString() == "none");
+  CHECK(Contains(InputErrorMessage([] { ParseHoldout("1x8/q2"); }),
+                 "--holdout = 1x8/q2: '1x8/q2': unknown qualifier 'q2'"));
+  CHECK(Contains(InputErrorMessage([] { ParseHoldout("8"); }), "expected NxG"));
+}
+
+TEST_CASE("the Alpa profile reads as what Alpa ran: rounded sizes, dot shapes, filled rows") {
+  const AlpaProfile alpa = ReadAlpaProfile(DefaultAlpaProfilePath());
+  CHECK(alpa.rows_read == 6100);
+  CHECK(alpa.inf_rows == 0);
+  CHECK(alpa.zero_flop_dot_rows == 10);       // n = 0 on each of 5 meshes, 2 dtypes
+  CHECK(alpa.duplicate_dot_rows == 4 * 126);  // 126 dot rows repeated on 4 more meshes
+  CHECK(alpa.profile.matmuls.size() + alpa.filled_matmuls.size() == 126);
+  CHECK(alpa.profile.collectives.size() + alpa.filled_collectives.size() == 5460);
+  for (const MatmulRow& row : alpa.profile.matmuls) {
+    CHECK(row.m % 128 == 0);
+    CHECK(row.flops == 2.0 * row.m * row.m * row.m);
+  }
+  // all-gather over 16 ranks of 40 f16 elements runs 32 of them (alpa/mesh_profiling.py).
+  const std::string dir = TempDir("alpa");
+  const std::string header =
+      "mesh_nodes,mesh_gpus_per_node,op,dtype,num_groups,group_size,crosses_nodes,elements,"
+      "seconds,replica_groups\n";
+  WriteText(dir + "/a.csv", header +
+                                "2,8,all_gather,f16,1,16,1,40,1e-4,0 1 2 3 4 5 6 7 8 9 10 11 12 13 "
+                                "14 15\n"
+                                "1,8,all_to_all,f32,2,4,0,100,1e-4,0 1 2 3|4 5 6 7\n"
+                                "1,8,all_reduce,f16,2,4,0,100,inf,0 1 2 3|4 5 6 7\n");
+  const AlpaProfile small = ReadAlpaProfile(dir + "/a.csv");
+  REQUIRE(small.profile.collectives.size() == 2);
+  CHECK(small.profile.collectives[0].bytes == 32 * 2);
+  CHECK(small.profile.collectives[1].bytes == 96 / 4 * 4);  // 96 / g per rank, 4-byte f32
+  CHECK(small.inf_rows == 1);
+  WriteText(dir + "/b.csv", header +
+                                "2,8,all_reduce,f16,8,2,1,64,1e-4,0 1|2 3|4 5|6 7|8 9|10 "
+                                "11|12 13|14 15\n");
+  CHECK(Contains(InputErrorMessage([&] { ReadAlpaProfile(dir + "/b.csv"); }),
+                 "b.csv:2: replica_groups = \"0 1|2 3"));
+  WriteText(dir + "/c.csv", header + "1,1,dot,f16,0,0,0,1000,1e-4,\n");
+  CHECK(Contains(InputErrorMessage([&] { ReadAlpaProfile(dir + "/c.csv"); }),
+                 "c.csv:2: elements = 1000: a dot row's FLOP count must be 2 n^3"));
+}
+
+TEST_CASE("validation split: held-out collective MAPE <= 15% and matmul held-out < 10%") {
+  // The split of `stratos validate alpa-comm` (README, Calibration): fit on meshes 1x2, 1x4 and
+  // the 2x8 mesh's node-crossing groups of 2-8 ranks; predict the rest.
+  const AlpaProfile alpa = ReadAlpaProfile(DefaultAlpaProfilePath());
+  CalibrateOptions options;
+  options.holdout = ParseHoldout("1x8,2x8/g16,2x8/local,gemm>4096");
+  options.ring_links_per_gpu = 6;
+  const CalibrationResult result =
+      Calibrate(ReadClusterFile(ResolveClusterPath("p3.16xlarge")), alpa.profile, options);
+  REQUIRE(result.collectives.size() == 3);
+  for (const CollectiveReport& report : result.collectives) {
+    INFO(CollectiveName(report.fit.kind), " held-out MAPE ", report.held_out.mape);
+    CHECK(report.held_out.rows > 400);
+    CHECK(report.held_out.mape <= 0.15);
+  }
+  REQUIRE(result.matmul.has_value());
+  CHECK(result.matmul->held_out.rows == 6);
+  CHECK(result.matmul->held_out.mape < 0.10);
+  CHECK(result.cluster.name == "p3.16xlarge-calibrated");
+  CHECK(result.cluster.IntraNode().ring_links_per_gpu == 6);
+  CHECK(result.skipped_rows.at("all_to_all: not priced by the cost model") > 0);
+}
+
+}  // namespace
+}  // namespace stratos

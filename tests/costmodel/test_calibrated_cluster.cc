@@ -1,0 +1,273 @@
+// Calibrated cluster files: the optional keys are read strictly, a written cluster reads back
+// equal, and without the keys the cost model gives exactly the numbers it gave before them.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "calibrate/cluster_writer.h"
+#include "costmodel/cluster_io.h"
+#include "costmodel/collective.h"
+#include "costmodel/cost_model.h"
+#include "costmodel/error.h"
+#include "costmodel/zoo.h"
+
+namespace stratos {
+namespace {
+
+template <typename F>
+std::string InputErrorMessage(F&& f) {
+  try {
+    f();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Relative equality of SI values after a TOML round trip (unit conversions cost a few ulps).
+bool Close(double a, double b) { return a == b || std::abs(a - b) <= 1e-14 * std::abs(b); }
+
+void CheckSameCluster(const ClusterSpec& a, const ClusterSpec& b) {
+  CHECK(a.name == b.name);
+  REQUIRE(a.devices.size() == b.devices.size());
+  for (size_t i = 0; i < a.devices.size(); ++i) {
+    const DeviceSpec& x = a.devices[i];
+    const DeviceSpec& y = b.devices[i];
+    CHECK(x.name == y.name);
+    CHECK(Close(x.peak_flops, y.peak_flops));
+    CHECK(Close(x.memory_bytes, y.memory_bytes));
+    CHECK(Close(x.hbm_bytes_per_second, y.hbm_bytes_per_second));
+    CHECK(Close(x.matmul_efficiency, y.matmul_efficiency));
+    CHECK(Close(x.reserved_memory_bytes, y.reserved_memory_bytes));
+    CHECK(x.source == y.source);
+    REQUIRE(x.matmul_curve.has_value() == y.matmul_curve.has_value());
+    if (x.matmul_curve) {
+      CHECK(Close(x.matmul_curve->max_efficiency, y.matmul_curve->max_efficiency));
+      CHECK(Close(x.matmul_curve->half_efficiency_dim, y.matmul_curve->half_efficiency_dim));
+      CHECK(Close(x.matmul_curve->overhead_seconds, y.matmul_curve->overhead_seconds));
+    }
+  }
+  REQUIRE(a.node_groups.size() == b.node_groups.size());
+  for (size_t i = 0; i < a.node_groups.size(); ++i) {
+    CHECK(a.node_groups[i].count == b.node_groups[i].count);
+    CHECK(a.node_groups[i].gpus_per_node == b.node_groups[i].gpus_per_node);
+    CHECK(a.node_groups[i].device == b.node_groups[i].device);
+  }
+  REQUIRE(a.networks.size() == b.networks.size());
+  for (size_t i = 0; i < a.networks.size(); ++i) {
+    const NetworkLevel& x = a.networks[i];
+    const NetworkLevel& y = b.networks[i];
+    CHECK(x.name == y.name);
+    CHECK(Close(x.bandwidth_bytes_per_second, y.bandwidth_bytes_per_second));
+    CHECK(Close(x.latency_seconds, y.latency_seconds));
+    CHECK(Close(x.efficiency, y.efficiency));
+    CHECK(x.ring_links_per_gpu == y.ring_links_per_gpu);
+    CHECK(x.source == y.source);
+    for (int c = 0; c < kNumCollectives; ++c) {
+      REQUIRE(x.collective_fits[c].has_value() == y.collective_fits[c].has_value());
+      if (!x.collective_fits[c]) continue;
+      CHECK(Close(x.collective_fits[c]->bandwidth_bytes_per_second,
+                  y.collective_fits[c]->bandwidth_bytes_per_second));
+      CHECK(Close(x.collective_fits[c]->latency_seconds, y.collective_fits[c]->latency_seconds));
+    }
+  }
+  for (int c = 0; c < kNumCollectives; ++c) {
+    CHECK(Close(a.collectives[c].launch_seconds, b.collectives[c].launch_seconds));
+    CHECK(a.collectives[c].inter_node_algorithm == b.collectives[c].inter_node_algorithm);
+  }
+  CHECK(a.calibration.source == b.calibration.source);
+  CHECK(a.calibration.collective_rows == b.calibration.collective_rows);
+  CHECK(a.calibration.matmul_rows == b.calibration.matmul_rows);
+}
+
+ClusterSpec CalibratedExample() {
+  ClusterSpec cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge"));
+  cluster.name = "p3-test";
+  cluster.devices[0].matmul_curve = MatmulCurve{0.9476, 557.4, 29.0e-6};
+  cluster.devices[0].matmul_efficiency = 0.8162;
+  cluster.networks[0].ring_links_per_gpu = 6;
+  cluster.networks[0].collective_fits[0] = LinkFit{22.95e9, 10.89e-6};
+  cluster.networks[0].collective_fits[2] = LinkFit{17.41e9 / 3, 29.2e-6 / 7};
+  cluster.networks[1].collective_fits[1] = LinkFit{2.589e9, 138.7e-6};
+  cluster.collectives[1] = {38.03e-6, InterNodeAlgorithm::kRing};
+  cluster.collectives[2] = {0.0, InterNodeAlgorithm::kRing};
+  cluster.calibration = {"stratos calibrate --alpa-csv x.csv: fitted on \"rows\"", 1064, 18};
+  return cluster;
+}
+
+TEST_CASE("a calibrated cluster written as TOML reads back equal, and rewrites identically") {
+  const ClusterSpec cluster = CalibratedExample();
+  const std::string text = ClusterToToml(cluster, "header\nsecond line");
+  CHECK(text.rfind("# header\n# second line\n", 0) == 0);
+  const ClusterSpec read = ParseClusterToml(text, "written.toml");
+  CheckSameCluster(read, cluster);
+  CHECK(ClusterToToml(read, "header\nsecond line") == text);
+}
+
+TEST_CASE("every zoo cluster round-trips through the writer") {
+  for (const std::string& name : ZooClusters()) {
+    INFO("cluster: ", name);
+    const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(name));
+    CheckSameCluster(ParseClusterToml(ClusterToToml(cluster, ""), name + ".toml"), cluster);
+  }
+}
+
+TEST_CASE("calibrated keys are validated with file, key, value and rule") {
+  const std::string base = R"(
+[cluster]
+name = "t"
+[[device]]
+name = "gpu"
+peak_TFLOPS = 100
+memory_GB = 16
+hbm_GBps = 900
+[[node_group]]
+count = 2
+gpus_per_node = 8
+device = "gpu"
+[[network]]
+name = "nvlink"
+bandwidth_GBps = 100
+latency_us = 5
+[[network]]
+name = "eth"
+bandwidth_GBps = 3
+latency_us = 10
+)";
+  CHECK_NOTHROW(ParseClusterToml(base, "c.toml"));
+  auto error = [&](const std::string& extra) {
+    return InputErrorMessage([&] { ParseClusterToml(base + extra, "c.toml"); });
+  };
+  // Appended tables attach to the last [[network]] (the inter-node level) or stand alone.
+  CHECK(Contains(error("ring_links_per_gpu = 6\n"),
+                 "c.toml: network[1].ring_links_per_gpu = 6: only the intra-node level"));
+  CHECK(Contains(error("[network.all_reduce]\nbandwidth_GBps = 2\n"),
+                 "c.toml: network[1].all_reduce.latency_us: missing required key"));
+  CHECK(Contains(error("[network.all_reduce]\nbandwidth_GBps = 0\nlatency_us = 1\n"),
+                 "c.toml: network[1].all_reduce.bandwidth_GBps = 0: must be > 0"));
+  CHECK(Contains(error("[network.broadcast]\nbandwidth_GBps = 1\nlatency_us = 1\n"),
+                 "network[1].broadcast: unknown key"));
+  CHECK(Contains(error("[collective.all_gather]\ninter_node_algorithm = \"tree\"\n"),
+                 "c.toml: collective.all_gather.inter_node_algorithm = \"tree\": must be "
+                 "\"hierarchical\" or \"ring\""));
+  CHECK(Contains(error("[collective.all_gather]\nlaunch_us = -1\n"),
+                 "collective.all_gather.launch_us = -1: must be >= 0"));
+  CHECK(Contains(error("[calibration]\nmatmul_rows = 3\n"),
+                 "c.toml: calibration.source: missing required key"));
+  const std::string device_curve = ClusterToToml(CalibratedExample(), "");
+  CHECK(Contains(InputErrorMessage([&] {
+                   std::string text = device_curve;
+                   text.replace(text.find("max_efficiency = "), 17, "max_efficiency = 1.5 #");
+                   ParseClusterToml(text, "c.toml");
+                 }),
+                 "device[0].matmul_curve.max_efficiency = 1.5: must be in (0, 1]"));
+}
+
+// The pre-calibration collective formula, copied from cost_model.cc as it was before the
+// calibrated keys existed.
+double OldRingCollectiveSeconds(const ClusterSpec& cluster, double bytes, double factor, int nodes,
+                                int gpn, int concurrent, bool with_latency) {
+  if (bytes <= 0 && !with_latency) return 0.0;
+  double seconds = 0.0;
+  if (gpn > 1) {
+    const NetworkLevel& level = cluster.IntraNode();
+    seconds += factor * (gpn - 1) / gpn * bytes / level.EffectiveBandwidth();
+    if (with_latency) seconds += factor * (gpn - 1) * level.latency_seconds;
+  }
+  if (nodes > 1) {
+    const NetworkLevel& level = cluster.InterNode();
+    seconds += concurrent * factor * (nodes - 1) / nodes * bytes / level.EffectiveBandwidth();
+    if (with_latency) seconds += factor * (nodes - 1) * level.latency_seconds;
+  }
+  return seconds;
+}
+
+TEST_CASE("without calibrated keys collectives cost exactly what they did before calibration") {
+  for (const std::string& name : ZooClusters()) {
+    const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(name)).WithNodes(4);
+    if (!cluster.calibration.source.empty()) continue;  // calibrated zoo files differ on purpose
+    INFO("cluster: ", name);
+    Problem problem;
+    problem.cluster = cluster;
+    const CostModel cost_model(problem);
+    for (double bytes : {0.0, 1.0, 12345.678, 1e9 / 7}) {
+      for (const GroupLayout& g :
+           {GroupLayout{1, 1, 1}, GroupLayout{1, 8, 1}, GroupLayout{1, 2, 4}, GroupLayout{4, 8, 1},
+            GroupLayout{4, 2, 4}, GroupLayout{3, 1, 8}}) {
+        CHECK(cost_model.AllReduceSeconds(bytes, g.nodes, g.gpus_per_node, g.concurrent_groups) ==
+              OldRingCollectiveSeconds(cluster, bytes, 2.0, g.nodes, g.gpus_per_node,
+                                       g.concurrent_groups, true));
+        CHECK(cost_model.AllGatherSeconds(bytes, g.nodes, g.gpus_per_node, g.concurrent_groups) ==
+              OldRingCollectiveSeconds(cluster, bytes, 1.0, g.nodes, g.gpus_per_node,
+                                       g.concurrent_groups, true));
+        for (Collective kind : kAllCollectives) {
+          const double factor = kind == Collective::kAllReduce ? 2.0 : 1.0;
+          CHECK(CollectiveSeconds(cluster, kind, bytes, g, false) ==
+                OldRingCollectiveSeconds(cluster, bytes, factor, g.nodes, g.gpus_per_node,
+                                         g.concurrent_groups, false));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficiency exactly") {
+  Problem problem;
+  ModelSpec& m = problem.model;
+  m.family = "gpt";
+  m.hidden_size = 2048;
+  m.num_layers = 2;
+  m.num_attention_heads = 16;
+  m.seq_length = 1024;
+  m.vocab_size = 50000;
+  BuildTransformerLayers(m);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb"));
+  problem.training.global_batch_size = 8;
+  problem.training.sequence_parallel = false;
+  const CostModel cost_model(problem);
+  const StageConfig config{1, 1, 1, 1, 0, Recompute::kNone};  // one GPU: compute only
+  const StageTerms terms = cost_model.LayerTerms(1, config, 8);
+  const DeviceSpec& device = problem.cluster.Device();
+  const LayerSpec& layer = m.layers[1];
+  const double forward_flops = layer.forward_flops * 1 / 1;
+  const double flops_per_second = device.peak_flops * device.matmul_efficiency;
+  const double activation = layer.activation_replicated_bytes / 1 +
+                            layer.activation_sharded_bytes / 1 +
+                            layer.activation_attention_bytes / 1;
+  const double forward =
+      forward_flops / flops_per_second + activation / device.hbm_bytes_per_second;
+  CHECK(terms.forward_seconds == forward);
+  CHECK(terms.compute_seconds == forward + (2.0 * forward_flops + 0.0) / flops_per_second +
+                                     (2.0 * activation + 0.0) / device.hbm_bytes_per_second);
+  // With a curve the same layer is priced by its GEMM shape: slower than the scalar's 0.9 x peak
+  // when the curve says this GEMM reaches less.
+  problem.cluster.devices[0].matmul_curve = MatmulCurve{0.9, 1024, 0};
+  const CostModel curved(problem);
+  CHECK(curved.LayerTerms(1, config, 8).compute_seconds > terms.compute_seconds);
+}
+
+TEST_CASE("the shipped calibrated zoo cluster loads, says what it was fitted on, and prices") {
+  const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-calibrated"));
+  CHECK(cluster.name == "p3.16xlarge-calibrated");
+  CHECK(Contains(cluster.calibration.source, "stratos calibrate"));
+  CHECK(Contains(cluster.calibration.source, "alpa_v100_comm_1x1_to_2x8.csv"));
+  CHECK(cluster.calibration.collective_rows > 1000);
+  CHECK(cluster.Device().matmul_curve.has_value());
+  CHECK(cluster.IntraNode().ring_links_per_gpu == 6);
+  for (Collective kind : kAllCollectives) {
+    CHECK(cluster.IntraNode().collective_fits[static_cast<int>(kind)].has_value());
+    CHECK(cluster.InterNode().collective_fits[static_cast<int>(kind)].has_value());
+  }
+  // An 8-GPU all-reduce of 256 MiB in fp16: the Alpa profile measured 3.84 ms.
+  const double seconds =
+      CollectiveSeconds(cluster, Collective::kAllReduce, 256.0 * 1024 * 1024, {1, 8, 1});
+  CHECK(seconds == doctest::Approx(3.84e-3).epsilon(0.15));
+}
+
+}  // namespace
+}  // namespace stratos

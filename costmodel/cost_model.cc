@@ -252,7 +252,8 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // all-gathers the parameters in every forward and backward pass (1.5x volume; Rajbhandari et
   // al. SC'20 §7). With gradient compression (ZeRO 0-1 only, costmodel/compression.h) each of
   // the layer's gradient tensors is exchanged in its compressed form: ring all-reduce of its
-  // MessageBytes, or an all-gather of n messages; ZeRO-1 then all-gathers the updated parameters.
+  // MessageBytes, or an all-gather of n messages; ZeRO-1 then all-gathers the updated parameters,
+  // and its half-precision casts, being linear, reduce-scatter instead of all-reducing.
   // Compressing and decompressing run on the device's cores after the last backward, so their
   // time (CompressionWorkOf) is exposed in full, not hidden behind the backward pass.
   if (dp > 1 && params > 0 && c.grad_compression.kind != GradCompression::kNone) {
@@ -266,8 +267,11 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
       work_seconds +=
           work.flops / flops_per_second + work.memory_bytes / device.hbm_bytes_per_second;
     }
+    const bool cast = c.grad_compression.kind == GradCompression::kBf16 ||
+                      c.grad_compression.kind == GradCompression::kFp16;
+    const double reduce_factor = c.zero_stage == 1 && cast ? 1.0 : 2.0;
     const double sync_seconds =
-        RingCollectiveSeconds(cluster, all_reduce_bytes, 2.0, g.nodes, g.gpus_per_node,
+        RingCollectiveSeconds(cluster, all_reduce_bytes, reduce_factor, g.nodes, g.gpus_per_node,
                               g.concurrent, false) +
         RingCollectiveSeconds(cluster, dp * all_gather_bytes, 1.0, g.nodes, g.gpus_per_node,
                               g.concurrent, false) +

@@ -215,11 +215,18 @@ TEST_CASE("LayerTerms: compressed DP sync = collectives of the messages + expose
   const StageTerms bf16 = cost_model.LayerTerms(block, DpConfig(dp, 0, Spec(GradCompression::kBf16)), 1);
   CHECK(bf16.dp_sync_seconds - 2.0 * layer.stored_param_count * 6 / 1e12 ==
         doctest::Approx(none.dp_sync_seconds / 2));
-  // ZeRO-1 adds the all-gather of the updated fp32 parameters.
-  const StageTerms zero1 =
+  // ZeRO-1 adds the all-gather of the updated fp32 parameters ...
+  const double gather_seconds = 7.0 / 8 * layer.stored_param_count * 4 / bandwidth;
+  const StageTerms sign = cost_model.LayerTerms(block, DpConfig(dp, 0, Spec(GradCompression::kSign)), 1);
+  const StageTerms sign1 = cost_model.LayerTerms(block, DpConfig(dp, 1, Spec(GradCompression::kSign)), 1);
+  CHECK(sign1.dp_sync_seconds - sign.dp_sync_seconds == doctest::Approx(gather_seconds));
+  // ... and its bf16 cast reduce-scatters (half of the all-reduce): with fp32 parameters
+  // 7/8 (2 + 4) bytes per parameter, the volume of ZeRO-1 without compression less 2 bytes.
+  const StageTerms bf16_zero1 =
       cost_model.LayerTerms(block, DpConfig(dp, 1, Spec(GradCompression::kBf16)), 1);
-  CHECK(zero1.dp_sync_seconds - bf16.dp_sync_seconds ==
-        doctest::Approx(7.0 / 8 * layer.stored_param_count * 4 / bandwidth));
+  const StageTerms none_zero1 = cost_model.LayerTerms(block, DpConfig(dp, 1, {}), 1);
+  CHECK(bf16_zero1.dp_sync_seconds - 2.0 * layer.stored_param_count * 6 / 1e12 ==
+        doctest::Approx(none_zero1.dp_sync_seconds * 6 / 8));
   // DP 1: no synchronization, compression or not.
   CHECK(cost_model.LayerTerms(block, DpConfig(1, 0, Spec(GradCompression::kTopK)), 1)
             .dp_sync_seconds == 0);

@@ -99,12 +99,12 @@ class HalfPrecisionCompressor : public GradientCompressor {
       work->Wait();
       int64_t offset = 0;
       for (const Tensor& t : g) {
-        const_cast<Tensor&>(t).copy_(buffer.narrow(0, offset, t.numel()));
+        t.copy_(buffer.narrow(0, offset, t.numel()));
         offset += t.numel();
       }
     };
   }
-  std::vector<Tensor*> StateTensors() override { return {}; }
+  std::vector<Tensor> StateTensors() const override { return {}; }
 };
 
 // ------------------------------------------------------------------------------------------
@@ -164,15 +164,14 @@ class TopKCompressor : public GradientCompressor {
         for (const Tensor& from : gathered)
           sum.index_add_(0, GetTensor(from, offset + ks[i] * 4, torch::kInt32, ks[i]).to(torch::kLong),
                          GetTensor(from, offset, torch::kFloat, ks[i]));
-        const_cast<Tensor&>(g[i]).copy_(sum.div_(n));
+        g[i].copy_(sum.div_(n));
         offset += ks[i] * 8;
       }
     };
   }
-  std::vector<Tensor*> StateTensors() override {
-    std::vector<Tensor*> state;
-    for (Tensor& t : residual_) state.push_back(&t);
-    for (Tensor& t : momentum_) state.push_back(&t);
+  std::vector<Tensor> StateTensors() const override {
+    std::vector<Tensor> state = residual_;
+    state.insert(state.end(), momentum_.begin(), momentum_.end());
     return state;
   }
 
@@ -253,16 +252,12 @@ class CodeCompressor : public GradientCompressor {
                   .to(torch::kFloat);
           sum.add_(sign ? codes.mul(2 * s).sub_(s) : codes.sub(1).mul_(s));
         }
-        const_cast<Tensor&>(g[i]).copy_(sum.div_(n));
+        g[i].copy_(sum.div_(n));
         offset += sizes[i];
       }
     };
   }
-  std::vector<Tensor*> StateTensors() override {
-    std::vector<Tensor*> state;
-    for (Tensor& t : residual_) state.push_back(&t);
-    return state;
-  }
+  std::vector<Tensor> StateTensors() const override { return residual_; }
 
  private:
   int bits_;
@@ -351,7 +346,7 @@ class PowerSgdCompressor : public GradientCompressor {
       offset = 0;
       for (size_t i = 0; i < params.size(); ++i) {
         const int p = params[i];
-        Tensor out = const_cast<Tensor&>(g[i]);
+        const Tensor& out = g[i];
         if (!Compresses(p)) {
           out.copy_(buffer.narrow(0, offset, Elements(p))).div_(n);
           offset += Elements(p);
@@ -367,10 +362,9 @@ class PowerSgdCompressor : public GradientCompressor {
       }
     };
   }
-  std::vector<Tensor*> StateTensors() override {
-    std::vector<Tensor*> state;
-    for (Tensor& t : error_) state.push_back(&t);
-    for (Tensor& t : q_) state.push_back(&t);
+  std::vector<Tensor> StateTensors() const override {
+    std::vector<Tensor> state = error_;
+    state.insert(state.end(), q_.begin(), q_.end());
     return state;
   }
 
@@ -459,33 +453,27 @@ Tensor GradientCompressor::RoundTrip(int param, const Tensor& grad) {
   return copy;
 }
 
-std::vector<const Tensor*> GradientCompressor::StateTensorsConst() const {
-  std::vector<const Tensor*> state;
-  for (Tensor* t : const_cast<GradientCompressor*>(this)->StateTensors()) state.push_back(t);
-  return state;
-}
-
 std::vector<Tensor> GradientCompressor::State() const {
   std::vector<Tensor> state{calls_.clone()};
-  for (const Tensor* t : StateTensorsConst()) state.push_back(t->clone());
+  for (const Tensor& t : StateTensors()) state.push_back(t.clone());
   return state;
 }
 
 void GradientCompressor::LoadState(const std::vector<Tensor>& state) {
-  std::vector<Tensor*> mine = StateTensors();
-  mine.insert(mine.begin(), &calls_);
+  std::vector<Tensor> mine = StateTensors();
+  mine.insert(mine.begin(), calls_);
   if (state.size() != mine.size())
     ThrowInputError("checkpoint", "compression state", fmt::format("{} tensors", state.size()),
                     fmt::format("{} needs {} tensors for these {} parameters", spec_.Label(),
                                 mine.size(), NumParameters()));
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < mine.size(); ++i) {
-    if (!state[i].sizes().equals(mine[i]->sizes()))
+    if (!state[i].sizes().equals(mine[i].sizes()))
       ThrowInputError("checkpoint", fmt::format("compression state[{}]", i),
                       fmt::format("shape [{}]", fmt::join(state[i].sizes(), ", ")),
                       fmt::format("{} expects shape [{}]", spec_.Label(),
-                                  fmt::join(mine[i]->sizes(), ", ")));
-    mine[i]->copy_(state[i]);
+                                  fmt::join(mine[i].sizes(), ", ")));
+    mine[i].copy_(state[i]);
   }
 }
 

@@ -108,8 +108,8 @@ class GradientCompressor {
   virtual std::function<void()> Start(const std::vector<int>& params,
                                       std::vector<torch::Tensor> flat_grads,
                                       Communicator& group) = 0;
-  virtual std::vector<torch::Tensor*> StateTensors() = 0;
-  std::vector<const torch::Tensor*> StateTensorsConst() const;
+  // The kind's state tensors (handles sharing storage with the compressor's own), fixed order.
+  virtual std::vector<torch::Tensor> StateTensors() const = 0;
   // A generator for (seed, group rank, parameter, its call count).
   torch::Generator GeneratorFor(int group_rank, int param) const;
   int64_t Elements(int param) const { return numels_[param]; }

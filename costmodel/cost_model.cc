@@ -103,7 +103,7 @@ std::string CostModel::CheckStructure(const StageConfig& c) const {
                        c.tensor_parallel, model.num_key_value_heads);
   if (c.zero_stage < 0 || c.zero_stage > 3)
     return fmt::format("zero_stage {} must be 0, 1, 2 or 3", c.zero_stage);
-  return "";
+  return CheckStageCompression(c.grad_compression, c.zero_stage);
 }
 
 std::string CostModel::CheckConfig(const StageConfig& c, int m) const {
@@ -247,8 +247,38 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // stage in StageOverhead): all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
   // parameters (same volume) for ZeRO 1-2; reduce-scatter only for ZeRO-3, which instead
   // all-gathers the parameters in every forward and backward pass (1.5x volume; Rajbhandari et
-  // al. SC'20 §7).
-  if (dp > 1 && params > 0) {
+  // al. SC'20 §7). With gradient compression (ZeRO 0-1 only, costmodel/compression.h) each of
+  // the layer's gradient tensors is exchanged in its compressed form: ring all-reduce of its
+  // MessageBytes, or an all-gather of n messages; ZeRO-1 then all-gathers the updated parameters,
+  // and its half-precision casts, being linear, reduce-scatter instead of all-reducing.
+  // Compressing and decompressing run on the device's cores after the last backward, so their
+  // time (CompressionWorkOf) is exposed in full, not hidden behind the backward pass.
+  if (dp > 1 && params > 0 && c.grad_compression.kind != GradCompression::kNone) {
+    const DpLayout g = DataParallelLayout(c);
+    double all_reduce_bytes = 0, all_gather_bytes = 0, work_seconds = 0;
+    for (const GradientTensorShape& shape : LayerGradientShapes(problem_.model, layer, tp)) {
+      const CompressedMessage message = MessageBytes(c.grad_compression, shape, gb);
+      all_reduce_bytes += message.all_reduce_bytes;
+      all_gather_bytes += message.all_gather_bytes;
+      const CompressionWork work = CompressionWorkOf(c.grad_compression, shape, gb, dp);
+      work_seconds +=
+          work.flops / flops_per_second + work.memory_bytes / device.hbm_bytes_per_second;
+    }
+    const bool cast = c.grad_compression.kind == GradCompression::kBf16 ||
+                      c.grad_compression.kind == GradCompression::kFp16;
+    const double reduce_factor = c.zero_stage == 1 && cast ? 1.0 : 2.0;
+    const double sync_seconds =
+        RingCollectiveSeconds(cluster, all_reduce_bytes, reduce_factor, g.nodes, g.gpus_per_node,
+                              g.concurrent, false) +
+        RingCollectiveSeconds(cluster, dp * all_gather_bytes, 1.0, g.nodes, g.gpus_per_node,
+                              g.concurrent, false) +
+        (c.zero_stage == 1 ? RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
+                                                   g.gpus_per_node, g.concurrent, false)
+                           : 0.0);
+    terms.dp_sync_seconds = sync_seconds + work_seconds;
+    terms.dp_sync_exposed_seconds =
+        (1.0 - training.dp_overlap_fraction) * sync_seconds + work_seconds;
+  } else if (dp > 1 && params > 0) {
     const DpLayout g = DataParallelLayout(c);
     const double grad_bytes = params * gb;
     const double factor = c.zero_stage == 3 ? 1.0 : 2.0;

@@ -87,6 +87,20 @@ void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& w
   }
 }
 
+json CompressionToJson(const CompressionSpec& spec) {
+  switch (spec.kind) {
+    case GradCompression::kTopK: {
+      json object = {{"kind", "topk"}, {"density", spec.topk_density}};
+      if (spec.topk_momentum > 0) object["momentum"] = spec.topk_momentum;
+      return object;
+    }
+    case GradCompression::kPowerSgd:
+      return {{"kind", "powersgd"}, {"rank", spec.powersgd_rank}};
+    default:
+      return GradCompressionName(spec.kind);
+  }
+}
+
 json PlanToJson(const Plan& plan) {
   json stages = json::array();
   for (const StagePlan& stage : plan.stages) {
@@ -98,7 +112,7 @@ json PlanToJson(const Plan& plan) {
                       {"tensor_parallel", c.tensor_parallel},
                       {"zero_stage", c.zero_stage},
                       {"recompute", RecomputeName(c.recompute)},
-                      {"grad_compression", "none"}});
+                      {"grad_compression", CompressionToJson(c.grad_compression)}});
   }
   return {{"schema", "stratos.plan/1"},
           {"global_batch_size", plan.global_batch_size},
@@ -137,6 +151,11 @@ class StrictObject {
     if (!value.is_string()) ThrowInputError(where_, Key(key), value.dump(), "must be a string");
     return value.get<std::string>();
   }
+  double Number(const std::string& key) {
+    const json& value = Get(key);
+    if (!value.is_number()) ThrowInputError(where_, Key(key), value.dump(), "must be a number");
+    return value.get<double>();
+  }
   std::string Key(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
   // Throws for any key not read.
@@ -157,6 +176,30 @@ class StrictObject {
 };
 
 }  // namespace
+
+CompressionSpec CompressionFromJson(const json& j, const std::string& where,
+                                    const std::string& key) {
+  CompressionSpec spec;
+  if (j.is_string()) {
+    spec.kind = ParseGradCompression(j.get<std::string>(), where, key);
+  } else if (j.is_object()) {
+    StrictObject object(j, where, key);
+    spec.kind = ParseGradCompression(object.String("kind"), where, object.Key("kind"));
+    if (spec.kind == GradCompression::kTopK) {
+      if (object.Has("density")) spec.topk_density = object.Number("density");
+      if (object.Has("momentum")) spec.topk_momentum = object.Number("momentum");
+    }
+    if (spec.kind == GradCompression::kPowerSgd && object.Has("rank"))
+      spec.powersgd_rank = object.Int("rank");
+    object.RejectUnknown();
+  } else {
+    ThrowInputError(where, key, j.dump(),
+                    "must be a name (\"none\", \"bf16\", ...) or an object {\"kind\": ...}");
+  }
+  const std::string rule = CheckCompressionSpec(spec);
+  if (!rule.empty()) ThrowInputError(where, key, j.dump(), rule);
+  return spec;
+}
 
 Plan PlanFromJson(const json& j, const std::string& where) {
   StrictObject top(j, where, "");
@@ -185,12 +228,9 @@ Plan PlanFromJson(const json& j, const std::string& where) {
     sp.config.tensor_parallel = stage.Int("tensor_parallel");
     sp.config.zero_stage = stage.Int("zero_stage");
     sp.config.recompute = ParseRecompute(stage.String("recompute"), where + ": " + stage.Key(""));
-    if (stage.Has("grad_compression")) {
-      const std::string compression = stage.String("grad_compression");
-      if (compression != "none")
-        ThrowInputError(where, stage.Key("grad_compression"), fmt::format("\"{}\"", compression),
-                        "only \"none\" is supported by this version");
-    }
+    if (stage.Has("grad_compression"))
+      sp.config.grad_compression =
+          CompressionFromJson(stage.Get("grad_compression"), where, stage.Key("grad_compression"));
     stage.RejectUnknown();
     plan.stages.push_back(sp);
   }

@@ -48,4 +48,13 @@ nlohmann::json PlanToJson(const Plan& plan);
 Plan PlanFromJson(const nlohmann::json& json, const std::string& where);
 Plan ReadPlanFile(const std::string& path);
 
+// A stage's "grad_compression": a name ("none", "bf16", "fp16", "topk", "powersgd", "terngrad",
+// "sign"; parameters at their defaults) or an object {"kind": "topk", "density": 0.01,
+// "momentum": 0.9} / {"kind": "powersgd", "rank": 4}. Optional in plan files (default none), so
+// files written before compression existed keep loading. The writer uses the name form for kinds
+// without parameters. CompressionFromJson throws InputError naming `where`, `key` and the rule.
+nlohmann::json CompressionToJson(const CompressionSpec& spec);
+CompressionSpec CompressionFromJson(const nlohmann::json& json, const std::string& where,
+                                    const std::string& key);
+
 }  // namespace stratos

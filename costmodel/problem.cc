@@ -48,8 +48,12 @@ void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where
 }
 
 std::string StageConfig::Label() const {
-  return fmt::format("mesh {}x{} dp{} tp{} zero{} recompute={}", mesh_nodes, mesh_gpus_per_node,
-                     data_parallel, tensor_parallel, zero_stage, RecomputeName(recompute));
+  std::string label =
+      fmt::format("mesh {}x{} dp{} tp{} zero{} recompute={}", mesh_nodes, mesh_gpus_per_node,
+                  data_parallel, tensor_parallel, zero_stage, RecomputeName(recompute));
+  if (grad_compression.kind != GradCompression::kNone)
+    label += " compression=" + grad_compression.Label();
+  return label;
 }
 
 }  // namespace stratos

@@ -59,7 +59,8 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
       if (options.max_data_parallel > 0 && dp > options.max_data_parallel) continue;
       for (int zero = 0; zero <= ((dp > 1 && options.allow_zero) ? 3 : 0); ++zero) {
         for (Recompute recompute : options.recompute) {
-          StageConfig config{nodes, gpn, dp, tp, zero, recompute};
+          // Gradient compression stays none: not part of the default space.
+          StageConfig config{nodes, gpn, dp, tp, zero, recompute, CompressionSpec{}};
           if (!cost_model.CheckStructure(config).empty()) continue;
           space.configs.push_back(config);
         }

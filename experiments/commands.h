@@ -36,6 +36,10 @@ struct EvaluateArgs {
   int micro_batch_size = 0;        // samples per DP replica per microbatch
   int zero_stage = 0;
   std::string recompute = "none";
+  std::string grad_compression = "none";  // every stage; costmodel/compression.h
+  double topk_density = 0.01;
+  double topk_momentum = 0.0;
+  int powersgd_rank = 4;
   std::string json_file;           // optional outputs
   std::string trace_file;
 };

@@ -89,6 +89,23 @@ int main(int argc, char** argv) {
   evaluate_command->add_option("--zero", evaluate.zero_stage, "ZeRO stage 0-3")->capture_default_str();
   evaluate_command->add_option("--recompute", evaluate.recompute, "none | selective | full")
       ->capture_default_str();
+  evaluate_command->add_option("--grad-compression", evaluate.grad_compression,
+                               "DP gradient compression of every stage: none | bf16 | fp16 | "
+                               "topk | powersgd | terngrad | sign")
+      ->excludes(plan_option)
+      ->capture_default_str();
+  evaluate_command->add_option("--topk-density", evaluate.topk_density,
+                               "topk: fraction of each gradient sent, (0, 1]")
+      ->excludes(plan_option)
+      ->capture_default_str();
+  evaluate_command->add_option("--topk-momentum", evaluate.topk_momentum,
+                               "topk: DGC momentum correction, [0, 1)")
+      ->excludes(plan_option)
+      ->capture_default_str();
+  evaluate_command->add_option("--powersgd-rank", evaluate.powersgd_rank,
+                               "powersgd: rank of the approximation")
+      ->excludes(plan_option)
+      ->capture_default_str();
   evaluate_command->add_option("--json", evaluate.json_file, "write the estimate as JSON");
   evaluate_command->add_option("--trace", evaluate.trace_file, "write a Chrome trace");
   plan_option->excludes(tp);
@@ -130,6 +147,10 @@ int main(int argc, char** argv) {
     command->add_option("--schedule", flags->schedule, "1f1b | gpipe (uniform plan)")->excludes(plan)->capture_default_str();
     command->add_option("--zero", flags->zero_stage, "ZeRO stage 0 | 1 (uniform plan)")->excludes(plan)->capture_default_str();
     command->add_option("--recompute", flags->recompute, "none | selective | full (uniform plan)")->excludes(plan)->capture_default_str();
+    command->add_option("--grad-compression", flags->grad_compression, "DP gradient compression of every stage: none | bf16 | fp16 | topk | powersgd | terngrad | sign (uniform plan)")->excludes(plan)->capture_default_str();
+    command->add_option("--topk-density", flags->topk_density, "topk: fraction of each gradient sent, (0, 1]")->excludes(plan)->capture_default_str();
+    command->add_option("--topk-momentum", flags->topk_momentum, "topk: DGC momentum correction, [0, 1); 0 = plain error feedback")->excludes(plan)->capture_default_str();
+    command->add_option("--powersgd-rank", flags->powersgd_rank, "powersgd: rank of the approximation")->excludes(plan)->capture_default_str();
     command->add_option("--model", flags->model, "gpt-tiny, zoo model or model file")->capture_default_str();
     command->add_option("--seq-length", flags->seq_length, "sequence length (default: the model's)");
     command->add_option("--steps", flags->steps, "optimizer steps")->capture_default_str();

@@ -17,6 +17,12 @@ struct RunFlags {
   std::string schedule = "1f1b";   // uniform plan only: 1f1b | gpipe
   int zero_stage = 0;              // uniform plan only: 0 | 1
   std::string recompute = "none";  // uniform plan only: none | selective | full
+  // Uniform plan only, every stage: none | bf16 | fp16 | topk | powersgd | terngrad | sign
+  // (costmodel/compression.h), with top-k's density and momentum and PowerSGD's rank.
+  std::string grad_compression = "none";
+  double topk_density = 0.01;
+  double topk_momentum = 0.0;
+  int powersgd_rank = 4;
   std::string model = "gpt-tiny";  // built-in gpt-tiny, zoo name or model file
   int seq_length = 0;              // 0: the model's
   int steps = 20;

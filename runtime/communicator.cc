@@ -42,9 +42,11 @@ class SelfCommunicator : public Communicator {
   std::shared_ptr<CommWork> AllReduceSumAsync(torch::Tensor) override {
     return std::make_shared<SelfWork>();
   }
-  void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) override {
+  std::shared_ptr<CommWork> AllGatherAsync(std::vector<torch::Tensor> outputs,
+                                           torch::Tensor input) override {
     STRATOS_CHECK(outputs.size() == 1, "group {} of one: {} outputs", name_, outputs.size());
     outputs[0].copy_(input);
+    return std::make_shared<SelfWork>();
   }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor, int dst, int) override {
     throw CommError(fmt::format("group {} has one rank: cannot send to rank {}", name_, dst));
@@ -90,25 +92,45 @@ class C10dWork : public CommWork {
   bool done_ = false;
 };
 
+// Waits for an inner work, then copies `from` into `to` (the bf16-as-fp32 all-reduce of Gloo).
+class CopyBackWork : public CommWork {
+ public:
+  CopyBackWork(std::shared_ptr<CommWork> inner, torch::Tensor from, torch::Tensor to)
+      : inner_(std::move(inner)), from_(std::move(from)), to_(std::move(to)) {}
+  void Wait() override {
+    inner_->Wait();
+    if (from_.defined()) to_.copy_(from_);
+    from_ = torch::Tensor();
+  }
+
+ private:
+  std::shared_ptr<CommWork> inner_;
+  torch::Tensor from_, to_;
+};
+
 class C10dCommunicator : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name)
-      : group_(std::move(group)), name_(std::move(name)) {}
+  C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name, bool gloo)
+      : group_(std::move(group)), name_(std::move(name)), gloo_(gloo) {}
   int Rank() const override { return group_->getRank(); }
   int Size() const override { return group_->getSize(); }
   const std::string& Name() const override { return name_; }
 
   std::shared_ptr<CommWork> AllReduceSumAsync(torch::Tensor tensor) override {
+    if (gloo_ && tensor.scalar_type() == torch::kBFloat16) {
+      torch::Tensor wide = tensor.to(torch::kFloat);
+      return std::make_shared<CopyBackWork>(AllReduceSumAsync(wide), wide, tensor);
+    }
     std::vector<at::Tensor> tensors{tensor};
     return Issue([&] { return group_->allreduce(tensors); },
                  fmt::format("all-reduce of {} bytes", tensor.nbytes()));
   }
-  void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) override {
+  std::shared_ptr<CommWork> AllGatherAsync(std::vector<torch::Tensor> outputs,
+                                           torch::Tensor input) override {
     std::vector<std::vector<at::Tensor>> out{outputs};
     std::vector<at::Tensor> in{input};
-    Issue([&] { return group_->allgather(out, in); },
-          fmt::format("all-gather of {} bytes", input.nbytes()))
-        ->Wait();
+    return Issue([&] { return group_->allgather(out, in); },
+                 fmt::format("all-gather of {} bytes", input.nbytes()));
   }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst, int tag) override {
     std::vector<at::Tensor> tensors{tensor};
@@ -140,6 +162,7 @@ class C10dCommunicator : public Communicator {
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::string name_;
+  bool gloo_;
 };
 
 int EnvInt(const char* name, const char* fallback_name, int fallback_value, bool required) {
@@ -273,7 +296,7 @@ std::unique_ptr<Communicator> ProcessGroups::NewGroup(const std::string& name,
     throw CommError(fmt::format("rank {}: creating process group {} of {} ranks failed: {}",
                                 options_.rank, name, group_size, C10dWork::FirstLine(e.what())));
   }
-  return std::make_unique<C10dCommunicator>(std::move(group), name);
+  return std::make_unique<C10dCommunicator>(std::move(group), name, backend_ == "gloo");
 }
 
 void ProcessGroups::StoreSet(const std::string& key, const std::string& value) {

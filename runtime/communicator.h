@@ -37,10 +37,18 @@ class Communicator {
   // e.g. "world", "tp[stage 1, dp 0]"; used in error messages.
   virtual const std::string& Name() const = 0;
 
-  // Sums `tensor` (any shape, contiguous) over the group, in place, asynchronously.
+  // Sums `tensor` (any shape, contiguous) over the group, in place, asynchronously. fp32, fp64,
+  // fp16, bf16 and integer tensors. Gloo in LibTorch 1.13 has no bf16 reduction: there a bf16
+  // tensor is summed as fp32 (the same sum up to rounding, twice the bytes on the wire) and
+  // rounded back to bf16 by Wait(); NCCL reduces bf16 natively.
   virtual std::shared_ptr<CommWork> AllReduceSumAsync(torch::Tensor tensor) = 0;
-  // outputs[r] receives rank r's `input`; all shapes equal, outputs.size() == Size().
-  virtual void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) = 0;
+  // outputs[r] receives rank r's `input`; all shapes equal, outputs.size() == Size(). The
+  // tensors must stay alive and untouched until Wait() returns.
+  virtual std::shared_ptr<CommWork> AllGatherAsync(std::vector<torch::Tensor> outputs,
+                                                   torch::Tensor input) = 0;
+  void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) {
+    AllGatherAsync(std::move(outputs), std::move(input))->Wait();
+  }
   // Point-to-point, tagged; the tensor must stay alive and unmodified until Wait() returns.
   virtual std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst_rank, int tag) = 0;
   virtual std::shared_ptr<CommWork> RecvAsync(torch::Tensor tensor, int src_rank, int tag) = 0;

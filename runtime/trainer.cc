@@ -11,6 +11,7 @@
 #include "costmodel/error.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
+#include "runtime/compression.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
 #include "runtime/report.h"
@@ -284,11 +285,15 @@ struct Activity {
   }
 };
 
-// DP gradient all-reduce in buckets, launched from gradient-accumulator post hooks.
+// DP gradient all-reduce in buckets, launched from gradient-accumulator post hooks. With a
+// compressor, each bucket's gradients are compressed (per-parameter error-feedback state) and
+// exchanged in compressed form instead (runtime/compression.h), and Finish() returns the DP mean
+// rather than the sum.
 class GradientSynchronizer {
  public:
-  GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap)
-      : stage_(stage), dp_(dp), overlap_(overlap && dp->Size() > 1) {
+  GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap,
+                       GradientCompressor* compressor)
+      : stage_(stage), dp_(dp), overlap_(overlap && dp->Size() > 1), compressor_(compressor) {
     flat_grads_ = torch::zeros({stage.NumLocalParameters()});
     const auto& infos = stage.ParameterInfos();
     // Buckets over parameters in reverse order (the order backward produces their gradients).
@@ -322,6 +327,7 @@ class GradientSynchronizer {
     for (Bucket& b : buckets_) {
       b.ready = 0;
       b.work.reset();
+      b.pending.reset();
     }
     next_launch_ = 0;
     for (const Tensor& p : stage_.Parameters()) {
@@ -332,13 +338,16 @@ class GradientSynchronizer {
   // have their final gradient are all-reduced while the backward continues.
   void Arm() { armed_ = overlap_; }
 
-  // Launches what is left, waits for all buckets and returns the averaged flat gradient
-  // (num_local_parameters,).
+  // Launches what is left, waits for all buckets and returns the flat gradient summed over DP
+  // (the DP mean with a compressor) (num_local_parameters,).
   Tensor Finish() {
     for (size_t k = next_launch_; k < buckets_.size(); ++k) Launch(k);
     next_launch_ = buckets_.size();
-    for (Bucket& b : buckets_)
+    for (Bucket& b : buckets_) {
       if (b.work) b.work->Wait();
+      if (b.pending) b.pending->Finish();  // in bucket order on every rank (PowerSGD's Q)
+      b.pending.reset();
+    }
     armed_ = false;
     return flat_grads_;
   }
@@ -350,6 +359,7 @@ class GradientSynchronizer {
     int64_t offset = 0, numel = 0;
     int ready = 0;
     std::shared_ptr<CommWork> work;
+    std::unique_ptr<PendingReduce> pending;  // compressed exchange
   };
   struct Hook : torch::autograd::FunctionPostHook {
     Hook(GradientSynchronizer* owner, int param) : owner_(owner), param_(param) {}
@@ -383,12 +393,19 @@ class GradientSynchronizer {
       if (grad.defined()) slice.copy_(grad.reshape({-1}));
       else slice.zero_();
     }
-    if (dp_->Size() > 1) b.work = dp_->AllReduceSumAsync(flat_grads_.narrow(0, b.offset, b.numel));
+    if (compressor_) {
+      std::vector<Tensor> grads;
+      for (int p : b.params) grads.push_back(flat_grads_.narrow(0, infos[p].offset, infos[p].numel));
+      b.pending = compressor_->ReduceAsync(b.params, grads, *dp_);
+    } else if (dp_->Size() > 1) {
+      b.work = dp_->AllReduceSumAsync(flat_grads_.narrow(0, b.offset, b.numel));
+    }
   }
 
   GptStage& stage_;
   Communicator* dp_;
   bool overlap_;
+  GradientCompressor* compressor_;  // nullptr: plain all-reduce
   bool armed_ = false;
   Tensor flat_grads_;  // (num_local_parameters,)
   std::vector<Bucket> buckets_;
@@ -532,7 +549,19 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     const StagePlan& stage_plan = plan.stages[layout.stage];
     GptStage stage(model, stage_plan.first_layer, stage_plan.last_layer,
                    stage_plan.config.recompute, tp.get(), options.seed);
-    GradientSynchronizer sync(stage, dp.get(), options.bucket_bytes, options.overlap_grad_sync);
+    // Gradient compression only where gradients travel (DP > 1), as the cost model prices it.
+    std::unique_ptr<GradientCompressor> compressor;
+    if (stage_plan.config.grad_compression.kind != GradCompression::kNone && layout.dp > 1) {
+      std::vector<std::vector<int64_t>> shapes;
+      for (const Tensor& p : stage.Parameters()) shapes.push_back(p.sizes().vec());
+      CompressorOptions compressor_options;
+      // Equal within a DP group (PowerSGD's initial Q), different across stages and TP ranks.
+      compressor_options.seed = options.seed + 1000003ull * layout.stage + 7919ull * layout.tp_rank;
+      compressor = GradientCompressor::Create(stage_plan.config.grad_compression, shapes,
+                                              compressor_options);
+    }
+    GradientSynchronizer sync(stage, dp.get(), options.bucket_bytes, options.overlap_grad_sync,
+                              compressor.get());
     ShardedAdam adam(options, stage.FlatParameters(), dp.get(), stage_plan.config.zero_stage == 1);
 
     const int m = plan.num_microbatches;
@@ -562,12 +591,21 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         const std::string file =
             fmt::format("{}/rank_{}.pt", CheckpointStepDir(options.checkpoint_dir, start_step), rank);
         torch::load(state, file);
-        STRATOS_CHECK(state.size() == 4 && state[0].numel() == stage.NumLocalParameters(),
+        // Parameters, Adam m, v and step, then the compressor's state (runtime/compression.h).
+        const size_t compression_tensors = compressor ? compressor->State().size() : 0;
+        if (state.size() != 4 + compression_tensors)
+          throw InputError(fmt::format(
+              "{}: checkpoint has {} tensors, this plan's stage needs {} (grad_compression {}): "
+              "resume with the plan that wrote it",
+              file, state.size(), 4 + compression_tensors,
+              stage_plan.config.grad_compression.Label()));
+        STRATOS_CHECK(state[0].numel() == stage.NumLocalParameters(),
                       "{}: checkpoint does not match this plan's stage ({} parameters)", file,
                       stage.NumLocalParameters());
         torch::NoGradGuard no_grad;
         stage.FlatParameters().copy_(state[0]);
         adam.LoadState(state[1], state[2], state[3].item<int64_t>());
+        if (compressor) compressor->LoadState({state.begin() + 4, state.end()});
       }
     }
     result.first_step = start_step;
@@ -696,7 +734,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
             if (info.word_embedding)
               embedding_group->AllReduceSum(grads.narrow(0, info.offset, info.numel));
         }
-        if (layout.dp > 1) grads.div_(layout.dp);
+        if (layout.dp > 1 && !compressor) grads.div_(layout.dp);
       }
       const auto sync_end = Clock::now();
       t.dp_sync = Seconds(sync_start, sync_end);
@@ -724,6 +762,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         fs::create_directories(dir);
         std::vector<Tensor> state{stage.FlatParameters().detach().clone()};
         for (const Tensor& s : adam.State()) state.push_back(s);
+        if (compressor)
+          for (const Tensor& s : compressor->State()) state.push_back(s);
         torch::save(state, fmt::format("{}/rank_{}.pt", dir, rank));
         world.Barrier();
         if (rank == 0) WriteTextFile(options.checkpoint_dir + "/latest", std::to_string(step + 1));

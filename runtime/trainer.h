@@ -10,6 +10,10 @@
 // word embeddings split over the first and last stage have their gradients all-reduced between
 // them (Megatron-LM); then Adam updates the parameters, sharded over DP with ZeRO-1 (each DP rank
 // updates 1/DP of the flat parameter vector with its 1/DP of the Adam moments and all-gathers).
+// A stage whose plan sets grad_compression (and has DP > 1) compresses each bucket's gradients
+// instead, with per-parameter error-feedback state, and exchanges the compressed forms
+// (runtime/compression.h: half-precision or PowerSGD all-reduces, top-k / TernGrad / sign
+// all-gathers); checkpoints carry that state, so a resumed run continues bitwise.
 // The loss of a step is the mean token cross entropy of the global batch.
 #include <nlohmann/json.hpp>
 

@@ -80,6 +80,22 @@ expect_one_line_error "a plan that does not fit the problem names the key" \
 expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
   "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"
 
+# Gradient compression: priced by evaluate, refused with the allowed names.
+expect "evaluate prices PowerSGD gradient compression" 0 "compression=powersgd\(rank=2\)" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 2 --global-batch 64 \
+  --tp 1 --pp 1 --dp 16 --micro-batch 1 --zero 1 --grad-compression powersgd --powersgd-rank 2 \
+  --json "$WORK/powersgd.json"
+expect_one_line_error "an unknown compression lists the allowed names" \
+  "--grad-compression = \"zip\": must be one of \"none\", \"bf16\"" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --nodes 1 --global-batch 64 --tp 1 --pp 1 --dp 8 \
+  --micro-batch 1 --grad-compression zip
+expect_one_line_error "compression with ZeRO-3 is refused" "needs the full gradient on every DP rank" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --nodes 1 --global-batch 64 --tp 1 --pp 1 --dp 8 \
+  --micro-batch 1 --zero 3 --grad-compression sign
+expect_one_line_error "run refuses a bad top-k density before launching" "--topk-density = 2: must be in" -- \
+  "$STRATOS" run --dp 2 --micro-batch 2 --global-batch 4 --grad-compression topk --topk-density 2 \
+  --output-dir "$WORK/run_bad"
+
 # Memory: which stage runs out and by how much; exit code 1.
 expect "a plan that runs out of memory says which stage and by how much" 1 \
   "does not fit: stage 0 needs .* GiB over" -- \

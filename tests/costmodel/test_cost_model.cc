@@ -35,7 +35,7 @@ Problem GptProblem(int hidden, int heads, int seq, int layers, int gpus) {
 }
 
 StageConfig Config(int dp, int tp, int zero, Recompute recompute) {
-  return StageConfig{1, dp * tp, dp, tp, zero, recompute};
+  return StageConfig{1, dp * tp, dp, tp, zero, recompute, {}};
 }
 
 }  // namespace
@@ -54,7 +54,7 @@ TEST_CASE("ZeRO model-state bytes match Rajbhandari et al. Figure 1 (7.5B params
   const CostModel cost_model(problem);
   const double expected_gb[] = {120, 31.4, 16.6, 1.9};
   for (int zero = 0; zero <= 3; ++zero) {
-    const StageConfig config{8, 8, 64, 1, zero, Recompute::kNone};
+    const StageConfig config{8, 8, 64, 1, zero, Recompute::kNone, {}};
     REQUIRE(cost_model.CheckConfig(config, 1) == "");
     CHECK(cost_model.LayerTerms(0, config, 1).state_bytes / 1e9 ==
           doctest::Approx(expected_gb[zero]).epsilon(0.01));
@@ -178,9 +178,9 @@ TEST_CASE("CheckConfig names the broken rule") {
   const CostModel cost_model(problem);
   CHECK(cost_model.CheckConfig(Config(3, 1, 0, Recompute::kNone), 1).find("does not divide") !=
         std::string::npos);
-  CHECK(cost_model.CheckConfig(StageConfig{1, 8, 2, 2, 0, Recompute::kNone}, 1)
+  CHECK(cost_model.CheckConfig(StageConfig{1, 8, 2, 2, 0, Recompute::kNone, {}}, 1)
             .find("!= 8 devices") != std::string::npos);
-  CHECK(cost_model.CheckConfig(StageConfig{2, 8, 16, 1, 0, Recompute::kNone}, 1)
+  CHECK(cost_model.CheckConfig(StageConfig{2, 8, 16, 1, 0, Recompute::kNone, {}}, 1)
             .find("cluster has 1") != std::string::npos);
   CHECK(cost_model.CheckConfig(Config(1, 1, 0, Recompute::kNone), 3).find("global batch") !=
         std::string::npos);

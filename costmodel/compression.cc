@@ -1,0 +1,244 @@
+#include "costmodel/compression.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "costmodel/error.h"
+#include "costmodel/model.h"
+
+namespace stratos {
+
+const char* GradCompressionName(GradCompression kind) {
+  switch (kind) {
+    case GradCompression::kNone: return "none";
+    case GradCompression::kBf16: return "bf16";
+    case GradCompression::kFp16: return "fp16";
+    case GradCompression::kTopK: return "topk";
+    case GradCompression::kPowerSgd: return "powersgd";
+    case GradCompression::kTernGrad: return "terngrad";
+    case GradCompression::kSign: return "sign";
+  }
+  return "unknown";
+}
+
+const std::vector<GradCompression>& AllGradCompressions() {
+  static const std::vector<GradCompression> kinds = {
+      GradCompression::kNone, GradCompression::kBf16,     GradCompression::kFp16,
+      GradCompression::kTopK, GradCompression::kPowerSgd, GradCompression::kTernGrad,
+      GradCompression::kSign};
+  return kinds;
+}
+
+GradCompression ParseGradCompression(const std::string& text, const std::string& where,
+                                     const std::string& key) {
+  std::string allowed;
+  for (GradCompression kind : AllGradCompressions()) {
+    if (text == GradCompressionName(kind)) return kind;
+    allowed += fmt::format("{}\"{}\"", allowed.empty() ? "" : ", ", GradCompressionName(kind));
+  }
+  ThrowInputError(where, key, fmt::format("\"{}\"", text),
+                  fmt::format("must be one of {}", allowed));
+}
+
+std::string CompressionSpec::Label() const {
+  switch (kind) {
+    case GradCompression::kTopK:
+      return topk_momentum > 0
+                 ? fmt::format("topk(density={:g}, momentum={:g})", topk_density, topk_momentum)
+                 : fmt::format("topk(density={:g})", topk_density);
+    case GradCompression::kPowerSgd: return fmt::format("powersgd(rank={})", powersgd_rank);
+    default: return GradCompressionName(kind);
+  }
+}
+
+// Parameters of other kinds do not matter: a "bf16" spec equals every other "bf16" spec.
+bool CompressionSpec::operator==(const CompressionSpec& o) const {
+  if (kind != o.kind) return false;
+  if (kind == GradCompression::kTopK)
+    return topk_density == o.topk_density && topk_momentum == o.topk_momentum;
+  if (kind == GradCompression::kPowerSgd) return powersgd_rank == o.powersgd_rank;
+  return true;
+}
+
+std::string CheckCompressionSpec(const CompressionSpec& spec) {
+  if (spec.kind == GradCompression::kTopK) {
+    if (!(spec.topk_density > 0 && spec.topk_density <= 1))
+      return fmt::format("topk_density {} must be in (0, 1]", spec.topk_density);
+    if (!(spec.topk_momentum >= 0 && spec.topk_momentum < 1))
+      return fmt::format("topk_momentum {} must be in [0, 1)", spec.topk_momentum);
+  }
+  if (spec.kind == GradCompression::kPowerSgd && spec.powersgd_rank < 1)
+    return fmt::format("powersgd_rank {} must be >= 1", spec.powersgd_rank);
+  return "";
+}
+
+std::string CheckStageCompression(const CompressionSpec& spec, int zero_stage) {
+  std::string rule = CheckCompressionSpec(spec);
+  if (!rule.empty()) return rule;
+  if (spec.kind != GradCompression::kNone && zero_stage > 1)
+    return fmt::format("grad_compression {} needs the full gradient on every DP rank: zero_stage "
+                       "{} shards it (use ZeRO 0 or 1)",
+                       spec.Label(), zero_stage);
+  return "";
+}
+
+bool UsesAllGather(GradCompression kind) {
+  return kind == GradCompression::kTopK || kind == GradCompression::kTernGrad ||
+         kind == GradCompression::kSign;
+}
+
+GradientTensorShape ShapeOf(const std::vector<int64_t>& sizes) {
+  GradientTensorShape shape;
+  if (sizes.empty()) {
+    shape.rows = 1;  // a scalar
+    return shape;
+  }
+  shape.rows = static_cast<double>(sizes[0]);
+  for (size_t d = 1; d < sizes.size(); ++d) shape.cols *= static_cast<double>(sizes[d]);
+  return shape;
+}
+
+double TopKCount(double density, double elements) {
+  if (elements <= 0) return 0;
+  const double k = std::ceil(std::round(density * elements * 1e9) / 1e9);
+  return std::min(elements, std::max(1.0, k));
+}
+
+int64_t TopKCount(double density, int64_t elements) {
+  return static_cast<int64_t>(TopKCount(density, static_cast<double>(elements)));
+}
+
+bool PowerSgdCompresses(const GradientTensorShape& shape, int rank) {
+  return shape.IsMatrix() && rank * (shape.rows + shape.cols) < shape.Elements();
+}
+
+CompressedMessage MessageBytes(const CompressionSpec& spec, const GradientTensorShape& shape,
+                               double grad_dtype_bytes) {
+  const double elements = shape.Elements();
+  CompressedMessage message;
+  switch (spec.kind) {
+    case GradCompression::kNone:
+      message.all_reduce_bytes = elements * grad_dtype_bytes;
+      break;
+    case GradCompression::kBf16:
+    case GradCompression::kFp16:
+      message.all_reduce_bytes = elements * 2;
+      break;
+    case GradCompression::kPowerSgd:
+      message.all_reduce_bytes =
+          PowerSgdCompresses(shape, spec.powersgd_rank)
+              ? spec.powersgd_rank * (shape.rows + shape.cols) * grad_dtype_bytes
+              : elements * grad_dtype_bytes;
+      break;
+    case GradCompression::kTopK:
+      message.all_gather_bytes = TopKCount(spec.topk_density, elements) * (grad_dtype_bytes + 4);
+      break;
+    case GradCompression::kTernGrad:
+      message.all_gather_bytes = std::ceil(elements / 4) + 4;
+      break;
+    case GradCompression::kSign:
+      message.all_gather_bytes = std::ceil(elements / 8) + 4;
+      break;
+  }
+  return message;
+}
+
+double WireBytes(const CompressionSpec& spec, const GradientTensorShape& shape,
+                 double grad_dtype_bytes, int group_size) {
+  if (group_size <= 1) return 0;
+  const double n = group_size;
+  const CompressedMessage message = MessageBytes(spec, shape, grad_dtype_bytes);
+  return 2 * (n - 1) / n * message.all_reduce_bytes + (n - 1) * message.all_gather_bytes;
+}
+
+double WireBytes(const CompressionSpec& spec, double elements, double grad_dtype_bytes,
+                 int group_size) {
+  return WireBytes(spec, GradientTensorShape{elements, 1}, grad_dtype_bytes, group_size);
+}
+
+CompressionWork CompressionWorkOf(const CompressionSpec& spec, const GradientTensorShape& shape,
+                                  double grad_dtype_bytes, int group_size) {
+  const double E = shape.Elements();
+  const double g = grad_dtype_bytes;
+  const double n = std::max(1, group_size);
+  CompressionWork work;
+  switch (spec.kind) {
+    case GradCompression::kNone:
+      break;
+    case GradCompression::kBf16:
+    case GradCompression::kFp16:
+      if (g > 2) work.memory_bytes = 2 * E * (g + 2);
+      break;
+    case GradCompression::kTopK: {
+      const double k = TopKCount(spec.topk_density, E);
+      const double passes = 3 + (spec.topk_momentum > 0 ? 3 : 0) + 2 + 1;
+      work.memory_bytes = passes * E * g + n * k * (8 + 2 * g);
+      break;
+    }
+    case GradCompression::kTernGrad:
+      work.memory_bytes = 2 * E * g + 2 * 4 * E + E / 4 + n * (E / 4 + 2 * E * g);
+      break;
+    case GradCompression::kSign:
+      work.memory_bytes = 7 * E * g + E / 8 + n * (E / 8 + 2 * E * g);
+      break;
+    case GradCompression::kPowerSgd:
+      if (PowerSgdCompresses(shape, spec.powersgd_rank)) {
+        const double r = spec.powersgd_rank;
+        work.memory_bytes = 6 * E * g;
+        work.flops = 3 * 2 * r * E + 2 * shape.rows * r * r;
+      }
+      break;
+  }
+  return work;
+}
+
+std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
+                                                     const LayerSpec& layer, int tp) {
+  const double stored = layer.stored_param_count / tp;
+  std::vector<GradientTensorShape> shapes;
+  if (stored <= 0) return shapes;
+  const double h = model.hidden_size;
+  const bool transformer_family = h > 0 && layer.kind != LayerKind::kExplicit;
+  if (!transformer_family) {
+    const double side = std::sqrt(stored);
+    return {GradientTensorShape{side, side}};
+  }
+  // Unsharded "other" dimensions of the layer's (other, h) weight matrices.
+  std::vector<double> others;
+  const double f = model.ffn_hidden_size;
+  const double heads = model.num_attention_heads;
+  const double hkv =
+      (model.num_key_value_heads > 0 ? model.num_key_value_heads : heads) * (h / heads);
+  const double V = model.vocab_size;
+  switch (layer.kind) {
+    case LayerKind::kEmbedding:
+      others = {V};
+      if (model.family != "llama") others.push_back(model.max_position_embeddings);
+      break;
+    case LayerKind::kTransformer:
+      others = {h + 2 * hkv, h, f, f};
+      if (model.family == "llama") others.push_back(f);
+      break;
+    case LayerKind::kHead:
+      others = {V};
+      if (model.family == "bert") others.insert(others.end(), {h, h});
+      break;
+    case LayerKind::kExplicit:
+      break;
+  }
+  double matrix_elements = 0;
+  for (double other : others) {
+    shapes.push_back({other / tp, h});
+    matrix_elements += other / tp * h;
+  }
+  const double vector_elements = stored - matrix_elements;
+  STRATOS_CHECK(vector_elements > -1e-6 * stored,
+                "layer {}: weight matrices of {} elements exceed its {} parameters", layer.name,
+                matrix_elements, stored);
+  if (vector_elements > 0) shapes.push_back({vector_elements, 1});
+  return shapes;
+}
+
+}  // namespace stratos

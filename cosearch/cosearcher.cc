@@ -1,0 +1,469 @@
+#include "cosearch/cosearcher.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "costmodel/error.h"
+#include "runtime/communicator.h"
+#include "runtime/compression.h"
+#include "runtime/data.h"
+#include "runtime/gpt.h"
+#include "runtime/trainer.h"
+
+namespace stratos {
+
+using torch::Tensor;
+
+void CoSearchOptions::Validate() const {
+  const std::string where = "co-search options";
+  if (batch_size < 1) ThrowInputError(where, "batch_size", batch_size, "must be >= 1");
+  if (!(learning_rate > 0)) ThrowInputError(where, "learning_rate", learning_rate, "must be > 0");
+  if (search_steps < 1) ThrowInputError(where, "search_steps", search_steps, "must be >= 1");
+  if (warmup_steps < 1 || warmup_steps >= search_steps)
+    ThrowInputError(where, "warmup_steps", warmup_steps,
+                    fmt::format("must be in [1, search_steps = {})", search_steps));
+  if (!(alpha_learning_rate > 0))
+    ThrowInputError(where, "alpha_learning_rate", alpha_learning_rate, "must be > 0");
+  if (!(initial_temperature > 0) || !(final_temperature > 0) ||
+      final_temperature > initial_temperature)
+    ThrowInputError(where, "final_temperature", final_temperature,
+                    fmt::format("temperatures must be > 0 with final <= initial = {}",
+                                initial_temperature));
+  if (unroll_step < 0) ThrowInputError(where, "unroll_step", unroll_step, "must be >= 0");
+  if (validation_windows < 1 || validation_batch < 1 || validation_batch > validation_windows)
+    ThrowInputError(where, "validation_batch", validation_batch,
+                    fmt::format("must be in [1, validation_windows = {}]", validation_windows));
+  if (smoothmax_tau < 0) ThrowInputError(where, "smoothmax_tau", smoothmax_tau, "must be >= 0");
+  if (checkpoint_every < 0)
+    ThrowInputError(where, "checkpoint_every", checkpoint_every, "must be >= 0");
+  if (resume && checkpoint_dir.empty())
+    ThrowInputError(where, "resume", "true", "needs a checkpoint_dir");
+}
+
+std::vector<int> ProxyStageOfLayer(int proxy_layers, const Plan& target_plan,
+                                   int target_layers) {
+  std::vector<int> stage_of(proxy_layers, 0);
+  for (int l = 0; l < proxy_layers; ++l) {
+    const int target = std::min(target_layers - 1,
+                                static_cast<int>((l + 0.5) / proxy_layers * target_layers));
+    for (int s = 0; s < target_plan.NumStages(); ++s)
+      if (target >= target_plan.stages[s].first_layer && target < target_plan.stages[s].last_layer)
+        stage_of[l] = s;
+  }
+  return stage_of;
+}
+
+namespace {
+
+// Adam (Kingma & Ba 2015) on one flat tensor, exposing its preconditioner for the look-ahead.
+struct FlatAdam {
+  double learning_rate, beta1, beta2, epsilon = 1e-8;
+  Tensor m, v;
+  int64_t steps = 0;
+
+  FlatAdam(const Tensor& like, double lr, double b1, double b2)
+      : learning_rate(lr), beta1(b1), beta2(b2), m(torch::zeros_like(like)),
+        v(torch::zeros_like(like)) {}
+  // sqrt(v_hat) + epsilon; ones before the first step.
+  Tensor Preconditioner() const {
+    if (steps == 0) return torch::ones_like(v);
+    return (v / (1 - std::pow(beta2, steps))).sqrt_().add_(epsilon);
+  }
+  void Step(Tensor params, const Tensor& grad) {
+    torch::NoGradGuard no_grad;
+    ++steps;
+    m.mul_(beta1).add_(grad, 1 - beta1);
+    v.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+    params.addcdiv_(m, Preconditioner(), -learning_rate / (1 - std::pow(beta1, steps)));
+  }
+};
+
+// The proxy model, its data and the compressors of each option.
+struct Proxy {
+  ModelSpec model;
+  std::unique_ptr<CharDataset> data;
+  std::unique_ptr<Communicator> self;
+  std::unique_ptr<GptStage> stage;
+  Tensor element_stage;  // (num_parameters,) int64: target stage of each element of theta
+  std::vector<std::unique_ptr<GradientCompressor>> compressors;  // [option], null for none
+  FlatAdam adam;
+
+  Proxy(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate,
+        const Plan& target_plan, int target_layers)
+      : model(LoadRuntimeModel(options.model, options.seq_length)),
+        adam(torch::zeros({1}), options.learning_rate, 0.9, 0.95) {
+    data = std::make_unique<CharDataset>(
+        options.data_path.empty() ? DefaultDataPath() : options.data_path, model.seq_length);
+    if (data->VocabSize() > model.vocab_size)
+      ThrowInputError("co-search", "model", options.model,
+                      fmt::format("vocabulary {} is smaller than the data's {} characters",
+                                  model.vocab_size, data->VocabSize()));
+    self = MakeSelfCommunicator("co-search proxy");
+    stage = std::make_unique<GptStage>(model, 0, model.NumLayers(), Recompute::kNone, self.get(),
+                                       options.seed);
+    adam = FlatAdam(stage->FlatParameters(), options.learning_rate, 0.9, 0.95);
+    const std::vector<int> stage_of =
+        ProxyStageOfLayer(model.NumLayers(), target_plan, target_layers);
+    element_stage = torch::zeros({stage->NumLocalParameters()}, torch::kInt64);
+    std::vector<std::vector<int64_t>> shapes;
+    for (size_t p = 0; p < stage->Parameters().size(); ++p) {
+      const ParameterInfo& info = stage->ParameterInfos()[p];
+      element_stage.narrow(0, info.offset, info.numel).fill_(stage_of[info.layer]);
+      shapes.push_back(stage->Parameters()[p].sizes().vec());
+    }
+    CompressorOptions compressor_options;
+    compressor_options.seed = options.seed;
+    for (const CompressionSpec& spec : surrogate.Options())
+      compressors.push_back(spec.kind == GradCompression::kNone
+                                ? nullptr
+                                : GradientCompressor::Create(spec, shapes, compressor_options));
+  }
+
+  Tensor Theta() const { return stage->FlatParameters(); }
+
+  // grad of the mean loss on `batch` at the current theta, flattened like theta.
+  Tensor Gradient(const CharDataset::Batch& batch, double* loss) {
+    for (const Tensor& p : stage->Parameters())
+      if (p.grad().defined()) const_cast<Tensor&>(p).mutable_grad() = Tensor();
+    Tensor value = stage->Forward(batch.inputs, batch.targets);
+    value.backward();
+    *loss = value.item<double>();
+    Tensor flat = torch::zeros({stage->NumLocalParameters()});
+    for (size_t p = 0; p < stage->Parameters().size(); ++p) {
+      const Tensor& grad = stage->Parameters()[p].grad();
+      const ParameterInfo& info = stage->ParameterInfos()[p];
+      if (grad.defined()) flat.narrow(0, info.offset, info.numel).copy_(grad.reshape(-1));
+    }
+    return flat;
+  }
+
+  // The same at theta = `at` (theta is restored afterwards).
+  Tensor GradientAt(const Tensor& at, const CharDataset::Batch& batch, double* loss) {
+    Tensor saved = Theta().clone();
+    {
+      torch::NoGradGuard no_grad;
+      Theta().copy_(at);
+    }
+    Tensor grad = Gradient(batch, loss);
+    torch::NoGradGuard no_grad;
+    Theta().copy_(saved);
+    return grad;
+  }
+
+  double LossAt(const Tensor& at, const CharDataset::Batch& batch) {
+    torch::NoGradGuard no_grad;
+    Tensor saved = Theta().clone();
+    Theta().copy_(at);
+    const double loss = stage->Forward(batch.inputs, batch.targets).item<double>();
+    Theta().copy_(saved);
+    return loss;
+  }
+
+  // Round trip of g through option k's compressor, parameter by parameter.
+  Tensor RoundTrip(int k, const Tensor& g) {
+    if (!compressors[k]) return g;
+    Tensor out = torch::empty_like(g);
+    for (size_t p = 0; p < stage->Parameters().size(); ++p) {
+      const ParameterInfo& info = stage->ParameterInfos()[p];
+      const Tensor grad = g.narrow(0, info.offset, info.numel).view(stage->Parameters()[p].sizes());
+      out.narrow(0, info.offset, info.numel)
+          .copy_(compressors[k]->RoundTrip(static_cast<int>(p), grad).reshape(-1));
+    }
+    return out;
+  }
+
+  // (S, K) probabilities -> per-element weight of option k.
+  Tensor ElementWeights(const Tensor& probabilities, int k) const {
+    return probabilities.select(1, k).to(torch::kFloat32).index_select(0, element_stage);
+  }
+
+  // Per-stage sums of x (num_parameters,) -> (S,) float64.
+  Tensor StageSums(const Tensor& x, int num_stages) const {
+    return torch::zeros({num_stages}, torch::kFloat64)
+        .index_add_(0, element_stage, x.to(torch::kFloat64));
+  }
+};
+
+Tensor ProbabilitiesTensor(const std::vector<std::vector<double>>& p) {
+  const int S = static_cast<int>(p.size()), K = static_cast<int>(p[0].size());
+  Tensor t = torch::zeros({S, K}, torch::kFloat64);
+  for (int s = 0; s < S; ++s)
+    for (int k = 0; k < K; ++k) t[s][k] = p[s][k];
+  return t;
+}
+
+}  // namespace
+
+struct CoSearch::Impl {
+  CoSearchOptions options;
+  const CompressionTimeSurrogate& surrogate;
+  Proxy proxy;
+  CharDataset::Batch validation;  // validation_windows fixed windows
+  Tensor alpha_m, alpha_v;
+  int64_t alpha_steps = 0;
+  // The last outer update, frozen for the tests.
+  struct Frozen {
+    std::vector<Tensor> directions;  // V_k / D per option
+    Tensor theta;
+    CharDataset::Batch batch;
+    double lambda = 0, xi = 0, temperature = 1;
+    Tensor gradient;  // dJ/dalpha
+    bool valid = false;
+  } frozen;
+
+  Impl(const CoSearchOptions& o, const CompressionTimeSurrogate& s, const Plan& base)
+      : options(o), surrogate(s), proxy(o, s, base, base.stages.back().last_layer) {}
+};
+
+namespace {
+
+// softmax(alpha_s / temperature) over the allowed options of each stage.
+std::vector<std::vector<double>> SoftmaxRows(const Tensor& alpha, double temperature,
+                                             const CompressionTimeSurrogate& surrogate) {
+  const int S = surrogate.NumStages(), K = surrogate.NumOptions();
+  std::vector<std::vector<double>> p(S, std::vector<double>(K, 0.0));
+  auto a = alpha.accessor<double, 2>();
+  for (int s = 0; s < S; ++s) {
+    double top = -1e300, sum = 0;
+    for (int k = 0; k < K; ++k)
+      if (surrogate.Allowed(s, k)) top = std::max(top, a[s][k] / temperature);
+    for (int k = 0; k < K; ++k)
+      if (surrogate.Allowed(s, k)) sum += (p[s][k] = std::exp(a[s][k] / temperature - top));
+    for (int k = 0; k < K; ++k) p[s][k] /= sum;
+  }
+  return p;
+}
+
+}  // namespace
+
+CoSearch::CoSearch(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate) {
+  options.Validate();
+  // The proxy maps its layers by relative depth onto the base plan's stages; the plan's layer
+  // count is its last stage's end.
+  const Plan base = surrogate.PlanFor(std::vector<int>(surrogate.NumStages(), 0));
+  impl_ = std::make_unique<Impl>(options, surrogate, base);
+  impl_->validation = impl_->proxy.data->ValidationBatch(options.validation_windows);
+  alpha_ = torch::zeros({surrogate.NumStages(), surrogate.NumOptions()}, torch::kFloat64);
+  impl_->alpha_m = torch::zeros_like(alpha_);
+  impl_->alpha_v = torch::zeros_like(alpha_);
+  if (options.resume) LoadCheckpoint();
+}
+
+CoSearch::~CoSearch() = default;
+
+double CoSearch::Temperature() const {
+  const CoSearchOptions& o = impl_->options;
+  const double progress =
+      o.search_steps > 1 ? std::min(1.0, static_cast<double>(step_) / (o.search_steps - 1)) : 1.0;
+  return o.initial_temperature * std::pow(o.final_temperature / o.initial_temperature, progress);
+}
+
+std::vector<std::vector<double>> CoSearch::Probabilities() const {
+  return SoftmaxRows(alpha_, Temperature(), impl_->surrogate);
+}
+
+std::vector<int> CoSearch::Discretize() const {
+  const auto p = Probabilities();
+  std::vector<int> choice(p.size(), 0);
+  for (size_t s = 0; s < p.size(); ++s)
+    choice[s] = static_cast<int>(std::max_element(p[s].begin(), p[s].end()) - p[s].begin());
+  return choice;
+}
+
+Tensor CoSearch::FlatParameters() const { return impl_->proxy.Theta(); }
+
+void CoSearch::Step() {
+  Impl& x = *impl_;
+  const CoSearchOptions& o = x.options;
+  const CompressionTimeSurrogate& surrogate = x.surrogate;
+  const int S = surrogate.NumStages(), K = surrogate.NumOptions();
+  Proxy& proxy = x.proxy;
+
+  const CharDataset::Batch batch =
+      proxy.data->TrainBatch(o.seed, step_, o.batch_size, 0, o.batch_size);
+  const Tensor g = proxy.Gradient(batch, &last_train_loss_);
+  std::vector<Tensor> variants;
+  for (int k = 0; k < K; ++k) variants.push_back(proxy.RoundTrip(k, g));
+
+  if (step_ >= o.warmup_steps) {
+    const double temperature = Temperature();
+    const auto p = Probabilities();
+    const Tensor pt = ProbabilitiesTensor(p);
+    const double xi = o.unroll_step > 0 ? o.unroll_step : o.learning_rate;
+    const Tensor preconditioner = proxy.adam.Preconditioner();
+    std::vector<Tensor> directions;
+    Tensor step_direction = torch::zeros_like(g);
+    for (int k = 0; k < K; ++k) {
+      directions.push_back(variants[k] / preconditioner);
+      step_direction.add_(proxy.ElementWeights(pt, k) * directions[k]);
+    }
+    const Tensor theta = proxy.Theta().clone();
+    const Tensor look_ahead = o.second_order ? theta - xi * step_direction : theta;
+    // Validation windows cycle through the fixed set.
+    const int first = static_cast<int>((static_cast<int64_t>(step_) * o.validation_batch) %
+                                       (o.validation_windows - o.validation_batch + 1));
+    CharDataset::Batch vb{x.validation.inputs.narrow(0, first, o.validation_batch),
+                          x.validation.targets.narrow(0, first, o.validation_batch)};
+    const Tensor val_grad = proxy.GradientAt(look_ahead, vb, &last_validation_loss_);
+    // a[s][k] = <grad L_val, V_k / D> over stage s's elements.
+    Tensor a = torch::zeros({S, K}, torch::kFloat64);
+    for (int k = 0; k < K; ++k) a.select(1, k).copy_(proxy.StageSums(val_grad * directions[k], S));
+    const double progress = xi * (a * pt).sum().item<double>();
+    if (o.lambda >= 0) {
+      lambda_ = o.lambda;
+    } else {
+      const double sample = std::max(0.0, progress);
+      lambda_ = step_ == o.warmup_steps ? sample : 0.9 * lambda_ + 0.1 * sample;
+    }
+    std::vector<std::vector<double>> dt;
+    surrogate.Seconds(p, o.smoothmax_tau * surrogate.BaseSeconds(), &dt);
+    Tensor dp = -xi * a + lambda_ / surrogate.BaseSeconds() * ProbabilitiesTensor(dt);
+    // Softmax with temperature: dalpha_sk = p_sk (dp_sk - sum_j p_sj dp_sj) / temperature.
+    Tensor dalpha = pt * (dp - (pt * dp).sum(1, true)) / temperature;
+    x.frozen = {directions, theta, vb, lambda_, xi, temperature, dalpha, o.second_order};
+    // Adam on alpha.
+    ++x.alpha_steps;
+    x.alpha_m.mul_(0.9).add_(dalpha, 0.1);
+    x.alpha_v.mul_(0.999).addcmul_(dalpha, dalpha, 0.001);
+    const Tensor denom = (x.alpha_v / (1 - std::pow(0.999, x.alpha_steps))).sqrt_().add_(1e-12);
+    alpha_.addcdiv_(x.alpha_m, denom, -o.alpha_learning_rate / (1 - std::pow(0.9, x.alpha_steps)));
+  }
+
+  // Inner: Adam on theta with the mixed gradient.
+  const Tensor pt = ProbabilitiesTensor(Probabilities());
+  Tensor mixed = torch::zeros_like(g);
+  for (int k = 0; k < K; ++k) mixed.add_(proxy.ElementWeights(pt, k) * variants[k]);
+  proxy.adam.Step(proxy.Theta(), mixed);
+  ++step_;
+  if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && step_ % o.checkpoint_every == 0)
+    SaveCheckpoint();
+}
+
+double CoSearch::FrozenOuterObjective(const Tensor& alpha) const {
+  const Impl& x = *impl_;
+  STRATOS_CHECK(x.frozen.valid, "no second-order outer step has run yet");
+  const auto p = SoftmaxRows(alpha, x.frozen.temperature, x.surrogate);
+  const Tensor pt = ProbabilitiesTensor(p);
+  Tensor look_ahead = x.frozen.theta.clone();
+  for (int k = 0; k < x.surrogate.NumOptions(); ++k)
+    look_ahead.sub_(x.frozen.xi * x.proxy.ElementWeights(pt, k) * x.frozen.directions[k]);
+  const double loss = const_cast<Proxy&>(x.proxy).LossAt(look_ahead, x.frozen.batch);
+  const double seconds =
+      x.surrogate.Seconds(p, x.options.smoothmax_tau * x.surrogate.BaseSeconds(), nullptr);
+  return loss + x.frozen.lambda * seconds / x.surrogate.BaseSeconds();
+}
+
+Tensor CoSearch::FrozenOuterGradient() const {
+  STRATOS_CHECK(impl_->frozen.valid, "no second-order outer step has run yet");
+  return impl_->frozen.gradient;
+}
+
+void CoSearch::SaveCheckpoint() const {
+  const Impl& x = *impl_;
+  const std::string dir = x.options.checkpoint_dir;
+  std::filesystem::create_directories(dir);
+  std::vector<Tensor> tensors = {alpha_, x.alpha_m, x.alpha_v, x.proxy.Theta(), x.proxy.adam.m,
+                                 x.proxy.adam.v};
+  for (const auto& compressor : x.proxy.compressors)
+    if (compressor)
+      for (const Tensor& t : compressor->State()) tensors.push_back(t);
+  torch::save(tensors, dir + "/cosearch.pt.tmp");
+  nlohmann::json meta = {{"schema", "stratos.cosearch_checkpoint/1"},
+                         {"step", step_},
+                         {"lambda", lambda_},
+                         {"alpha_steps", x.alpha_steps},
+                         {"theta_adam_steps", x.proxy.adam.steps},
+                         {"tensors", tensors.size()},
+                         {"stages", x.surrogate.NumStages()},
+                         {"options", x.surrogate.NumOptions()},
+                         {"parameters", x.proxy.Theta().numel()}};
+  {
+    std::ofstream out(dir + "/cosearch.json.tmp");
+    out << meta.dump(2) << "\n";
+    if (!out) throw std::runtime_error(fmt::format("{}/cosearch.json.tmp: write failed", dir));
+  }
+  std::filesystem::rename(dir + "/cosearch.pt.tmp", dir + "/cosearch.pt");
+  std::filesystem::rename(dir + "/cosearch.json.tmp", dir + "/cosearch.json");
+}
+
+void CoSearch::LoadCheckpoint() {
+  Impl& x = *impl_;
+  const std::string dir = x.options.checkpoint_dir;
+  const std::string json_path = dir + "/cosearch.json";
+  std::ifstream in(json_path);
+  if (!in) throw InputError(fmt::format("{}: cannot open the co-search checkpoint", json_path));
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: {}", json_path, e.what()));
+  }
+  auto expect = [&](const char* key, int64_t value) {
+    if (meta.value(key, int64_t{-1}) != value)
+      ThrowInputError(json_path, key, meta.value(key, nlohmann::json()).dump(),
+                      fmt::format("this co-search has {}", value));
+  };
+  expect("stages", x.surrogate.NumStages());
+  expect("options", x.surrogate.NumOptions());
+  expect("parameters", x.proxy.Theta().numel());
+  std::vector<Tensor> tensors;
+  torch::load(tensors, dir + "/cosearch.pt");
+  expect("tensors", static_cast<int64_t>(tensors.size()));
+  torch::NoGradGuard no_grad;
+  alpha_.copy_(tensors[0]);
+  x.alpha_m.copy_(tensors[1]);
+  x.alpha_v.copy_(tensors[2]);
+  x.proxy.Theta().copy_(tensors[3]);
+  x.proxy.adam.m.copy_(tensors[4]);
+  x.proxy.adam.v.copy_(tensors[5]);
+  size_t next = 6;
+  for (const auto& compressor : x.proxy.compressors) {
+    if (!compressor) continue;
+    const size_t count = compressor->State().size();
+    compressor->LoadState(std::vector<Tensor>(tensors.begin() + next,
+                                              tensors.begin() + next + count));
+    next += count;
+  }
+  step_ = meta.at("step").get<int>();
+  lambda_ = meta.at("lambda").get<double>();
+  x.alpha_steps = meta.at("alpha_steps").get<int64_t>();
+  x.proxy.adam.steps = meta.at("theta_adam_steps").get<int64_t>();
+}
+
+std::vector<CurvePoint> TrainFixedPlan(const CoSearchOptions& options,
+                                       const CompressionTimeSurrogate& surrogate,
+                                       const std::vector<int>& choice, int steps, int eval_every,
+                                       int eval_windows) {
+  options.Validate();
+  const Plan plan = surrogate.PlanFor(choice);
+  Proxy proxy(options, surrogate, plan, plan.stages.back().last_layer);
+  const CharDataset::Batch validation = proxy.data->ValidationBatch(eval_windows);
+  std::vector<CurvePoint> curve;
+  const int S = surrogate.NumStages(), K = surrogate.NumOptions();
+  Tensor pt = torch::zeros({S, K}, torch::kFloat64);
+  for (int s = 0; s < S; ++s) pt[s][choice[s]] = 1.0;
+  for (int step = 0; step <= steps; ++step) {
+    if (step % eval_every == 0 || step == steps)
+      curve.push_back({step, proxy.LossAt(proxy.Theta(), validation)});
+    if (step == steps) break;
+    const CharDataset::Batch batch =
+        proxy.data->TrainBatch(options.seed, step, options.batch_size, 0, options.batch_size);
+    double loss = 0;
+    const Tensor g = proxy.Gradient(batch, &loss);
+    Tensor update = torch::zeros_like(g);
+    for (int k = 0; k < K; ++k) {
+      const Tensor weight = proxy.ElementWeights(pt, k);
+      if (weight.sum().item<double>() == 0) continue;  // no stage uses option k
+      update.add_(weight * proxy.RoundTrip(k, g));
+    }
+    proxy.adam.Step(proxy.Theta(), update);
+  }
+  return curve;
+}
+
+}  // namespace stratos

@@ -1,0 +1,139 @@
+#pragma once
+// CoSearcher: the bilevel co-search of DESIGN.md §7 (issue 5) — the plan's per-stage gradient
+// compression is searched while a model trains, so that the choice is judged by both what it
+// does to the loss and what it does to the predicted iteration time.
+//
+// Two problems share the strategy logits alpha (stages x compression options):
+//   * the proxy: the runtime's GPT (runtime/gpt.h) trained in this process on real text
+//     (tinyshakespeare); its layers are mapped onto the target plan's stages by relative depth
+//     (ProxyStageOfLayer), so stage s's compression choice applies to the proxy's layers there;
+//   * the target: a large model on a large cluster (by default GPT-3 2.7B on 16 p3.16xlarge
+//     nodes) with a fixed base plan; the cost model predicts its iteration time
+//     (CompressionTimeSurrogate).
+//
+// One step (Liu et al., "DARTS", ICLR 2019, Algorithm 1, with the mixed operation on the
+// gradient instead of on the forward pass):
+//   1. g = grad L_train(theta) on the step's batch; V_k = C_k(g) for every option k, where C_k is
+//      compressor k's round trip with its own error-feedback state (runtime/compression.h) and
+//      C_none = identity; p_s = softmax(alpha_s / temperature) over the options stage s allows.
+//   2. Outer (after the warm-up steps): theta' = theta - xi sum_k p_k V_k / D, the look-ahead of
+//      one step of the inner optimizer (D = Adam's current preconditioner sqrt(v_hat) + eps,
+//      xi = its learning rate), and
+//        J(alpha) = L_val(theta') + lambda T(p) / T_base,
+//      dJ/dp_{s,k} = -xi <grad L_val(theta'), V_{s,k} / D> + lambda / T_base dT/dp_{s,k},
+//      chained through the softmax; Adam on alpha. theta' is linear in p and L_train does not
+//      depend on alpha, so this unrolled gradient is exact without DARTS's Hessian-vector
+//      product ("second order"); first order evaluates grad L_val at theta instead of theta'.
+//      lambda (automatic by default) is the running mean of the look-ahead's validation-loss
+//      decrease xi <grad L_val, sum_k p_k V_k / D>: then dJ = 0 is the condition that the loss
+//      decrease per predicted second, the rate that decides the time to a target loss, is
+//      stationary.
+//   3. Inner: Adam step on theta with the mixed gradient sum_k p_k V_k (p after the outer step).
+// The temperature anneals geometrically; Discretize() takes the argmax per stage.
+//
+// The choices that do not touch the math of training (the layout of the base plan) are fixed;
+// a single process stands in for each stage's DP group (the compressor round trip of a group
+// of one), so the averaging of compressed gradients across replicas is not simulated.
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cosearch/time_surrogate.h"
+#include "costmodel/model.h"
+
+namespace stratos {
+
+struct CoSearchOptions {
+  // Proxy training: runtime model name ("gpt-tiny" or a model file), tinyshakespeare by default.
+  std::string model = "gpt-tiny";
+  int seq_length = 0;          // 0: the model's
+  std::string data_path;       // "": DefaultDataPath()
+  int batch_size = 16;         // sequences per step
+  double learning_rate = 1e-3; // Adam on theta (beta 0.9, 0.95 as the runtime)
+  uint64_t seed = 1234;
+  // Outer loop.
+  int search_steps = 400;
+  int warmup_steps = 50;       // theta only, with the initial (uniform) mixture
+  double alpha_learning_rate = 0.05;  // Adam on alpha
+  double initial_temperature = 1.0;
+  double final_temperature = 0.1;
+  double lambda = -1;          // < 0: automatic (see above); else fixed, loss units per T_base
+  bool second_order = true;    // false: grad L_val at theta (first order)
+  double unroll_step = 0;      // xi; 0: the inner learning rate
+  int validation_windows = 64; // fixed validation windows the outer loss cycles through
+  int validation_batch = 16;   // windows per outer step
+  double smoothmax_tau = 0.01; // of T's smooth maxima, relative to T_base
+  // Checkpoints: every this many steps (0: never) into checkpoint_dir, atomically.
+  std::string checkpoint_dir;
+  int checkpoint_every = 100;
+  bool resume = false;         // continue from checkpoint_dir's checkpoint
+
+  // Throws InputError naming the field and the rule.
+  void Validate() const;
+};
+
+// Target stage of each proxy layer (proxy layer l at relative depth (l + 0.5) / L_proxy goes to
+// the stage holding the target layer at the same relative depth).
+std::vector<int> ProxyStageOfLayer(int proxy_layers, const Plan& target_plan,
+                                   int target_layers);
+
+class CoSearch {
+ public:
+  // Builds the proxy model and data, one compressor per option (over the proxy's parameter
+  // shapes) and alpha = 0. `surrogate` must outlive this object. Throws InputError for bad
+  // options, data or model.
+  CoSearch(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate);
+  ~CoSearch();
+
+  // One co-search step (inner and, after the warm-up, outer).
+  void Step();
+  int StepCount() const { return step_; }
+  double Temperature() const;
+  double Lambda() const { return lambda_; }
+  double LastTrainLoss() const { return last_train_loss_; }
+  double LastValidationLoss() const { return last_validation_loss_; }
+
+  torch::Tensor Alpha() const { return alpha_; }  // (stages, options), float64
+  // softmax(alpha_s / temperature) over the allowed options of each stage, 0 elsewhere.
+  std::vector<std::vector<double>> Probabilities() const;
+  std::vector<int> Discretize() const;
+  torch::Tensor FlatParameters() const;  // theta, (num_parameters,) float32
+
+  // Checkpoint: alpha, theta, both Adam states, every compressor's state, lambda, the step.
+  // Save writes checkpoint_dir/cosearch.pt + .json via a temporary name; Load throws
+  // InputError if the file is missing or does not match this search (options, shapes).
+  void SaveCheckpoint() const;
+  void LoadCheckpoint();
+
+  // For tests: the outer objective J at `alpha` with everything else frozen at the state of the
+  // last Step()'s outer update (V, D, theta, the validation windows, lambda), and its gradient.
+  double FrozenOuterObjective(const torch::Tensor& alpha) const;
+  torch::Tensor FrozenOuterGradient() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  torch::Tensor alpha_;
+  int step_ = 0;
+  double lambda_ = 0;
+  double last_train_loss_ = 0;
+  double last_validation_loss_ = 0;
+};
+
+// Validation-loss curve of one fixed plan: the proxy trained from scratch for `steps` with stage
+// s's gradients passed through compressor choice[s] (the same seeds, batches and optimizer as
+// the co-search), the mean loss over `eval_windows` validation windows every `eval_every` steps
+// (and at step 0).
+struct CurvePoint {
+  int step = 0;
+  double validation_loss = 0;
+};
+std::vector<CurvePoint> TrainFixedPlan(const CoSearchOptions& options,
+                                       const CompressionTimeSurrogate& surrogate,
+                                       const std::vector<int>& choice, int steps, int eval_every,
+                                       int eval_windows);
+
+}  // namespace stratos

@@ -1,0 +1,252 @@
+// `stratos cosearch` (experiments/cosearch_command.h).
+#include "experiments/cosearch_command.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <sstream>
+
+#include "cosearch/cosearcher.h"
+#include "costmodel/error.h"
+#include "experiments/output.h"
+#include "search/relax_searcher.h"
+
+namespace stratos {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<CompressionSpec> ParseCompressions(const std::string& list) {
+  std::vector<CompressionSpec> specs;
+  std::stringstream stream(list);
+  std::string name;
+  while (std::getline(stream, name, ',')) {
+    CompressionSpec spec;
+    spec.kind = ParseGradCompression(name, "command line", "--compressions");
+    specs.push_back(spec);
+  }
+  if (specs.empty() || specs.front().kind != GradCompression::kNone)
+    ThrowInputError("command line", "--compressions", list, "must start with none");
+  return specs;
+}
+
+std::string ChoiceLabel(const CompressionTimeSurrogate& surrogate, const std::vector<int>& c) {
+  std::string text;
+  for (size_t s = 0; s < c.size(); ++s)
+    text += (s ? "|" : "") + surrogate.Options()[c[s]].Label();
+  return text;
+}
+
+struct FixedPlanResult {
+  std::string name;
+  std::vector<int> choice;
+  double iteration_seconds = 0;
+  std::vector<CurvePoint> curve;
+  double final_loss = 0;
+  int steps_to_target = -1;  // -1: not reached
+  double seconds_to_target = 0;
+};
+
+}  // namespace
+
+int RunCoSearch(const CoSearchArgs& args) {
+  torch::set_num_threads(args.threads);
+  if (args.eval_steps < 1) ThrowInputError("command line", "--eval-steps", args.eval_steps, "must be >= 1");
+  if (args.eval_every < 1) ThrowInputError("command line", "--eval-every", args.eval_every, "must be >= 1");
+  CoSearchOptions options;
+  options.model = args.proxy_model;
+  options.batch_size = args.batch_size;
+  options.learning_rate = args.learning_rate;
+  options.alpha_learning_rate = args.alpha_learning_rate;
+  if (args.seed < 0) ThrowInputError("command line", "--seed", args.seed, "must be >= 0");
+  options.seed = static_cast<uint64_t>(args.seed);
+  options.search_steps = args.search_steps;
+  options.warmup_steps = args.warmup_steps;
+  options.second_order = !args.first_order;
+  if (args.lambda != "auto") {
+    try {
+      options.lambda = std::stod(args.lambda);
+    } catch (const std::exception&) {
+      options.lambda = -1;
+    }
+    if (!(options.lambda >= 0))
+      ThrowInputError("command line", "--lambda", args.lambda, "must be auto or a number >= 0");
+  }
+  options.checkpoint_dir = args.output_dir + "/checkpoint";
+  options.checkpoint_every = args.checkpoint_every;
+  options.resume = args.resume;
+  options.Validate();
+  const std::vector<CompressionSpec> compressions = ParseCompressions(args.compressions);
+  EnsureDirectory(args.output_dir);
+
+  // 1. The base plan: throughput only, no compression.
+  const Problem problem = LoadProblem(args.target);
+  SearchOptions search_options;
+  search_options.time_limit_seconds = 30;
+  search_options.seed = args.seed;
+  RelaxSearcher relax;
+  const SearchResult base = relax.Search(problem, search_options);
+  if (!base.plan) {
+    fmt::print(stderr, "stratos cosearch: the target problem has no feasible plan: {}\n",
+               base.summary.message);
+    return 1;
+  }
+  const CompressionTimeSurrogate surrogate(problem, *base.plan, compressions);
+  fmt::print("target: {} on {} ({} devices), global batch {}\n", problem.model.name,
+             problem.cluster.name, problem.cluster.NumDevices(),
+             problem.training.global_batch_size);
+  fmt::print("base plan (relax, throughput only): {}\n", base.plan->Summary());
+  fmt::print("predicted iteration without compression: {:.4f} s\n", surrogate.BaseSeconds());
+  for (int s = 0; s < surrogate.NumStages(); ++s) {
+    std::string row = fmt::format("  stage {} predicted s/iteration by option:", s);
+    for (int k = 0; k < surrogate.NumOptions(); ++k) {
+      if (!surrogate.Allowed(s, k)) continue;
+      std::vector<int> only(surrogate.NumStages(), 0);
+      only[s] = k;
+      row += fmt::format(" {} {:.4f}", surrogate.Options()[k].Label(),
+                         surrogate.DiscreteSeconds(only));
+    }
+    fmt::print("{}\n", row);
+  }
+
+  // 2. The co-search.
+  const auto start = Clock::now();
+  CoSearch search(options, surrogate);
+  if (args.resume) fmt::print("resumed from step {}\n", search.StepCount());
+  std::ostringstream alpha_csv;
+  alpha_csv << "step,stage,option,alpha,probability\n";
+  while (search.StepCount() < options.search_steps) {
+    search.Step();
+    const int step = search.StepCount();
+    if (step % 10 == 0 || step == options.search_steps) {
+      const auto p = search.Probabilities();
+      auto alpha = search.Alpha().accessor<double, 2>();
+      for (int s = 0; s < surrogate.NumStages(); ++s)
+        for (int k = 0; k < surrogate.NumOptions(); ++k)
+          alpha_csv << fmt::format("{},{},{},{:.6g},{:.6g}\n", step, s,
+                                   surrogate.Options()[k].Label(), alpha[s][k], p[s][k]);
+    }
+    if (args.progress && (step % 50 == 0 || step == options.search_steps))
+      fmt::print("  step {:4d}  train {:.4f}  val(look-ahead) {:.4f}  lambda {:.2e}  T {:.3f}  "
+                 "argmax {}  ({:.0f} s)\n",
+                 step, search.LastTrainLoss(), search.LastValidationLoss(), search.Lambda(),
+                 search.Temperature(), ChoiceLabel(surrogate, search.Discretize()),
+                 std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  WriteFileAtomically(args.output_dir + "/alpha.csv", alpha_csv.str());
+  const std::vector<int> cosearched = search.Discretize();
+  const double search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  // 3. Retrain from scratch: co-searched and fixed plans.
+  std::vector<FixedPlanResult> plans = {
+      {"cosearch", cosearched},
+      {"no-compression", std::vector<int>(surrogate.NumStages(), 0)},
+      {"smallest-messages", surrogate.SmallestMessageChoice()},
+      {"throughput-only", surrogate.FastestChoice()},
+  };
+  for (FixedPlanResult& plan : plans) {
+    plan.iteration_seconds = surrogate.DiscreteSeconds(plan.choice);
+    if (args.progress)
+      fmt::print("retraining {} ({}) for {} steps ...\n", plan.name,
+                 ChoiceLabel(surrogate, plan.choice), args.eval_steps);
+    std::fflush(stdout);
+    plan.curve = TrainFixedPlan(options, surrogate, plan.choice, args.eval_steps, args.eval_every,
+                                args.eval_windows);
+    plan.final_loss = plan.curve.back().validation_loss;
+  }
+  double target = args.target_loss;
+  if (target <= 0) {
+    const int at = args.eval_steps * 3 / 4;
+    for (const CurvePoint& point : plans[1].curve)
+      if (point.step <= at) target = point.validation_loss;
+  }
+  std::ostringstream curves;
+  curves << "plan,step,simulated_seconds,validation_loss\n";
+  for (FixedPlanResult& plan : plans) {
+    for (const CurvePoint& point : plan.curve) {
+      curves << fmt::format("{},{},{:.6g},{:.6g}\n", plan.name, point.step,
+                            point.step * plan.iteration_seconds, point.validation_loss);
+      if (plan.steps_to_target < 0 && point.validation_loss <= target)
+        plan.steps_to_target = point.step;
+    }
+    if (plan.steps_to_target >= 0)
+      plan.seconds_to_target = plan.steps_to_target * plan.iteration_seconds;
+  }
+  WriteFileAtomically(args.output_dir + "/curves.csv", curves.str());
+
+  // 4. The comparison.
+  fmt::print("\nvalidation loss vs simulated time (time = steps x the predicted iteration time "
+             "of the plan on the target cluster: simulated time, real loss)\n");
+  fmt::print("target validation loss {:.4f}{}\n", target,
+             args.target_loss > 0 ? "" : " (the no-compression plan's loss at 3/4 of the steps)");
+  fmt::print("{:<18} {:>12} {:>10} {:>10} {:>14}  {}\n", "plan", "iteration s", "final loss",
+             "steps", "time to target", "stages");
+  nlohmann::json rows = nlohmann::json::array();
+  double best_fixed = 0;
+  for (size_t i = 1; i < plans.size(); ++i)
+    if (plans[i].steps_to_target >= 0 &&
+        (best_fixed == 0 || plans[i].seconds_to_target < best_fixed))
+      best_fixed = plans[i].seconds_to_target;
+  for (const FixedPlanResult& plan : plans) {
+    fmt::print("{:<18} {:>12.4f} {:>10.4f} {:>10} {:>14}  {}\n", plan.name,
+               plan.iteration_seconds, plan.final_loss,
+               plan.steps_to_target >= 0 ? std::to_string(plan.steps_to_target) : "-",
+               plan.steps_to_target >= 0 ? fmt::format("{:.1f} s", plan.seconds_to_target)
+                                         : "not reached",
+               ChoiceLabel(surrogate, plan.choice));
+    nlohmann::json stages = nlohmann::json::array();
+    for (int k : plan.choice) stages.push_back(surrogate.Options()[k].Label());
+    rows.push_back({{"plan", plan.name},
+                    {"stages", stages},
+                    {"predicted_iteration_seconds", plan.iteration_seconds},
+                    {"final_validation_loss", plan.final_loss},
+                    {"steps_to_target", plan.steps_to_target},
+                    {"simulated_seconds_to_target",
+                     plan.steps_to_target >= 0 ? nlohmann::json(plan.seconds_to_target)
+                                               : nlohmann::json()}});
+  }
+  const FixedPlanResult& co = plans[0];
+  std::string verdict;
+  if (co.steps_to_target < 0)
+    verdict = "the co-searched plan did not reach the target loss";
+  else if (best_fixed == 0)
+    verdict = "no fixed plan reached the target loss; the co-searched plan did";
+  else
+    verdict = fmt::format("the co-searched plan reaches the target in {:.1f} s, {:.1f}% {} than the "
+                          "best fixed plan ({:.1f} s)",
+                          co.seconds_to_target,
+                          std::abs(100.0 * (co.seconds_to_target - best_fixed) / best_fixed),
+                          co.seconds_to_target <= best_fixed ? "less" : "more", best_fixed);
+  fmt::print("{}\nco-search: {} steps in {:.1f} s\n", verdict, options.search_steps,
+             search_seconds);
+  nlohmann::json summary = {
+      {"schema", "stratos.cosearch/1"},
+      {"target_problem",
+       {{"model", problem.model.name},
+        {"cluster", problem.cluster.name},
+        {"devices", problem.cluster.NumDevices()},
+        {"global_batch_size", problem.training.global_batch_size}}},
+      {"base_plan", PlanToJson(*base.plan)},
+      {"cosearched_plan", PlanToJson(surrogate.PlanFor(cosearched))},
+      {"time_axis", "simulated: steps x predicted iteration seconds on the target cluster"},
+      {"target_validation_loss", target},
+      {"plans", rows},
+      {"verdict", verdict},
+      {"search_seconds", search_seconds},
+      {"options",
+       {{"proxy_model", args.proxy_model},
+        {"search_steps", args.search_steps},
+        {"warmup_steps", args.warmup_steps},
+        {"eval_steps", args.eval_steps},
+        {"lambda", args.lambda},
+        {"second_order", !args.first_order},
+        {"seed", args.seed}}}};
+  WriteJsonAtomically(args.output_dir + "/summary.json", summary);
+  fmt::print("wrote {0}/summary.json, {0}/curves.csv, {0}/alpha.csv\n", args.output_dir);
+  return 0;
+}
+
+}  // namespace stratos

@@ -1,0 +1,42 @@
+#pragma once
+// `stratos cosearch` (issue 5): the bilevel co-search of per-stage gradient compression against
+// real training of a proxy model, then the comparison of the co-searched plan with fixed plans
+// by validation loss against simulated wall-clock time.
+#include <string>
+
+#include "experiments/problem_loader.h"
+
+namespace stratos {
+
+struct CoSearchArgs {
+  ProblemArgs target;               // the target problem whose iteration time is predicted
+  std::string proxy_model = "gpt-tiny";
+  std::string compressions = "none,bf16,powersgd,topk,terngrad,sign";
+  int search_steps = 400;
+  int warmup_steps = 50;
+  int batch_size = 16;
+  double learning_rate = 1e-3;
+  double alpha_learning_rate = 0.05;
+  std::string lambda = "auto";      // "auto" or a number >= 0
+  bool first_order = false;
+  int eval_steps = 1500;            // retraining steps per plan
+  int eval_every = 50;
+  int eval_windows = 128;
+  double target_loss = 0;           // 0: the no-compression plan's loss at 3/4 of eval_steps
+  int seed = 1234;
+  int threads = 1;
+  std::string output_dir = "out/cosearch";
+  int checkpoint_every = 100;
+  bool resume = false;
+  bool progress = true;
+};
+
+// Finds the base plan (relax, throughput only, no compression) of the target problem, runs the
+// co-search, retrains the proxy from scratch with the co-searched plan and with three fixed plans
+// (no compression, the smallest messages, the throughput-only choice), and prints the table of
+// simulated time to the target loss. Writes DIR/summary.json, DIR/curves.csv (plan, step,
+// simulated_seconds, validation_loss), DIR/alpha.csv and checkpoints in DIR/checkpoint.
+// Returns 0, or 1 if the target problem has no feasible plan. Throws InputError for bad input.
+int RunCoSearch(const CoSearchArgs& args);
+
+}  // namespace stratos

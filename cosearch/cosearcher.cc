@@ -34,7 +34,6 @@ void CoSearchOptions::Validate() const {
     ThrowInputError(where, "final_temperature", final_temperature,
                     fmt::format("temperatures must be > 0 with final <= initial = {}",
                                 initial_temperature));
-  if (unroll_step < 0) ThrowInputError(where, "unroll_step", unroll_step, "must be >= 0");
   if (validation_windows < 1 || validation_batch < 1 || validation_batch > validation_windows)
     ThrowInputError(where, "validation_batch", validation_batch,
                     fmt::format("must be in [1, validation_windows = {}]", validation_windows));
@@ -69,17 +68,22 @@ struct FlatAdam {
   FlatAdam(const Tensor& like, double lr, double b1, double b2)
       : learning_rate(lr), beta1(b1), beta2(b2), m(torch::zeros_like(like)),
         v(torch::zeros_like(like)) {}
-  // sqrt(v_hat) + epsilon; ones before the first step.
-  Tensor Preconditioner() const {
-    if (steps == 0) return torch::ones_like(v);
-    return (v / (1 - std::pow(beta2, steps))).sqrt_().add_(epsilon);
+  // The change of the parameters that the next Step(grad) would make (state unchanged).
+  Tensor Update(const Tensor& grad) const {
+    torch::NoGradGuard no_grad;
+    const int64_t t = steps + 1;
+    const Tensor m_next = m * beta1 + grad * (1 - beta1);
+    const Tensor v_next = v * beta2 + grad * grad * (1 - beta2);
+    return m_next * (-learning_rate / (1 - std::pow(beta1, t))) /
+           ((v_next / (1 - std::pow(beta2, t))).sqrt_().add_(epsilon));
   }
   void Step(Tensor params, const Tensor& grad) {
     torch::NoGradGuard no_grad;
+    const Tensor update = Update(grad);
     ++steps;
     m.mul_(beta1).add_(grad, 1 - beta1);
     v.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-    params.addcdiv_(m, Preconditioner(), -learning_rate / (1 - std::pow(beta1, steps)));
+    params.add_(update);
   }
 };
 
@@ -208,11 +212,12 @@ struct CoSearch::Impl {
   int64_t alpha_steps = 0;
   // The last outer update, frozen for the tests.
   struct Frozen {
-    std::vector<Tensor> directions;  // V_k / D per option
+    std::vector<Tensor> updates;  // the one-step inner update of each option
     Tensor theta;
     CharDataset::Batch batch;
-    double lambda = 0, xi = 0, temperature = 1;
-    Tensor gradient;  // dJ/dalpha
+    double lambda = 0, temperature = 1;
+    Tensor gradient;  // dJ/dalpha at alpha
+    Tensor alpha;
     bool valid = false;
   } frozen;
 
@@ -294,26 +299,25 @@ void CoSearch::Step() {
     const double temperature = Temperature();
     const auto p = Probabilities();
     const Tensor pt = ProbabilitiesTensor(p);
-    const double xi = o.unroll_step > 0 ? o.unroll_step : o.learning_rate;
-    const Tensor preconditioner = proxy.adam.Preconditioner();
-    std::vector<Tensor> directions;
-    Tensor step_direction = torch::zeros_like(g);
+    // The one-step inner update of each option alone, and their mixture.
+    std::vector<Tensor> updates;
+    Tensor mixed_update = torch::zeros_like(g);
     for (int k = 0; k < K; ++k) {
-      directions.push_back(variants[k] / preconditioner);
-      step_direction.add_(proxy.ElementWeights(pt, k) * directions[k]);
+      updates.push_back(proxy.adam.Update(variants[k]));
+      mixed_update.add_(proxy.ElementWeights(pt, k) * updates[k]);
     }
     const Tensor theta = proxy.Theta().clone();
-    const Tensor look_ahead = o.second_order ? theta - xi * step_direction : theta;
+    const Tensor look_ahead = o.second_order ? theta + mixed_update : theta;
     // Validation windows cycle through the fixed set.
     const int first = static_cast<int>((static_cast<int64_t>(step_) * o.validation_batch) %
                                        (o.validation_windows - o.validation_batch + 1));
     CharDataset::Batch vb{x.validation.inputs.narrow(0, first, o.validation_batch),
                           x.validation.targets.narrow(0, first, o.validation_batch)};
     const Tensor val_grad = proxy.GradientAt(look_ahead, vb, &last_validation_loss_);
-    // a[s][k] = <grad L_val, V_k / D> over stage s's elements.
+    // a[s][k] = <grad L_val, update_k> over stage s's elements = dL_val(theta') / dp[s][k].
     Tensor a = torch::zeros({S, K}, torch::kFloat64);
-    for (int k = 0; k < K; ++k) a.select(1, k).copy_(proxy.StageSums(val_grad * directions[k], S));
-    const double progress = xi * (a * pt).sum().item<double>();
+    for (int k = 0; k < K; ++k) a.select(1, k).copy_(proxy.StageSums(val_grad * updates[k], S));
+    const double progress = -(a * pt).sum().item<double>();
     if (o.lambda >= 0) {
       lambda_ = o.lambda;
     } else {
@@ -322,10 +326,10 @@ void CoSearch::Step() {
     }
     std::vector<std::vector<double>> dt;
     surrogate.Seconds(p, o.smoothmax_tau * surrogate.BaseSeconds(), &dt);
-    Tensor dp = -xi * a + lambda_ / surrogate.BaseSeconds() * ProbabilitiesTensor(dt);
+    Tensor dp = a + lambda_ / surrogate.BaseSeconds() * ProbabilitiesTensor(dt);
     // Softmax with temperature: dalpha_sk = p_sk (dp_sk - sum_j p_sj dp_sj) / temperature.
     Tensor dalpha = pt * (dp - (pt * dp).sum(1, true)) / temperature;
-    x.frozen = {directions, theta, vb, lambda_, xi, temperature, dalpha, o.second_order};
+    x.frozen = {updates, theta, vb, lambda_, temperature, dalpha, alpha_.clone(), o.second_order};
     // Adam on alpha.
     ++x.alpha_steps;
     x.alpha_m.mul_(0.9).add_(dalpha, 0.1);
@@ -351,11 +355,16 @@ double CoSearch::FrozenOuterObjective(const Tensor& alpha) const {
   const Tensor pt = ProbabilitiesTensor(p);
   Tensor look_ahead = x.frozen.theta.clone();
   for (int k = 0; k < x.surrogate.NumOptions(); ++k)
-    look_ahead.sub_(x.frozen.xi * x.proxy.ElementWeights(pt, k) * x.frozen.directions[k]);
+    look_ahead.add_(x.proxy.ElementWeights(pt, k) * x.frozen.updates[k]);
   const double loss = const_cast<Proxy&>(x.proxy).LossAt(look_ahead, x.frozen.batch);
   const double seconds =
       x.surrogate.Seconds(p, x.options.smoothmax_tau * x.surrogate.BaseSeconds(), nullptr);
   return loss + x.frozen.lambda * seconds / x.surrogate.BaseSeconds();
+}
+
+Tensor CoSearch::FrozenAlpha() const {
+  STRATOS_CHECK(impl_->frozen.valid, "no second-order outer step has run yet");
+  return impl_->frozen.alpha;
 }
 
 Tensor CoSearch::FrozenOuterGradient() const {

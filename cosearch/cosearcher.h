@@ -16,16 +16,19 @@
 //   1. g = grad L_train(theta) on the step's batch; V_k = C_k(g) for every option k, where C_k is
 //      compressor k's round trip with its own error-feedback state (runtime/compression.h) and
 //      C_none = identity; p_s = softmax(alpha_s / temperature) over the options stage s allows.
-//   2. Outer (after the warm-up steps): theta' = theta - xi sum_k p_k V_k / D, the look-ahead of
-//      one step of the inner optimizer (D = Adam's current preconditioner sqrt(v_hat) + eps,
-//      xi = its learning rate), and
+//   2. Outer (after the warm-up steps): u_k = the change one step of the inner optimizer (Adam,
+//      from its current state) makes with gradient V_k; the look-ahead
+//      theta' = theta + sum_k p_k u_k mixes them (a one-step unrolled update), and
 //        J(alpha) = L_val(theta') + lambda T(p) / T_base,
-//      dJ/dp_{s,k} = -xi <grad L_val(theta'), V_{s,k} / D> + lambda / T_base dT/dp_{s,k},
+//      dJ/dp_{s,k} = <grad L_val(theta'), u_k> over stage s's parameters
+//                    + lambda / T_base dT/dp_{s,k},
 //      chained through the softmax; Adam on alpha. theta' is linear in p and L_train does not
 //      depend on alpha, so this unrolled gradient is exact without DARTS's Hessian-vector
 //      product ("second order"); first order evaluates grad L_val at theta instead of theta'.
+//      Using Adam's own step (not a plain gradient step) matters: error-feedback compressors
+//      send accumulated residuals whose raw size says nothing about the step Adam takes.
 //      lambda (automatic by default) is the running mean of the look-ahead's validation-loss
-//      decrease xi <grad L_val, sum_k p_k V_k / D>: then dJ = 0 is the condition that the loss
+//      decrease -<grad L_val, sum_k p_k u_k>: then dJ = 0 is the condition that the loss
 //      decrease per predicted second, the rate that decides the time to a target loss, is
 //      stationary.
 //   3. Inner: Adam step on theta with the mixed gradient sum_k p_k V_k (p after the outer step).
@@ -50,7 +53,7 @@ struct CoSearchOptions {
   std::string model = "gpt-tiny";
   int seq_length = 0;          // 0: the model's
   std::string data_path;       // "": DefaultDataPath()
-  int batch_size = 16;         // sequences per step
+  int batch_size = 8;          // sequences per step
   double learning_rate = 1e-3; // Adam on theta (beta 0.9, 0.95 as the runtime)
   uint64_t seed = 1234;
   // Outer loop.
@@ -61,9 +64,8 @@ struct CoSearchOptions {
   double final_temperature = 0.1;
   double lambda = -1;          // < 0: automatic (see above); else fixed, loss units per T_base
   bool second_order = true;    // false: grad L_val at theta (first order)
-  double unroll_step = 0;      // xi; 0: the inner learning rate
   int validation_windows = 64; // fixed validation windows the outer loss cycles through
-  int validation_batch = 16;   // windows per outer step
+  int validation_batch = 8;    // windows per outer step
   double smoothmax_tau = 0.01; // of T's smooth maxima, relative to T_base
   // Checkpoints: every this many steps (0: never) into checkpoint_dir, atomically.
   std::string checkpoint_dir;
@@ -109,8 +111,10 @@ class CoSearch {
 
   // For tests: the outer objective J at `alpha` with everything else frozen at the state of the
   // last Step()'s outer update (V, D, theta, the validation windows, lambda), and its gradient.
+  // FrozenOuterGradient is dJ/dalpha at FrozenAlpha(), alpha before that update.
   double FrozenOuterObjective(const torch::Tensor& alpha) const;
   torch::Tensor FrozenOuterGradient() const;
+  torch::Tensor FrozenAlpha() const;
 
   struct Impl;
 

@@ -35,7 +35,7 @@ CompressionTimeSurrogate::CompressionTimeSurrogate(const Problem& problem, const
   if (options_.empty() || options_.front().kind != GradCompression::kNone)
     throw InputError("co-search: the compression options must start with none");
   ValidatePlan(problem_, base_, "co-search base plan");
-  for (PlanStage& stage : base_.stages) stage.config.grad_compression = CompressionSpec{};
+  for (StagePlan& stage : base_.stages) stage.config.grad_compression = CompressionSpec{};
   const int S = base_.NumStages(), K = NumOptions();
   num_microbatches_ = base_.num_microbatches;
   t_.assign(S, std::vector<double>(K, 0.0));
@@ -59,7 +59,7 @@ CompressionTimeSurrogate::CompressionTimeSurrogate(const Problem& problem, const
       t_[s][k] = estimate.stages[s].microbatch_seconds;
       e_[s][k] = estimate.stages[s].tail_seconds;
       if (k == 0) one_time_[s] = estimate.stages[s].one_time_seconds;
-      const PlanStage& stage = base_.stages[s];
+      const StagePlan& stage = base_.stages[s];
       double bytes = 0;
       for (int l = stage.first_layer; l < stage.last_layer; ++l)
         for (const GradientTensorShape& shape :

@@ -6,7 +6,10 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <sstream>
+#include <thread>
 
 #include "cosearch/cosearcher.h"
 #include "costmodel/error.h"
@@ -53,7 +56,8 @@ struct FixedPlanResult {
 }  // namespace
 
 int RunCoSearch(const CoSearchArgs& args) {
-  torch::set_num_threads(args.threads);
+  torch::set_num_threads(args.threads > 0 ? args.threads
+                                          : std::max(1u, std::thread::hardware_concurrency()));
   if (args.eval_steps < 1) ThrowInputError("command line", "--eval-steps", args.eval_steps, "must be >= 1");
   if (args.eval_every < 1) ThrowInputError("command line", "--eval-every", args.eval_every, "must be >= 1");
   CoSearchOptions options;
@@ -123,7 +127,8 @@ int RunCoSearch(const CoSearchArgs& args) {
     const int step = search.StepCount();
     if (step % 10 == 0 || step == options.search_steps) {
       const auto p = search.Probabilities();
-      auto alpha = search.Alpha().accessor<double, 2>();
+      const torch::Tensor alpha_tensor = search.Alpha();
+      auto alpha = alpha_tensor.accessor<double, 2>();
       for (int s = 0; s < surrogate.NumStages(); ++s)
         for (int k = 0; k < surrogate.NumOptions(); ++k)
           alpha_csv << fmt::format("{},{},{},{:.6g},{:.6g}\n", step, s,
@@ -141,20 +146,36 @@ int RunCoSearch(const CoSearchArgs& args) {
   const double search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
   // 3. Retrain from scratch: co-searched and fixed plans.
-  std::vector<FixedPlanResult> plans = {
-      {"cosearch", cosearched},
-      {"no-compression", std::vector<int>(surrogate.NumStages(), 0)},
-      {"smallest-messages", surrogate.SmallestMessageChoice()},
-      {"throughput-only", surrogate.FastestChoice()},
-  };
+  std::vector<FixedPlanResult> plans;
+  for (const auto& [name, choice] : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"cosearch", cosearched},
+           {"no-compression", std::vector<int>(surrogate.NumStages(), 0)},
+           {"smallest-messages", surrogate.SmallestMessageChoice()},
+           {"throughput-only", surrogate.FastestChoice()}}) {
+    plans.emplace_back();
+    plans.back().name = name;
+    plans.back().choice = choice;
+  }
+  // Equal simulated-time budgets: the no-compression plan's eval_steps x its iteration time;
+  // a faster plan gets proportionally more steps (at most 3x). Equal choices train once.
+  std::map<std::vector<int>, std::vector<CurvePoint>> trained;
   for (FixedPlanResult& plan : plans) {
     plan.iteration_seconds = surrogate.DiscreteSeconds(plan.choice);
-    if (args.progress)
-      fmt::print("retraining {} ({}) for {} steps ...\n", plan.name,
-                 ChoiceLabel(surrogate, plan.choice), args.eval_steps);
-    std::fflush(stdout);
-    plan.curve = TrainFixedPlan(options, surrogate, plan.choice, args.eval_steps, args.eval_every,
-                                args.eval_windows);
+    const int steps = std::min(
+        3 * args.eval_steps,
+        static_cast<int>(std::lround(args.eval_steps * surrogate.BaseSeconds() /
+                                     plan.iteration_seconds)));
+    auto it = trained.find(plan.choice);
+    if (it == trained.end()) {
+      if (args.progress)
+        fmt::print("retraining {} ({}) for {} steps ...\n", plan.name,
+                   ChoiceLabel(surrogate, plan.choice), steps);
+      std::fflush(stdout);
+      it = trained.emplace(plan.choice, TrainFixedPlan(options, surrogate, plan.choice, steps,
+                                                       args.eval_every, args.eval_windows))
+               .first;
+    }
+    plan.curve = it->second;
     plan.final_loss = plan.curve.back().validation_loss;
   }
   double target = args.target_loss;
@@ -179,9 +200,10 @@ int RunCoSearch(const CoSearchArgs& args) {
 
   // 4. The comparison.
   fmt::print("\nvalidation loss vs simulated time (time = steps x the predicted iteration time "
-             "of the plan on the target cluster: simulated time, real loss)\n");
+             "of the plan on the target cluster: simulated time, real loss; equal time budgets "
+             "of {:.0f} s)\n", args.eval_steps * surrogate.BaseSeconds());
   fmt::print("target validation loss {:.4f}{}\n", target,
-             args.target_loss > 0 ? "" : " (the no-compression plan's loss at 3/4 of the steps)");
+             args.target_loss > 0 ? "" : " (the no-compression plan's loss at 3/4 of its budget)");
   fmt::print("{:<18} {:>12} {:>10} {:>10} {:>14}  {}\n", "plan", "iteration s", "final loss",
              "steps", "time to target", "stages");
   nlohmann::json rows = nlohmann::json::array();

@@ -9,22 +9,25 @@
 namespace stratos {
 
 struct CoSearchArgs {
-  ProblemArgs target;               // the target problem whose iteration time is predicted
+  // The target problem whose iteration time is predicted: GPT-3 2.7B on 16 p3.16xlarge nodes
+  // (128 V100, 25 Gb/s between nodes: data-parallel communication matters).
+  ProblemArgs target = {"gpt3-2.7b", "p3.16xlarge-calibrated", 16, 512};
   std::string proxy_model = "gpt-tiny";
   std::string compressions = "none,bf16,powersgd,topk,terngrad,sign";
-  int search_steps = 400;
+  int search_steps = 300;
   int warmup_steps = 50;
-  int batch_size = 16;
+  int batch_size = 8;
   double learning_rate = 1e-3;
   double alpha_learning_rate = 0.05;
   std::string lambda = "auto";      // "auto" or a number >= 0
   bool first_order = false;
-  int eval_steps = 1500;            // retraining steps per plan
+  int eval_steps = 600;             // retraining steps of the no-compression plan (the others:
+                                    // as many as fit in its simulated time)
   int eval_every = 50;
   int eval_windows = 128;
-  double target_loss = 0;           // 0: the no-compression plan's loss at 3/4 of eval_steps
+  double target_loss = 0;           // 0: the no-compression plan's loss at 3/4 of its budget
   int seed = 1234;
-  int threads = 1;
+  int threads = 0;                  // 0: this machine's hardware threads
   std::string output_dir = "out/cosearch";
   int checkpoint_every = 100;
   bool resume = false;

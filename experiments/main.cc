@@ -5,6 +5,7 @@
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
 #include "experiments/commands.h"
+#include "experiments/cosearch_command.h"
 #include "experiments/profile_command.h"
 #include "experiments/run_commands.h"
 #include "experiments/runtime_bench.h"
@@ -191,6 +192,34 @@ int main(int argc, char** argv) {
   stratos::CalibrationCommands calibration;
   stratos::AddCalibrationCommands(app, validate_command, calibration);
 
+  stratos::CoSearchArgs cosearch;
+  CLI::App* cosearch_command = app.add_subcommand(
+      "cosearch", "co-search per-stage gradient compression against real training (bilevel), then "
+                  "compare with fixed plans by validation loss vs simulated time");
+  cosearch_command->add_option("--model", cosearch.target.model, "target model: zoo name or file")->capture_default_str();
+  cosearch_command->add_option("--cluster", cosearch.target.cluster, "target cluster: zoo name or file")->capture_default_str();
+  cosearch_command->add_option("--nodes", cosearch.target.nodes, "target nodes")->capture_default_str();
+  cosearch_command->add_option("--global-batch", cosearch.target.global_batch_size, "target global batch")->capture_default_str();
+  cosearch_command->add_option("--proxy-model", cosearch.proxy_model, "model trained for real (gpt-tiny or a model file)")->capture_default_str();
+  cosearch_command->add_option("--compressions", cosearch.compressions, "options per stage (first: none)")->capture_default_str();
+  cosearch_command->add_option("--search-steps", cosearch.search_steps, "co-search steps")->capture_default_str();
+  cosearch_command->add_option("--warmup-steps", cosearch.warmup_steps, "steps before alpha moves")->capture_default_str();
+  cosearch_command->add_option("--batch-size", cosearch.batch_size, "proxy sequences per step")->capture_default_str();
+  cosearch_command->add_option("--lr", cosearch.learning_rate, "proxy Adam learning rate")->capture_default_str();
+  cosearch_command->add_option("--alpha-lr", cosearch.alpha_learning_rate, "Adam learning rate on alpha")->capture_default_str();
+  cosearch_command->add_option("--lambda", cosearch.lambda, "weight of predicted time: auto or a number")->capture_default_str();
+  cosearch_command->add_flag("--first-order", cosearch.first_order, "validation gradient at theta, not at the look-ahead");
+  cosearch_command->add_option("--eval-steps", cosearch.eval_steps, "retraining steps per compared plan")->capture_default_str();
+  cosearch_command->add_option("--eval-every", cosearch.eval_every, "steps between validation losses")->capture_default_str();
+  cosearch_command->add_option("--eval-windows", cosearch.eval_windows, "validation windows of the curves")->capture_default_str();
+  cosearch_command->add_option("--target-loss", cosearch.target_loss, "target validation loss (0: automatic)");
+  cosearch_command->add_option("--seed", cosearch.seed)->capture_default_str();
+  cosearch_command->add_option("--threads", cosearch.threads, "intra-op threads")->capture_default_str();
+  cosearch_command->add_option("--output-dir", cosearch.output_dir)->capture_default_str();
+  cosearch_command->add_option("--checkpoint-every", cosearch.checkpoint_every, "steps between checkpoints (0: none)")->capture_default_str();
+  cosearch_command->add_flag("--resume", cosearch.resume, "continue from OUTPUT_DIR/checkpoint");
+  cosearch_command->add_flag("!--no-progress", cosearch.progress, "no progress lines");
+
   CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
 
   try {
@@ -209,6 +238,7 @@ int main(int argc, char** argv) {
     if (*ladder) return stratos::RunBenchLadder(bench);
     if (*runtime_bench) return stratos::RunBenchRuntime(bench_runtime);
     if (*profile_command) return stratos::RunProfile(profile);
+    if (*cosearch_command) return stratos::RunCoSearch(cosearch);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
     if (const std::optional<int> code = stratos::RunCalibrationCommands(calibration)) return *code;

@@ -64,8 +64,10 @@ class ShardShapeCommunicator : public Communicator {
   std::shared_ptr<CommWork> AllReduceSumAsync(torch::Tensor) override {
     return std::make_shared<DoneWork>();
   }
-  void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) override {
+  std::shared_ptr<CommWork> AllGatherAsync(std::vector<torch::Tensor> outputs,
+                                           torch::Tensor input) override {
     for (torch::Tensor& output : outputs) output.copy_(input);
+    return std::make_shared<DoneWork>();
   }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor, int, int) override {
     throw CommError(name_ + ": no point-to-point in a profile");

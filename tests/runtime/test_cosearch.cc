@@ -1,0 +1,195 @@
+// The co-search (cosearch/): its time surrogate equals the cost model at one-hot choices, the
+// outer gradient matches finite differences, and a resumed search continues bitwise.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "cosearch/cosearcher.h"
+#include "cosearch/time_surrogate.h"
+#include "costmodel/cluster_io.h"
+#include "costmodel/error.h"
+#include "costmodel/model_io.h"
+#include "costmodel/zoo.h"
+#include "runtime_test_util.h"
+
+namespace stratos {
+
+namespace {
+
+// GPT-3 1.3B on 2 p3.16xlarge nodes, batch 64: a 2-stage plan, each stage one node, DP 8.
+struct TargetCase {
+  Problem problem;
+  Plan plan;
+};
+
+TargetCase SmallTarget(int zero_stage_of_stage_1 = 1) {
+  TargetCase target;
+  target.problem.model = ReadModelFile(ResolveModelPath("gpt3-1.3b"), 0);
+  target.problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(2);
+  target.problem.training.global_batch_size = 64;
+  Plan& plan = target.plan;
+  plan.global_batch_size = 64;
+  plan.num_microbatches = 8;
+  const int L = target.problem.model.NumLayers();
+  StageConfig c;
+  c.mesh_nodes = 1;
+  c.mesh_gpus_per_node = 8;
+  c.data_parallel = 8;
+  c.zero_stage = 1;
+  plan.stages.push_back({0, L / 2, c});
+  c.zero_stage = zero_stage_of_stage_1;
+  plan.stages.push_back({L / 2, L, c});
+  return target;
+}
+
+std::vector<CompressionSpec> AllOptions() {
+  std::vector<CompressionSpec> options;
+  for (GradCompression kind : AllGradCompressions()) {
+    CompressionSpec spec;
+    spec.kind = kind;
+    options.push_back(spec);
+  }
+  return options;
+}
+
+CoSearchOptions TinySearch(const std::string& checkpoint_dir = "") {
+  CoSearchOptions options;
+  options.seq_length = 32;
+  options.batch_size = 2;
+  options.search_steps = 8;
+  options.warmup_steps = 2;
+  options.validation_windows = 4;
+  options.validation_batch = 2;
+  options.checkpoint_dir = checkpoint_dir;
+  options.checkpoint_every = 4;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("co-search time surrogate: one-hot choices equal Evaluate, gradient = differences") {
+  const TargetCase target = SmallTarget();
+  const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
+  const int S = surrogate.NumStages(), K = surrogate.NumOptions();
+  REQUIRE(S == 2);
+  CHECK(surrogate.BaseSeconds() == doctest::Approx(Evaluate(target.problem, target.plan)
+                                                       .iteration_seconds)
+                                       .epsilon(1e-12));
+  for (int k0 = 0; k0 < K; ++k0)
+    for (int k1 = 0; k1 < K; ++k1) {
+      std::vector<std::vector<double>> p(S, std::vector<double>(K, 0.0));
+      p[0][k0] = p[1][k1] = 1.0;
+      CHECK(surrogate.Seconds(p, 0.0, nullptr) ==
+            doctest::Approx(surrogate.DiscreteSeconds({k0, k1})).epsilon(1e-12));
+    }
+  // A mixed point: dT/dp against central differences (smooth max tau > 0).
+  std::vector<std::vector<double>> p(S, std::vector<double>(K, 1.0 / K));
+  std::vector<std::vector<double>> gradient;
+  const double tau = 0.01 * surrogate.BaseSeconds();
+  surrogate.Seconds(p, tau, &gradient);
+  for (int s = 0; s < S; ++s)
+    for (int k = 0; k < K; ++k) {
+      const double h = 1e-6;
+      auto plus = p, minus = p;
+      plus[s][k] += h;
+      minus[s][k] -= h;
+      const double numeric =
+          (surrogate.Seconds(plus, tau, nullptr) - surrogate.Seconds(minus, tau, nullptr)) / (2 * h);
+      CHECK(gradient[s][k] == doctest::Approx(numeric).epsilon(1e-5).scale(surrogate.BaseSeconds()));
+    }
+  // Throughput-only and smallest-message choices are valid choices of the table.
+  const std::vector<int> fastest = surrogate.FastestChoice();
+  CHECK(surrogate.DiscreteSeconds(fastest) <= surrogate.BaseSeconds());
+  const std::vector<int> smallest = surrogate.SmallestMessageChoice();
+  for (int s = 0; s < S; ++s) CHECK(surrogate.Options()[smallest[s]].kind != GradCompression::kNone);
+}
+
+TEST_CASE("co-search masks compression where the stage shards its gradients (ZeRO-2)") {
+  const TargetCase target = SmallTarget(/*zero_stage_of_stage_1=*/2);
+  const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
+  CHECK(surrogate.Allowed(1, 0));
+  for (int k = 1; k < surrogate.NumOptions(); ++k) {
+    CHECK(surrogate.Allowed(0, k));
+    CHECK_FALSE(surrogate.Allowed(1, k));
+  }
+  const std::vector<CompressionSpec> all = AllOptions();
+  const std::vector<CompressionSpec> without_none(all.begin() + 1, all.end());
+  CHECK_THROWS_AS(CompressionTimeSurrogate(target.problem, target.plan, without_none), InputError);
+}
+
+TEST_CASE("co-search maps proxy layers onto target stages by relative depth") {
+  const TargetCase target = SmallTarget();
+  const int L = target.problem.model.NumLayers();
+  const std::vector<int> stage = ProxyStageOfLayer(6, target.plan, L);
+  CHECK(stage == std::vector<int>{0, 0, 0, 1, 1, 1});
+}
+
+TEST_CASE("co-search outer gradient with respect to alpha equals finite differences") {
+  const TargetCase target = SmallTarget();
+  const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
+  CoSearchOptions options = TinySearch();
+  options.lambda = 0.5;         // a fixed weight: both terms of J matter
+  options.learning_rate = 0.03;  // large steps: loss differences far above fp32 rounding
+  CoSearch search(options, surrogate);
+  for (int i = 0; i < 4; ++i) search.Step();  // two outer steps after the warm-up
+  const torch::Tensor alpha = search.FrozenAlpha().clone();
+  const torch::Tensor gradient = search.FrozenOuterGradient();
+  const double h = 1e-2;
+  double largest = 0;
+  for (int s = 0; s < surrogate.NumStages(); ++s)
+    for (int k = 0; k < surrogate.NumOptions(); ++k)
+      largest = std::max(largest, std::abs(gradient[s][k].item<double>()));
+  REQUIRE(largest > 0);
+  for (int s = 0; s < surrogate.NumStages(); ++s)
+    for (int k = 0; k < surrogate.NumOptions(); ++k) {
+      torch::Tensor plus = alpha.clone(), minus = alpha.clone();
+      plus[s][k] += h;
+      minus[s][k] -= h;
+      const double numeric =
+          (search.FrozenOuterObjective(plus) - search.FrozenOuterObjective(minus)) / (2 * h);
+      INFO("stage ", s, " option ", k);
+      // The validation loss is fp32: differences carry ~1e-6 / h of rounding.
+      CHECK(gradient[s][k].item<double>() == doctest::Approx(numeric).epsilon(5e-3).scale(largest));
+    }
+}
+
+TEST_CASE("co-search resumed from a checkpoint equals the uninterrupted search") {
+  const TargetCase target = SmallTarget();
+  const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
+  const std::string dir = TestDir("cosearch_resume");
+  CoSearch uninterrupted(TinySearch(), surrogate);
+  for (int i = 0; i < 8; ++i) uninterrupted.Step();
+
+  {
+    CoSearch first(TinySearch(dir + "/ckpt"), surrogate);
+    for (int i = 0; i < 5; ++i) first.Step();  // checkpoint at step 4; step 5 is lost
+  }
+  CoSearchOptions resumed_options = TinySearch(dir + "/ckpt");
+  resumed_options.resume = true;
+  CoSearch resumed(resumed_options, surrogate);
+  CHECK(resumed.StepCount() == 4);
+  while (resumed.StepCount() < 8) resumed.Step();
+  CHECK(torch::equal(resumed.Alpha(), uninterrupted.Alpha()));
+  CHECK(torch::equal(resumed.FlatParameters(), uninterrupted.FlatParameters()));
+  CHECK(resumed.Lambda() == uninterrupted.Lambda());
+
+  CoSearchOptions missing = TinySearch(dir + "/none");
+  missing.resume = true;
+  CHECK_THROWS_AS(CoSearch(missing, surrogate), InputError);
+}
+
+TEST_CASE("a fixed plan's validation curve starts at the untrained loss and falls") {
+  const TargetCase target = SmallTarget();
+  const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
+  CoSearchOptions options = TinySearch();
+  const std::vector<CurvePoint> curve =
+      TrainFixedPlan(options, surrogate, {0, 3}, /*steps=*/20, /*eval_every=*/10, 4);
+  REQUIRE(curve.size() == 3);
+  CHECK(curve[0].step == 0);
+  CHECK(curve[2].step == 20);
+  CHECK(curve[0].validation_loss == doctest::Approx(std::log(72.0)).epsilon(0.05));
+  CHECK(curve[2].validation_loss < curve[0].validation_loss);
+}
+
+}  // namespace stratos

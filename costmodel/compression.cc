@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "costmodel/error.h"
 #include "costmodel/model.h"
@@ -239,6 +240,20 @@ std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
                 matrix_elements, stored);
   if (vector_elements > 0) shapes.push_back({vector_elements, 1});
   return shapes;
+}
+
+std::vector<CompressionSpec> ParseCompressionList(const std::string& text, const std::string& where,
+                                                  const std::string& key) {
+  std::vector<CompressionSpec> specs;
+  std::stringstream stream(text);
+  std::string name;
+  while (std::getline(stream, name, ',')) {
+    CompressionSpec spec;
+    spec.kind = ParseGradCompression(name, where, key);
+    specs.push_back(spec);
+  }
+  if (specs.empty()) ThrowInputError(where, key, text, "must list at least one compression");
+  return specs;
 }
 
 }  // namespace stratos

@@ -70,6 +70,11 @@ std::string CheckCompressionSpec(const CompressionSpec& spec);
 // rank, so ZeRO stages 2 and 3 (sharded gradients) are refused.
 std::string CheckStageCompression(const CompressionSpec& spec, int zero_stage);
 
+// A comma list of names ("none,bf16,powersgd"), each with its kind's default parameters.
+// Throws InputError naming where, key and the bad name; an empty list is an error too.
+std::vector<CompressionSpec> ParseCompressionList(const std::string& text, const std::string& where,
+                                                  const std::string& key);
+
 // Whether the compressed form is exchanged by all-gather (topk, terngrad, sign) instead of a
 // ring all-reduce (none, bf16, fp16, powersgd).
 bool UsesAllGather(GradCompression kind);

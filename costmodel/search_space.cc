@@ -20,6 +20,15 @@ void SpaceOptions::Validate() const {
   if (recompute.empty()) ThrowInputError(where, "recompute", "[]", "must list at least one mode");
   for (int m : num_microbatches)
     if (m < 1) ThrowInputError(where, "num_microbatches", m, "every entry must be >= 1");
+  bool has_none = false;
+  for (const CompressionSpec& spec : grad_compressions) {
+    const std::string rule = CheckCompressionSpec(spec);
+    if (!rule.empty()) ThrowInputError(where, "grad_compressions", spec.Label(), rule);
+    has_none = has_none || spec.kind == GradCompression::kNone;
+  }
+  if (!has_none)
+    ThrowInputError(where, "grad_compressions", grad_compressions.size(),
+                    "must include none (stages without data parallelism have nothing to compress)");
 }
 
 SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& options) {
@@ -58,12 +67,13 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
       const int dp = nodes * gpn / tp;
       if (options.max_data_parallel > 0 && dp > options.max_data_parallel) continue;
       for (int zero = 0; zero <= ((dp > 1 && options.allow_zero) ? 3 : 0); ++zero) {
-        for (Recompute recompute : options.recompute) {
-          // Gradient compression stays none: not part of the default space.
-          StageConfig config{nodes, gpn, dp, tp, zero, recompute, CompressionSpec{}};
-          if (!cost_model.CheckStructure(config).empty()) continue;
-          space.configs.push_back(config);
-        }
+        for (Recompute recompute : options.recompute)
+          for (const CompressionSpec& compression : options.grad_compressions) {
+            if (compression.kind != GradCompression::kNone && dp == 1) continue;
+            StageConfig config{nodes, gpn, dp, tp, zero, recompute, compression};
+            if (!cost_model.CheckStructure(config).empty()) continue;
+            space.configs.push_back(config);
+          }
       }
     }
   }

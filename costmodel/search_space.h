@@ -16,6 +16,10 @@ struct SpaceOptions {
   int max_data_parallel = 0;     // 0: unbounded
   bool allow_zero = true;        // ZeRO 1-3 as options (ZeRO 0 always)
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  // Gradient compression options of stages with DP > 1 and ZeRO 0-1 (costmodel/compression.h).
+  // Only none by default: compression changes the math of training, so a throughput-only search
+  // should not pick it unasked (the co-search weighs it against the loss).
+  std::vector<CompressionSpec> grad_compressions = std::vector<CompressionSpec>(1);
   int max_num_microbatches = 0;  // 0: global batch size
   // Empty: every divisor of the global batch up to max_num_microbatches.
   std::vector<int> num_microbatches;
@@ -35,7 +39,8 @@ struct SearchSpace {
   // Mesh sizes: 1, 2, 4, ... up to gpus_per_node, then k * gpus_per_node for k = 1, 2, 4, ...
   // up to the node count (powers of two, as Megatron-LM and most published plans use).
   // For each mesh: every DP x TP with TP <= max_tensor_parallel dividing the node and the heads,
-  // ZeRO 0 (and 1-3 when DP > 1 and allowed), every allowed recompute mode.
+  // ZeRO 0 (and 1-3 when DP > 1 and allowed), every allowed recompute mode, and every allowed
+  // gradient compression where CheckStructure accepts it (DP > 1, ZeRO 0-1).
   static SearchSpace Build(const Problem& problem, const SpaceOptions& options = {});
 };
 

@@ -18,6 +18,7 @@ struct SearchArgs {
   double time_limit_seconds = 60;  // per searcher
   int seed = 0;
   int max_stages = 0;              // 0: automatic
+  std::string grad_compressions = "none";  // comma list: per-stage options of the space
   std::string output_dir = "out/search";
   bool progress = true;
 };

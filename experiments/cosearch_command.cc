@@ -23,15 +23,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::vector<CompressionSpec> ParseCompressions(const std::string& list) {
-  std::vector<CompressionSpec> specs;
-  std::stringstream stream(list);
-  std::string name;
-  while (std::getline(stream, name, ',')) {
-    CompressionSpec spec;
-    spec.kind = ParseGradCompression(name, "command line", "--compressions");
-    specs.push_back(spec);
-  }
-  if (specs.empty() || specs.front().kind != GradCompression::kNone)
+  std::vector<CompressionSpec> specs = ParseCompressionList(list, "command line", "--compressions");
+  if (specs.front().kind != GradCompression::kNone)
     ThrowInputError("command line", "--compressions", list, "must start with none");
   return specs;
 }
@@ -49,7 +42,7 @@ struct FixedPlanResult {
   double iteration_seconds = 0;
   std::vector<CurvePoint> curve;
   double final_loss = 0;
-  int steps_to_target = -1;  // -1: not reached
+  double steps_to_target = -1;  // interpolated between evaluations; -1: not reached
   double seconds_to_target = 0;
 };
 
@@ -187,11 +180,20 @@ int RunCoSearch(const CoSearchArgs& args) {
   std::ostringstream curves;
   curves << "plan,step,simulated_seconds,validation_loss\n";
   for (FixedPlanResult& plan : plans) {
-    for (const CurvePoint& point : plan.curve) {
+    for (size_t i = 0; i < plan.curve.size(); ++i) {
+      const CurvePoint& point = plan.curve[i];
       curves << fmt::format("{},{},{:.6g},{:.6g}\n", plan.name, point.step,
                             point.step * plan.iteration_seconds, point.validation_loss);
-      if (plan.steps_to_target < 0 && point.validation_loss <= target)
-        plan.steps_to_target = point.step;
+      if (plan.steps_to_target >= 0 || point.validation_loss > target) continue;
+      // Linear interpolation between the evaluation before and this one.
+      double steps = point.step;
+      if (i > 0 && plan.curve[i - 1].validation_loss > point.validation_loss) {
+        const CurvePoint& before = plan.curve[i - 1];
+        steps = before.step + (point.step - before.step) *
+                                  (before.validation_loss - target) /
+                                  (before.validation_loss - point.validation_loss);
+      }
+      plan.steps_to_target = steps;
     }
     if (plan.steps_to_target >= 0)
       plan.seconds_to_target = plan.steps_to_target * plan.iteration_seconds;
@@ -215,7 +217,7 @@ int RunCoSearch(const CoSearchArgs& args) {
   for (const FixedPlanResult& plan : plans) {
     fmt::print("{:<18} {:>12.4f} {:>10.4f} {:>10} {:>14}  {}\n", plan.name,
                plan.iteration_seconds, plan.final_loss,
-               plan.steps_to_target >= 0 ? std::to_string(plan.steps_to_target) : "-",
+               plan.steps_to_target >= 0 ? fmt::format("{:.0f}", plan.steps_to_target) : "-",
                plan.steps_to_target >= 0 ? fmt::format("{:.1f} s", plan.seconds_to_target)
                                          : "not reached",
                ChoiceLabel(surrogate, plan.choice));

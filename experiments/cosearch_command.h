@@ -14,14 +14,14 @@ struct CoSearchArgs {
   ProblemArgs target = {"gpt3-2.7b", "p3.16xlarge-calibrated", 16, 512};
   std::string proxy_model = "gpt-tiny";
   std::string compressions = "none,bf16,powersgd,topk,terngrad,sign";
-  int search_steps = 300;
+  int search_steps = 250;
   int warmup_steps = 50;
   int batch_size = 8;
   double learning_rate = 1e-3;
   double alpha_learning_rate = 0.05;
   std::string lambda = "auto";      // "auto" or a number >= 0
   bool first_order = false;
-  int eval_steps = 600;             // retraining steps of the no-compression plan (the others:
+  int eval_steps = 500;             // retraining steps of the no-compression plan (the others:
                                     // as many as fit in its simulated time)
   int eval_every = 50;
   int eval_windows = 128;

@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
   search_command->add_option("--seed", search.seed, "random seed")->capture_default_str();
   search_command->add_option("--max-stages", search.max_stages,
                              "most pipeline stages (default: min(layers, devices, 16))");
+  search_command
+      ->add_option("--grad-compressions", search.grad_compressions,
+                   "per-stage gradient compression options, e.g. none,bf16,powersgd (changes the "
+                   "math of training; see stratos cosearch)")
+      ->capture_default_str();
   search_command->add_option("--output-dir", search.output_dir, "where outputs go")
       ->capture_default_str();
   search_command->add_flag("!--no-progress", search.progress, "no progress lines on stderr");
@@ -70,6 +75,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   compare_command->add_option("--seed", compare.seed, "random seed")->capture_default_str();
   compare_command->add_option("--max-stages", compare.max_stages, "most pipeline stages");
+  compare_command->add_option("--grad-compressions", compare.grad_compressions,
+                              "per-stage gradient compression options")
+      ->capture_default_str();
   compare_command->add_option("--output-dir", compare.output_dir, "where outputs go")
       ->capture_default_str();
   compare_command->add_flag("!--no-progress", compare.progress, "no progress lines on stderr");

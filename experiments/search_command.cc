@@ -66,6 +66,8 @@ int RunSearch(const SearchArgs& args) {
     options.seed = args.seed;
     options.progress = args.progress;
     options.space.max_stages = args.max_stages;
+    options.space.grad_compressions =
+        ParseCompressionList(args.grad_compressions, "command line", "--grad-compressions");
     fmt::print("\n== {} ==\n", name);
     std::fflush(stdout);
     Outcome outcome{name, MakeSearcher(name)->Search(problem, options), std::nullopt};

@@ -95,7 +95,7 @@ double AmpProfiledIntraNodeLatency(const Problem& problem) {
       Problem probe = problem;
       probe.cluster.networks.at(0).latency_seconds = latency;
       const CostModel cost_model(probe);
-      const StageConfig config{1, tp, 1, tp, 0, Recompute::kNone};
+      const StageConfig config{1, tp, 1, tp, 0, Recompute::kNone, {}};
       const int m = probe.training.global_batch_size;  // one sample per microbatch
       STRATOS_CHECK(cost_model.CheckConfig(config, m).empty(), "{}",
                     cost_model.CheckConfig(config, m));

@@ -35,7 +35,7 @@ Problem LayerProblem(int hidden, int heads, int seq, int microbatch, bool sequen
 }
 
 StageConfig SettingConfig(const KorthikantiSetting& setting) {
-  return StageConfig{1, setting.tensor_parallel, 1, setting.tensor_parallel, 0, setting.recompute};
+  return StageConfig{1, setting.tensor_parallel, 1, setting.tensor_parallel, 0, setting.recompute, {}};
 }
 
 }  // namespace

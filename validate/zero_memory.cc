@@ -31,7 +31,7 @@ double OurZeroStateBytes(double psi, int nd, int zero_stage, double k) {
   problem.training.optimizer_state_bytes_per_param = k;
   const CostModel cost_model(problem);
   const StageConfig config{nd / gpus_per_node, gpus_per_node, nd, 1, zero_stage,
-                           Recompute::kNone};
+                           Recompute::kNone, {}};
   const std::string rule = cost_model.CheckConfig(config, 1);
   if (!rule.empty())
     throw InputError(fmt::format("ZeRO row with Nd = {}: {}", nd, rule));

@@ -181,5 +181,19 @@ expect "validate alpa-comm reports held-out errors against the target" 0 \
   "$STRATOS" validate alpa-comm --output-dir "$WORK/validate"
 expect "validate alpa-comm writes its figures" 0 '"held_out_2x8_group_16"' -- cat "$WORK/validate/summary.json"
 
+# Co-search: a few steps end to end (the full default run takes ~12 minutes).
+expect "cosearch runs end to end and prints the comparison" 0 "time to target" -- \
+  "$STRATOS" cosearch --model gpt3-1.3b --nodes 2 --global-batch 64 --search-steps 6 \
+  --warmup-steps 2 --batch-size 2 --eval-steps 10 --eval-every 5 --eval-windows 8 \
+  --output-dir "$WORK/cosearch"
+expect "cosearch writes curves for every plan" 0 "^throughput-only,10," -- cat "$WORK/cosearch/curves.csv"
+expect "cosearch says its time axis is simulated" 0 "simulated" -- cat "$WORK/cosearch/summary.json"
+expect_one_line_error "cosearch: compressions must start with none" \
+  "--compressions = \"?powersgd,none\"?: must start with none" -- \
+  "$STRATOS" cosearch --compressions powersgd,none --output-dir "$WORK/cosearch-bad"
+expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
+  --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -230,7 +230,7 @@ TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficienc
   problem.training.global_batch_size = 8;
   problem.training.sequence_parallel = false;
   const CostModel cost_model(problem);
-  const StageConfig config{1, 1, 1, 1, 0, Recompute::kNone};  // one GPU: compute only
+  const StageConfig config{1, 1, 1, 1, 0, Recompute::kNone, {}};  // one GPU: compute only
   const StageTerms terms = cost_model.LayerTerms(1, config, 8);
   const DeviceSpec& device = problem.cluster.Device();
   const LayerSpec& layer = m.layers[1];

@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
       "profile", "measure GEMMs, transformer blocks and collectives on this machine (profile database)");
   profile_command->add_option("--output-dir", profile.output_dir)->capture_default_str();
   profile_command->add_option("--device", profile.device, "cpu | cuda")->capture_default_str();
-  profile_command->add_option("--dtype", profile.dtype, "fp32 | bf16 | fp16 (cuda)")->capture_default_str();
+  profile_command->add_option("--dtype", profile.dtype, "f32 | bf16 | f16 (bf16, f16: cuda)")->capture_default_str();
   profile_command->add_option("--parts", profile.parts, "comma list of matmul, layer, collective")->capture_default_str();
   profile_command->add_option("--nproc", profile.nproc, "worker processes of the collective sweep")->capture_default_str();
   profile_command->add_option("--repeats", profile.repeats, "timed runs per point (median)")->capture_default_str();

@@ -2,12 +2,13 @@
 #include "experiments/profile_command.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
+#include "calibrate/profile.h"
 #include "costmodel/error.h"
 #include "experiments/output.h"
 #include "runtime/communicator.h"
@@ -35,34 +36,9 @@ ProfileOptions OptionsFromArgs(const ProfileArgs& args) {
   return options;
 }
 
-std::string MatmulCsv(const std::vector<MatmulSample>& rows) {
-  std::ostringstream out;
-  out << "m,n,k,dtype,flops,seconds\n";
-  for (const MatmulSample& r : rows)
-    out << fmt::format("{},{},{},{},{:.17g},{:.17g}\n", r.m, r.n, r.k, r.dtype, r.flops,
-                       r.seconds);
-  return out.str();
-}
-
-std::string LayerCsv(const std::vector<LayerSample>& rows) {
-  std::ostringstream out;
-  out << "hidden,heads,seq_len,micro_batch,tensor_parallel,dtype,forward_flops,forward_seconds,"
-         "backward_seconds\n";
-  for (const LayerSample& r : rows)
-    out << fmt::format("{},{},{},{},{},{},{:.17g},{:.17g},{:.17g}\n", r.hidden, r.heads,
-                       r.seq_len, r.micro_batch, r.tensor_parallel, r.dtype, r.forward_flops,
-                       r.forward_seconds, r.backward_seconds);
-  return out.str();
-}
-
-std::string CollectiveCsv(const std::vector<CollectiveSample>& rows) {
-  std::ostringstream out;
-  out << "op,dtype,nodes,gpus_per_node,group_size,num_groups,crosses_nodes,bytes,seconds\n";
-  for (const CollectiveSample& r : rows)
-    out << fmt::format("{},{},{},{},{},{},{},{:.17g},{:.17g}\n", r.op, r.dtype, r.nodes,
-                       r.gpus_per_node, r.group_size, r.num_groups, r.crosses_nodes ? 1 : 0,
-                       r.bytes, r.seconds);
-  return out.str();
+// Where the collective workers leave their rows for the parent process.
+std::string CollectivePartDir(const std::string& output_dir) {
+  return output_dir + "/collective-workers";
 }
 
 bool HasPart(const std::string& parts, const std::string& part) {
@@ -79,8 +55,10 @@ int RunCollectiveWorker(const ProfileArgs& args) {
   RendezvousOptions rendezvous = RendezvousFromEnvironment();
   rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_seconds * 1e3));
   ProcessGroups groups(rendezvous);
-  const std::vector<CollectiveSample> rows = ProfileCollectives(options, groups);
-  if (groups.Rank() == 0) WriteFileAtomically(args.output_dir + "/collective.csv", CollectiveCsv(rows));
+  Profile part;
+  part.info = {"cpu-worker", "gloo", "stratos profile (collective workers)", ""};
+  part.collectives = ProfileCollectives(options, groups);
+  if (groups.Rank() == 0) WriteProfileDir(part, CollectivePartDir(args.output_dir));
   groups.World().Barrier();
   return 0;
 }
@@ -102,40 +80,34 @@ int RunProfile(const ProfileArgs& args) {
   torch::set_num_threads(args.threads);
   EnsureDirectory(args.output_dir);
 
-  const RuntimeInfo info = QueryRuntimeInfo();
-  nlohmann::json meta = {
-      {"schema", "stratos.profile/1"},
-      {"device", args.device},
-      {"device_name", args.device == "cpu" ? "cpu-worker" : "cuda:0"},
-      {"dtype", args.dtype},
-      {"backend", args.device == "cpu" ? "gloo" : (NcclAvailable() ? "nccl" : "gloo")},
-      {"torch_version", info.torch_version},
-      {"threads_per_process", args.threads},
-      {"collective_processes", args.nproc},
-      {"hardware_threads", std::thread::hardware_concurrency()},
-      {"repeats", args.repeats},
-      {"produced_by", "stratos profile"},
-  };
+  const RuntimeInfo runtime = QueryRuntimeInfo();
+  Profile profile;
+  profile.info.device = args.device == "cpu" ? "cpu-worker" : "cuda:0";
+  profile.info.backend = args.device == "cpu" ? "gloo" : (NcclAvailable() ? "nccl" : "gloo");
+  profile.info.produced_by = "stratos profile";
+  profile.info.notes = fmt::format(
+      "LibTorch {}; {} intra-op thread(s) per process; collectives over {} processes; {} "
+      "hardware threads; median of {} runs",
+      runtime.torch_version, args.threads, args.nproc, std::thread::hardware_concurrency(),
+      args.repeats);
 
   if (HasPart(args.parts, "matmul")) {
     fmt::print("profiling GEMMs ({} shapes) ...\n",
                options.gemm_sizes.size() * options.gemm_sizes.size() * options.gemm_sizes.size());
     std::fflush(stdout);
-    const std::vector<MatmulSample> rows = ProfileMatmuls(options);
+    profile.matmuls = ProfileMatmuls(options);
     double best = 0;
-    for (const MatmulSample& r : rows) best = std::max(best, r.flops / r.seconds);
+    for (const MatmulRow& r : profile.matmuls) best = std::max(best, r.flops / r.seconds);
     fmt::print("  best {:.2f} GFLOP/s\n", best / 1e9);
-    WriteFileAtomically(args.output_dir + "/matmul.csv", MatmulCsv(rows));
   }
   if (HasPart(args.parts, "layer")) {
     fmt::print("profiling transformer blocks ...\n");
     std::fflush(stdout);
-    const std::vector<LayerSample> rows = ProfileLayers(options);
-    for (const LayerSample& r : rows)
+    profile.layers = ProfileLayers(options);
+    for (const LayerRow& r : profile.layers)
       fmt::print("  h {:4d} s {:4d} b {:2d} tp {}: forward {:8.3f} ms, backward {:8.3f} ms\n",
                  r.hidden, r.seq_len, r.micro_batch, r.tensor_parallel, r.forward_seconds * 1e3,
                  r.backward_seconds * 1e3);
-    WriteFileAtomically(args.output_dir + "/layer.csv", LayerCsv(rows));
   }
   if (HasPart(args.parts, "collective")) {
     fmt::print("profiling collectives over {} worker processes ...\n", args.nproc);
@@ -156,8 +128,10 @@ int RunProfile(const ProfileArgs& args) {
                  result.Summary(), args.output_dir);
       return 1;
     }
+    profile.collectives = ReadProfileDir(CollectivePartDir(args.output_dir)).collectives;
+    std::filesystem::remove_all(CollectivePartDir(args.output_dir));
   }
-  WriteJsonAtomically(args.output_dir + "/profile.json", meta);
+  WriteProfileDir(profile, args.output_dir);
   fmt::print("wrote the profile database to {}/\n", args.output_dir);
   return 0;
 }

@@ -8,7 +8,7 @@ namespace stratos {
 struct ProfileArgs {
   std::string output_dir = "out/profile";
   std::string device = "cpu";     // cpu | cuda
-  std::string dtype = "fp32";     // fp32 | bf16 | fp16 (cuda)
+  std::string dtype = "f32";      // f32 | bf16 | f16 (bf16, f16: cuda)
   std::string parts = "matmul,layer,collective";
   int nproc = 4;                  // worker processes for the collective sweep (>= 2)
   int repeats = 5;
@@ -18,8 +18,8 @@ struct ProfileArgs {
   bool collective_worker = false; // internal: one rank of the collective sweep
 };
 
-// Writes DIR/matmul.csv, DIR/layer.csv, DIR/collective.csv (units in column names) and
-// DIR/profile.json (device, backend, options), each atomically; prints progress and a summary.
+// Writes the profile database (calibrate/profile.h: DIR/matmul.csv, DIR/layer.csv,
+// DIR/collective.csv, DIR/profile.json), each atomically; prints progress and a summary.
 // The collective sweep runs in `nproc` spawned worker processes (Gloo on CPU). Returns 0 on
 // success, 1 if the workers failed. Throws InputError for bad options.
 int RunProfile(const ProfileArgs& args);

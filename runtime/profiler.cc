@@ -48,7 +48,7 @@ double MedianSeconds(const ProfileOptions& options, Run run) {
 }
 
 torch::ScalarType ScalarTypeOf(const std::string& dtype) {
-  if (dtype == "fp32") return torch::kFloat32;
+  if (dtype == "f32") return torch::kFloat32;
   if (dtype == "bf16") return torch::kBFloat16;
   return torch::kFloat16;
 }
@@ -92,10 +92,10 @@ void ProfileOptions::Validate() const {
   const std::string where = "profile options";
   if (device != "cpu" && device != "cuda")
     ThrowInputError(where, "device", device, "must be cpu or cuda");
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
-    ThrowInputError(where, "dtype", dtype, "must be fp32, bf16 or fp16");
-  if (device == "cpu" && dtype != "fp32")
-    ThrowInputError(where, "dtype", dtype, "the CPU profile is fp32 only");
+  if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
+    ThrowInputError(where, "dtype", dtype, "must be f32, bf16 or f16");
+  if (device == "cpu" && dtype != "f32")
+    ThrowInputError(where, "dtype", dtype, "the CPU profile is f32 only");
   if (device == "cuda" && !torch::cuda::is_available())
     ThrowInputError(where, "device", device, "this LibTorch sees no CUDA device");
   if (repeats < 1) ThrowInputError(where, "repeats", repeats, "must be >= 1");
@@ -106,19 +106,19 @@ void ProfileOptions::Validate() const {
       ThrowInputError(where, "collective_bytes", bytes, "must be a positive multiple of 4");
 }
 
-std::vector<MatmulSample> ProfileMatmuls(const ProfileOptions& options) {
+std::vector<MatmulRow> ProfileMatmuls(const ProfileOptions& options) {
   options.Validate();
   torch::NoGradGuard no_grad;
   const auto tensor_options =
       torch::TensorOptions().dtype(ScalarTypeOf(options.dtype)).device(options.device);
-  std::vector<MatmulSample> rows;
+  std::vector<MatmulRow> rows;
   for (int64_t m : options.gemm_sizes)
     for (int64_t n : options.gemm_sizes)
       for (int64_t k : options.gemm_sizes) {
         const torch::Tensor a = torch::randn({m, k}, tensor_options);
         const torch::Tensor b = torch::randn({k, n}, tensor_options);
         torch::Tensor c = torch::empty({m, n}, tensor_options);
-        MatmulSample row;
+        MatmulRow row;
         row.m = m;
         row.n = n;
         row.k = k;
@@ -130,12 +130,12 @@ std::vector<MatmulSample> ProfileMatmuls(const ProfileOptions& options) {
   return rows;
 }
 
-std::vector<LayerSample> ProfileLayers(const ProfileOptions& options) {
+std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
   options.Validate();
-  if (options.device != "cpu" || options.dtype != "fp32")
+  if (options.device != "cpu" || options.dtype != "f32")
     ThrowInputError("profile options", "device", options.device,
                     "the block profile runs the runtime's fp32 CPU GPT (runtime/gpt.h) only");
-  std::vector<LayerSample> rows;
+  std::vector<LayerRow> rows;
   for (int hidden : options.layer_hiddens)
     for (int seq : options.layer_seq_lens)
       for (int micro_batch : options.layer_micro_batches)
@@ -155,7 +155,7 @@ std::vector<LayerSample> ProfileLayers(const ProfileOptions& options) {
           GptStage block(model, 1, 2, Recompute::kNone, &shape, /*seed=*/1);
           const torch::Tensor input = torch::randn({micro_batch, seq, hidden});
           const torch::Tensor no_targets;
-          LayerSample row;
+          LayerRow row;
           row.hidden = hidden;
           row.heads = model.num_attention_heads;
           row.seq_len = seq;
@@ -185,13 +185,13 @@ std::vector<LayerSample> ProfileLayers(const ProfileOptions& options) {
   return rows;
 }
 
-std::vector<CollectiveSample> ProfileCollectives(const ProfileOptions& options,
+std::vector<CollectiveRow> ProfileCollectives(const ProfileOptions& options,
                                                  ProcessGroups& groups) {
   options.Validate();
   const int world = groups.WorldSize();
   const int rank = groups.Rank();
   const auto tensor_options = torch::TensorOptions().dtype(torch::kFloat32).device(options.device);
-  std::vector<CollectiveSample> rows;
+  std::vector<CollectiveRow> rows;
   for (int g = 2; g <= world; ++g) {
     if (world % g != 0) continue;
     std::vector<int> members;
@@ -208,13 +208,13 @@ std::vector<CollectiveSample> ProfileCollectives(const ProfileOptions& options,
       auto time = [&](const std::string& op, auto run) {
         groups.World().Barrier();
         const double seconds = MedianSeconds(options, run, [&] { group->Barrier(); });
-        CollectiveSample row;
+        CollectiveRow row;
         row.op = op;
-        row.dtype = "fp32";
+        row.dtype = "f32";
         row.gpus_per_node = world;
         row.group_size = g;
         row.num_groups = world / g;
-        row.bytes = static_cast<double>(bytes);
+        row.bytes = static_cast<double>(op == "all_gather" ? bytes * g : bytes);
         row.seconds = seconds;
         if (rank == 0) rows.push_back(row);
       };

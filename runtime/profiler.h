@@ -3,7 +3,8 @@
 // what the cost model's free constants are fitted from — GEMM throughput over shapes, the
 // forward and backward time of one transformer block over (hidden, sequence, microbatch, TP
 // shard), and collective times over message sizes and group sizes through the runtime's own
-// communicator. `stratos profile` writes the rows as a profile database (calibrate/ reads it).
+// communicator, as the rows of the profile database (calibrate/profile.h) that `stratos profile`
+// writes and `stratos calibrate` fits.
 //
 // Every time is the median of `repeats` timed runs after one untimed warm-up run; on CUDA each
 // run is synchronized before the clock is read.
@@ -13,13 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/profile.h"
 #include "runtime/communicator.h"
 
 namespace stratos {
 
 struct ProfileOptions {
   std::string device = "cpu";  // cpu | cuda
-  std::string dtype = "fp32";  // fp32 | bf16 | fp16 (bf16/fp16: CUDA only)
+  std::string dtype = "f32";   // f32 | bf16 | f16 (bf16/f16: CUDA only)
   int repeats = 5;             // timed runs per point (median)
   // GEMM (m, n, k) grid: every combination of these sizes.
   std::vector<int64_t> gemm_sizes = {64, 128, 256, 512, 1024};
@@ -36,48 +38,22 @@ struct ProfileOptions {
   void Validate() const;
 };
 
-// One GEMM C(m, n) = A(m, k) B(k, n); flops = 2 m n k.
-struct MatmulSample {
-  int64_t m = 0, n = 0, k = 0;
-  std::string dtype;
-  double flops = 0;
-  double seconds = 0;
-};
+// GEMM throughput over options.gemm_sizes^3 on options.device in options.dtype.
+std::vector<MatmulRow> ProfileMatmuls(const ProfileOptions& options);
 
 // One transformer block (runtime/gpt.h's GPT-2 block) of one TP rank: forward of a
-// (micro_batch, seq_len, hidden) input and backward of its output's sum. forward_flops is the
+// (micro_batch, seq_len, hidden) input and backward of its output's sum; forward_flops is the
 // cost model's count for that shard (LayerSpec::forward_flops x micro_batch / tensor_parallel).
-struct LayerSample {
-  int hidden = 0, heads = 0, seq_len = 0, micro_batch = 0, tensor_parallel = 1;
-  std::string dtype;
-  double forward_flops = 0;
-  double forward_seconds = 0;
-  double backward_seconds = 0;
-};
-
-// One collective over num_groups concurrent groups of group_size ranks (all on this machine:
-// nodes 1). bytes is each rank's buffer (all_reduce: the reduced tensor; all_gather: the input
-// of one rank; send_recv: the message).
-struct CollectiveSample {
-  std::string op;  // all_reduce | all_gather | send_recv
-  std::string dtype;
-  int nodes = 1, gpus_per_node = 1, group_size = 1, num_groups = 1;
-  bool crosses_nodes = false;
-  double bytes = 0;
-  double seconds = 0;
-};
-
-// GEMM throughput over options.gemm_sizes^3 on options.device in options.dtype.
-std::vector<MatmulSample> ProfileMatmuls(const ProfileOptions& options);
-
 // Block forward/backward over the layer grid; points whose TP does not divide the heads are
 // skipped. Throws InputError for an unsupported device or dtype.
-std::vector<LayerSample> ProfileLayers(const ProfileOptions& options);
+std::vector<LayerRow> ProfileLayers(const ProfileOptions& options);
 
-// Collective times over options.collective_bytes for every group size g that divides the world
+// Collectives (all_reduce, all_gather, send_recv) on one node of world-size ranks, fp32 buffers
+// of options.collective_bytes per rank (all-gather: bytes is the gathered output, as the
+// profile database defines it). Times over options.collective_bytes for every group size g that divides the world
 // (g >= 2), with world / g groups running at once. Every rank must call it; rows are returned on
 // rank 0 (other ranks return an empty vector). Throws CommError if a peer fails.
-std::vector<CollectiveSample> ProfileCollectives(const ProfileOptions& options,
+std::vector<CollectiveRow> ProfileCollectives(const ProfileOptions& options,
                                                  ProcessGroups& groups);
 
 }  // namespace stratos

@@ -14,10 +14,16 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "costmodel/error.h"
+#include "calibrate/calibrate.h"
+#include "calibrate/profile.h"
+#include "costmodel/evaluate.h"
 #include "experiments/output.h"
+#include "experiments/profile_command.h"
 #include "experiments/run_commands.h"
 #include "runtime/communicator.h"
 #include "runtime/data.h"
@@ -48,6 +54,9 @@ struct PlanRow {
   double predicted_seconds = 0;
   double simulated_seconds = 0;
   double error_percent = 0;  // (measured - predicted) / measured * 100
+  double calibrated_seconds = 0;        // predicted on the calibrated cluster description
+  double calibrated_error_percent = 0;
+  nlohmann::json measurement;
   std::vector<double> losses;
 };
 
@@ -112,6 +121,7 @@ PlanRow RunPlan(const BenchRuntimeArgs& args, const BenchPlan& plan, const std::
     row.predicted_seconds = comparison.at("predicted_iteration_seconds").get<double>();
     row.simulated_seconds = comparison.at("simulated_iteration_seconds").get<double>();
     row.losses = measurement.at("losses").get<std::vector<double>>();
+    row.measurement = measurement;
     if (row.measured_seconds <= 0) {
       row.error = "measured iteration time is 0";
       return row;
@@ -123,6 +133,21 @@ PlanRow RunPlan(const BenchRuntimeArgs& args, const BenchPlan& plan, const std::
     row.error = e.what();
   }
   return row;
+}
+
+// The cost model's prediction of a measured run on a calibrated description of this machine:
+// the calibrated network levels, and the run's measured per-worker FLOP/s shared among the
+// workers when there are more of them than hardware threads (one intra-op thread each).
+double CalibratedPrediction(const nlohmann::json& measurement, const ClusterSpec& calibrated) {
+  const Plan plan = PlanFromJson(measurement.at("plan"), "measurement.json");
+  const ModelSpec model = LoadRuntimeModel(measurement.at("model").get<std::string>(), 0);
+  const int workers = measurement.at("world_size").get<int>();
+  const double flops = measurement.at("predicted_vs_measured").at("flops_per_worker").get<double>();
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  Problem problem =
+      RuntimeProblem(model, plan, workers, flops * std::min(1.0, threads / workers));
+  problem.cluster.networks = calibrated.networks;
+  return Evaluate(problem, plan).iteration_seconds;
 }
 
 struct PlainResult {
@@ -201,26 +226,61 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
   }
   torch::set_num_threads(saved_threads);
 
+  // (0) The local cluster description calibrated from measurements that are not the bench's
+  // runs: a collective profile over 4 worker processes (stratos profile), fitted by calibrate/.
+  std::optional<ClusterSpec> calibrated;
+  std::string calibration_error;
+  try {
+    ProfileArgs profile_args;
+    profile_args.output_dir = dir + "/profile";
+    profile_args.parts = "collective";
+    profile_args.nproc = 4;
+    fmt::print("profiling collectives for the calibrated cluster description ...\n");
+    std::fflush(stdout);
+    int rc;
+    {
+      StdoutRedirect quiet(dir + "/profile_stdout.txt");
+      rc = RunProfile(profile_args);
+    }
+    if (rc != 0) throw std::runtime_error("stratos profile failed (see " + dir + "/profile/logs)");
+    CalibrateOptions options;
+    options.source = "stratos bench runtime: collective profile of 4 local Gloo workers";
+    calibrated = Calibrate(LocalCpuCluster(4, 1e10), ReadProfileDir(profile_args.output_dir),
+                           options)
+                     .cluster;
+  } catch (const std::exception& e) {
+    calibration_error = e.what();
+    fmt::print(stderr, "calibration failed: {}\n", calibration_error);
+  }
+
   // (1) the plans, launched as `stratos run` launches them.
   std::vector<PlanRow> rows;
   for (const BenchPlan& plan : kPlans) {
     fmt::print("running {} ({} workers) ...\n", plan.Name(), plan.pp * plan.dp * plan.tp);
     std::fflush(stdout);
     rows.push_back(RunPlan(args, plan, dir + "/plans/" + plan.Name()));
+    if (calibrated && rows.back().status == "ok") {
+      PlanRow& row = rows.back();
+      row.calibrated_seconds = CalibratedPrediction(row.measurement, *calibrated);
+      row.calibrated_error_percent =
+          (row.measured_seconds - row.calibrated_seconds) / row.measured_seconds * 100.0;
+    }
     if (rows.back().status != "ok")
       fmt::print(stderr, "  {} failed: {}\n", plan.Name(), rows.back().error);
   }
 
-  fmt::print("\n{:<8} {:>7} {:>12} {:>12} {:>9}\n", "PPxDPxTP", "workers", "measured s",
-             "predicted s", "error %");
-  double ape_sum = 0;
+  fmt::print("\n{:<8} {:>7} {:>12} {:>12} {:>9} {:>13} {:>9}\n", "PPxDPxTP", "workers",
+             "measured s", "predicted s", "error %", "calibrated s", "error %");
+  double ape_sum = 0, calibrated_ape_sum = 0;
   int ok = 0;
   for (const PlanRow& row : rows) {
     if (row.status == "ok") {
-      fmt::print("{:<8} {:>7} {:>12.5f} {:>12.5f} {:>+9.1f}\n", row.plan.Name(),
-                 row.plan.pp * row.plan.dp * row.plan.tp, row.measured_seconds,
-                 row.predicted_seconds, row.error_percent);
+      fmt::print("{:<8} {:>7} {:>12.5f} {:>12.5f} {:>+9.1f} {:>13.5f} {:>+9.1f}\n",
+                 row.plan.Name(), row.plan.pp * row.plan.dp * row.plan.tp, row.measured_seconds,
+                 row.predicted_seconds, row.error_percent, row.calibrated_seconds,
+                 row.calibrated_error_percent);
       ape_sum += std::abs(row.error_percent);
+      calibrated_ape_sum += std::abs(row.calibrated_error_percent);
       ++ok;
     } else {
       fmt::print("{:<8} {:>7} {:>12} {:>12} {:>9}\n", row.plan.Name(),
@@ -229,6 +289,11 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
   }
   const double mape = ok > 0 ? ape_sum / ok : 0.0;
   fmt::print("MAPE over {} plans: {:.1f}% (error = (measured - predicted) / measured)\n", ok, mape);
+  const double calibrated_mape = ok > 0 && calibrated ? calibrated_ape_sum / ok : 0.0;
+  if (calibrated)
+    fmt::print("MAPE with the calibrated description (loopback network fitted on a separate "
+               "collective profile; workers share the {} hardware threads): {:.1f}%\n",
+               std::thread::hardware_concurrency(), calibrated_mape);
 
   const PlanRow& base = rows.front();  // 1x1x1
   double overhead = 0;
@@ -271,6 +336,8 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
                          {"predicted_iteration_seconds", row.predicted_seconds},
                          {"simulated_iteration_seconds", row.simulated_seconds},
                          {"error_percent", row.error_percent},
+                         {"calibrated_predicted_iteration_seconds", row.calibrated_seconds},
+                         {"calibrated_error_percent", row.calibrated_error_percent},
                          {"run_dir", "plans/" + p.Name()}});
   }
   csv += fmt::format("plain,1,1,1,1,{},{:.6f},,\n", plain_error.empty() ? "ok" : "failed",
@@ -286,6 +353,8 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
       {"plans", json_rows},
       {"plans_ok", ok},
       {"mape_percent", mape},
+      {"calibrated_mape_percent", calibrated ? nlohmann::json(calibrated_mape) : nlohmann::json()},
+      {"calibration_error", calibration_error},
       {"plain",
        {{"what", "one process, runtime GptStage of all layers with a self communicator, same "
                  "batches and microbatches, torch::optim::Adam, 1 intra-op thread"},

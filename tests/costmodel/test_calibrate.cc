@@ -19,26 +19,14 @@
 #include "costmodel/error.h"
 #include "costmodel/matmul_efficiency.h"
 #include "costmodel/zoo.h"
+#include "test_util.h"
 
 namespace stratos {
+using testing::InputErrorMessage;
+using testing::Contains;
 namespace {
 
 namespace fs = std::filesystem;
-
-template <typename F>
-std::string InputErrorMessage(F&& f) {
-  try {
-    f();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // A fresh empty directory under the system's temporary directory.
 std::string TempDir(const std::string& name) {

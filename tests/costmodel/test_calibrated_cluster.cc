@@ -10,24 +10,12 @@
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
+#include "test_util.h"
 
 namespace stratos {
+using testing::InputErrorMessage;
+using testing::Contains;
 namespace {
-
-template <typename F>
-std::string InputErrorMessage(F&& f) {
-  try {
-    f();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // Relative equality of SI values after a TOML round trip (unit conversions cost a few ulps).
 bool Close(double a, double b) { return a == b || std::abs(a - b) <= 1e-14 * std::abs(b); }

@@ -9,20 +9,11 @@
 #include "costmodel/cluster_io.h"
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
+#include "test_util.h"
 
 namespace stratos {
+using testing::InputErrorMessage;
 namespace {
-
-template <typename F>
-std::string InputErrorMessage(F&& f) {
-  try {
-    f();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
 
 const char* kDevice = R"(
 [[device]]

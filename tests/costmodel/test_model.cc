@@ -8,8 +8,10 @@
 #include "costmodel/model.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
+#include "test_util.h"
 
 namespace stratos {
+using testing::InputErrorMessage;
 namespace {
 
 const std::string kHfConfigs = STRATOS_SOURCE_DIR "/../shared/data/hf_configs/";
@@ -27,17 +29,6 @@ ModelSpec GptShape(int h, int layers, int heads, int seq) {
   model.tie_word_embeddings = true;
   BuildTransformerLayers(model);
   return model;
-}
-
-template <typename F>
-std::string InputErrorMessage(F&& f) {
-  try {
-    f();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
 }
 
 TEST_CASE("GPT-2 parameter count from its HF config is the published 124,439,808") {

@@ -8,22 +8,13 @@
 #include "costmodel/error.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
+#include "test_util.h"
 
 namespace stratos {
+using testing::InputErrorMessage;
 namespace {
 
 const std::string kHfConfigs = STRATOS_SOURCE_DIR "/../shared/data/hf_configs/";
-
-template <typename F>
-std::string InputErrorMessage(F&& f) {
-  try {
-    f();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
 
 // Checks that the message of the InputError thrown by parsing `toml` contains every part.
 void CheckModelTomlError(const std::string& toml, std::initializer_list<const char*> parts) {

@@ -203,7 +203,7 @@ Tensor ProbabilitiesTensor(const std::vector<std::vector<double>>& p) {
 
 }  // namespace
 
-struct CoSearch::Impl {
+struct CoSearcher::Impl {
   CoSearchOptions options;
   const CompressionTimeSurrogate& surrogate;
   Proxy proxy;
@@ -246,7 +246,7 @@ std::vector<std::vector<double>> SoftmaxRows(const Tensor& alpha, double tempera
 
 }  // namespace
 
-CoSearch::CoSearch(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate) {
+CoSearcher::CoSearcher(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate) {
   options.Validate();
   // The proxy maps its layers by relative depth onto the base plan's stages; the plan's layer
   // count is its last stage's end.
@@ -259,20 +259,20 @@ CoSearch::CoSearch(const CoSearchOptions& options, const CompressionTimeSurrogat
   if (options.resume) LoadCheckpoint();
 }
 
-CoSearch::~CoSearch() = default;
+CoSearcher::~CoSearcher() = default;
 
-double CoSearch::Temperature() const {
+double CoSearcher::Temperature() const {
   const CoSearchOptions& o = impl_->options;
   const double progress =
       o.search_steps > 1 ? std::min(1.0, static_cast<double>(step_) / (o.search_steps - 1)) : 1.0;
   return o.initial_temperature * std::pow(o.final_temperature / o.initial_temperature, progress);
 }
 
-std::vector<std::vector<double>> CoSearch::Probabilities() const {
+std::vector<std::vector<double>> CoSearcher::Probabilities() const {
   return SoftmaxRows(alpha_, Temperature(), impl_->surrogate);
 }
 
-std::vector<int> CoSearch::Discretize() const {
+std::vector<int> CoSearcher::Discretize() const {
   const auto p = Probabilities();
   std::vector<int> choice(p.size(), 0);
   for (size_t s = 0; s < p.size(); ++s)
@@ -280,9 +280,9 @@ std::vector<int> CoSearch::Discretize() const {
   return choice;
 }
 
-Tensor CoSearch::FlatParameters() const { return impl_->proxy.Theta(); }
+Tensor CoSearcher::FlatParameters() const { return impl_->proxy.Theta(); }
 
-void CoSearch::Step() {
+void CoSearcher::Step() {
   Impl& x = *impl_;
   const CoSearchOptions& o = x.options;
   const CompressionTimeSurrogate& surrogate = x.surrogate;
@@ -348,7 +348,7 @@ void CoSearch::Step() {
     SaveCheckpoint();
 }
 
-double CoSearch::FrozenOuterObjective(const Tensor& alpha) const {
+double CoSearcher::FrozenOuterObjective(const Tensor& alpha) const {
   const Impl& x = *impl_;
   STRATOS_CHECK(x.frozen.valid, "no second-order outer step has run yet");
   const auto p = SoftmaxRows(alpha, x.frozen.temperature, x.surrogate);
@@ -362,17 +362,17 @@ double CoSearch::FrozenOuterObjective(const Tensor& alpha) const {
   return loss + x.frozen.lambda * seconds / x.surrogate.BaseSeconds();
 }
 
-Tensor CoSearch::FrozenAlpha() const {
+Tensor CoSearcher::FrozenAlpha() const {
   STRATOS_CHECK(impl_->frozen.valid, "no second-order outer step has run yet");
   return impl_->frozen.alpha;
 }
 
-Tensor CoSearch::FrozenOuterGradient() const {
+Tensor CoSearcher::FrozenOuterGradient() const {
   STRATOS_CHECK(impl_->frozen.valid, "no second-order outer step has run yet");
   return impl_->frozen.gradient;
 }
 
-void CoSearch::SaveCheckpoint() const {
+void CoSearcher::SaveCheckpoint() const {
   const Impl& x = *impl_;
   const std::string dir = x.options.checkpoint_dir;
   std::filesystem::create_directories(dir);
@@ -400,7 +400,7 @@ void CoSearch::SaveCheckpoint() const {
   std::filesystem::rename(dir + "/cosearch.json.tmp", dir + "/cosearch.json");
 }
 
-void CoSearch::LoadCheckpoint() {
+void CoSearcher::LoadCheckpoint() {
   Impl& x = *impl_;
   const std::string dir = x.options.checkpoint_dir;
   const std::string json_path = dir + "/cosearch.json";

@@ -81,13 +81,13 @@ struct CoSearchOptions {
 std::vector<int> ProxyStageOfLayer(int proxy_layers, const Plan& target_plan,
                                    int target_layers);
 
-class CoSearch {
+class CoSearcher {
  public:
   // Builds the proxy model and data, one compressor per option (over the proxy's parameter
   // shapes) and alpha = 0. `surrogate` must outlive this object. Throws InputError for bad
   // options, data or model.
-  CoSearch(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate);
-  ~CoSearch();
+  CoSearcher(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate);
+  ~CoSearcher();
 
   // One co-search step (inner and, after the warm-up, outer).
   void Step();

@@ -111,7 +111,7 @@ int RunCoSearch(const CoSearchArgs& args) {
 
   // 2. The co-search.
   const auto start = Clock::now();
-  CoSearch search(options, surrogate);
+  CoSearcher search(options, surrogate);
   if (args.resume) fmt::print("resumed from step {}\n", search.StepCount());
   std::ostringstream alpha_csv;
   alpha_csv << "step,stage,option,alpha,probability\n";

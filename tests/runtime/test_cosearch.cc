@@ -131,7 +131,7 @@ TEST_CASE("co-search outer gradient with respect to alpha equals finite differen
   CoSearchOptions options = TinySearch();
   options.lambda = 0.5;         // a fixed weight: both terms of J matter
   options.learning_rate = 0.03;  // large steps: loss differences far above fp32 rounding
-  CoSearch search(options, surrogate);
+  CoSearcher search(options, surrogate);
   for (int i = 0; i < 4; ++i) search.Step();  // two outer steps after the warm-up
   const torch::Tensor alpha = search.FrozenAlpha().clone();
   const torch::Tensor gradient = search.FrozenOuterGradient();
@@ -158,16 +158,16 @@ TEST_CASE("co-search resumed from a checkpoint equals the uninterrupted search")
   const TargetCase target = SmallTarget();
   const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
   const std::string dir = TestDir("cosearch_resume");
-  CoSearch uninterrupted(TinySearch(), surrogate);
+  CoSearcher uninterrupted(TinySearch(), surrogate);
   for (int i = 0; i < 8; ++i) uninterrupted.Step();
 
   {
-    CoSearch first(TinySearch(dir + "/ckpt"), surrogate);
+    CoSearcher first(TinySearch(dir + "/ckpt"), surrogate);
     for (int i = 0; i < 5; ++i) first.Step();  // checkpoint at step 4; step 5 is lost
   }
   CoSearchOptions resumed_options = TinySearch(dir + "/ckpt");
   resumed_options.resume = true;
-  CoSearch resumed(resumed_options, surrogate);
+  CoSearcher resumed(resumed_options, surrogate);
   CHECK(resumed.StepCount() == 4);
   while (resumed.StepCount() < 8) resumed.Step();
   CHECK(torch::equal(resumed.Alpha(), uninterrupted.Alpha()));
@@ -176,7 +176,7 @@ TEST_CASE("co-search resumed from a checkpoint equals the uninterrupted search")
 
   CoSearchOptions missing = TinySearch(dir + "/none");
   missing.resume = true;
-  CHECK_THROWS_AS(CoSearch(missing, surrogate), InputError);
+  CHECK_THROWS_AS(CoSearcher(missing, surrogate), InputError);
 }
 
 TEST_CASE("a fixed plan's validation curve starts at the untrained loss and falls") {

@@ -144,7 +144,7 @@ expect "profile --quick writes the profile database" 0 "wrote the profile databa
 expect "profile: GEMM rows with units in the header" 0 "^m,n,k,dtype,flops,seconds$" -- \
   head -1 "$WORK/profile/matmul.csv"
 expect "profile: block rows" 0 "^64,2,64,1,1,f32," -- cat "$WORK/profile/layer.csv"
-expect "profile: all-reduce rows of the 2-process group" 0 "^all_reduce,f32,1,2,2,1,0,4096," -- \
+expect "profile: all-reduce rows of the 2-process group" 0 "^all_reduce,f32,1,2,2,1,0,1024," -- \
   cat "$WORK/profile/collective.csv"
 expect "calibrate reads the profile stratos profile wrote" 0 "wrote .*local.toml" -- \
   "$STRATOS" calibrate --profile "$WORK/profile" --cluster p3.16xlarge --output "$WORK/local.toml"

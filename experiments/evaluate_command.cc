@@ -4,6 +4,7 @@
 #include "costmodel/evaluate.h"
 #include "costmodel/pipeline_sim.h"
 #include "experiments/commands.h"
+#include "experiments/run_commands.h"
 #include "experiments/output.h"
 
 namespace stratos {
@@ -43,17 +44,8 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
   config.tensor_parallel = args.tensor_parallel;
   config.zero_stage = args.zero_stage;
   config.recompute = ParseRecompute(args.recompute, where + ": --recompute");
-  CompressionSpec& compression = config.grad_compression;
-  compression.kind = ParseGradCompression(args.grad_compression, where, "--grad-compression");
-  compression.topk_density = args.topk_density;
-  compression.topk_momentum = args.topk_momentum;
-  compression.powersgd_rank = args.powersgd_rank;
-  if (!(args.topk_density > 0 && args.topk_density <= 1))
-    ThrowInputError(where, "--topk-density", args.topk_density, "must be in (0, 1]");
-  if (!(args.topk_momentum >= 0 && args.topk_momentum < 1))
-    ThrowInputError(where, "--topk-momentum", args.topk_momentum, "must be in [0, 1)");
-  if (args.powersgd_rank < 1)
-    ThrowInputError(where, "--powersgd-rank", args.powersgd_rank, "must be >= 1");
+  config.grad_compression = CompressionFromCommandLine(args.grad_compression, args.topk_density,
+                                                      args.topk_momentum, args.powersgd_rank);
   Plan plan;
   plan.global_batch_size = batch;
   plan.num_microbatches = batch / per_microbatch;

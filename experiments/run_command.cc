@@ -16,22 +16,6 @@ namespace stratos {
 
 namespace {
 
-CompressionSpec CompressionFromFlags(const RunFlags& flags) {
-  const std::string where = "command line";
-  CompressionSpec spec;
-  spec.kind = ParseGradCompression(flags.grad_compression, where, "--grad-compression");
-  spec.topk_density = flags.topk_density;
-  spec.topk_momentum = flags.topk_momentum;
-  spec.powersgd_rank = flags.powersgd_rank;
-  if (!(spec.topk_density > 0 && spec.topk_density <= 1))
-    ThrowInputError(where, "--topk-density", spec.topk_density, "must be in (0, 1]");
-  if (!(spec.topk_momentum >= 0 && spec.topk_momentum < 1))
-    ThrowInputError(where, "--topk-momentum", spec.topk_momentum, "must be in [0, 1)");
-  if (spec.powersgd_rank < 1)
-    ThrowInputError(where, "--powersgd-rank", spec.powersgd_rank, "must be >= 1");
-  return spec;
-}
-
 TrainOptions OptionsFromFlags(const RunFlags& flags) {
   TrainOptions options;
   options.model = flags.model;
@@ -57,7 +41,8 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
         flags.micro_batch_size, flags.global_batch_size,
         ParseSchedule(flags.schedule, "command line: --schedule"), flags.zero_stage,
         ParseRecompute(flags.recompute, "command line: --recompute"));
-    const CompressionSpec compression = CompressionFromFlags(flags);
+    const CompressionSpec compression = CompressionFromCommandLine(
+        flags.grad_compression, flags.topk_density, flags.topk_momentum, flags.powersgd_rank);
     for (StagePlan& stage : options.plan.stages) stage.config.grad_compression = compression;
   }
   options.Validate();
@@ -72,6 +57,23 @@ std::string ReadText(const std::string& path) {
 }
 
 }  // namespace
+
+CompressionSpec CompressionFromCommandLine(const std::string& name, double topk_density,
+                                          double topk_momentum, int powersgd_rank) {
+  const std::string where = "command line";
+  CompressionSpec spec;
+  spec.kind = ParseGradCompression(name, where, "--grad-compression");
+  spec.topk_density = topk_density;
+  spec.topk_momentum = topk_momentum;
+  spec.powersgd_rank = powersgd_rank;
+  if (!(spec.topk_density > 0 && spec.topk_density <= 1))
+    ThrowInputError(where, "--topk-density", spec.topk_density, "must be in (0, 1]");
+  if (!(spec.topk_momentum >= 0 && spec.topk_momentum < 1))
+    ThrowInputError(where, "--topk-momentum", spec.topk_momentum, "must be in [0, 1)");
+  if (spec.powersgd_rank < 1)
+    ThrowInputError(where, "--powersgd-rank", spec.powersgd_rank, "must be >= 1");
+  return spec;
+}
 
 int RunRun(const RunArgs& args) {
   const TrainOptions options = OptionsFromFlags(args.flags);

@@ -4,6 +4,8 @@
 // throws InputError (main() prints it and exits with 2).
 #include <string>
 
+#include "costmodel/compression.h"
+
 namespace stratos {
 
 // What to run: a plan file, or a uniform Megatron-style plan from --pp/--dp/--tp/--micro-batch.
@@ -37,6 +39,11 @@ struct RunFlags {
   std::string backend = "auto";    // gloo | nccl | auto
   int threads = 1;                 // intra-op threads per worker
 };
+
+// --grad-compression NAME with --topk-density, --topk-momentum, --powersgd-rank, checked; throws
+// InputError "command line: --flag = value: rule".
+CompressionSpec CompressionFromCommandLine(const std::string& name, double topk_density,
+                                          double topk_momentum, int powersgd_rank);
 
 struct RunArgs {
   RunFlags flags;

@@ -39,11 +39,7 @@ AlpaPointCase BuildAlpaPointCase(const AlpaPointRow& row) {
   plan.global_batch_size = row.global_batch_size;
   plan.num_microbatches = row.num_microbatches;
   plan.schedule = training.schedule;
-  for (int s = 0; s < p; ++s) {
-    const int first = s == 0 ? 0 : 1 + s * (L / p);
-    const int last = s == p - 1 ? L + 2 : 1 + (s + 1) * (L / p);
-    plan.stages.push_back({first, last, config});
-  }
+  plan.stages = MegatronStages(L, p, config);
   ValidatePlan(problem, plan, where);
   return c;
 }

@@ -59,4 +59,16 @@ StageConfig StageOnDevices(const ClusterSpec& cluster, int data_parallel, int te
   return config;
 }
 
+std::vector<StagePlan> MegatronStages(int num_blocks, int pipeline_parallel,
+                                      const StageConfig& config) {
+  const int L = num_blocks, p = pipeline_parallel;
+  std::vector<StagePlan> stages;
+  for (int s = 0; s < p; ++s) {
+    const int first = s == 0 ? 0 : 1 + s * (L / p);
+    const int last = s == p - 1 ? L + 2 : 1 + (s + 1) * (L / p);
+    stages.push_back({first, last, config});
+  }
+  return stages;
+}
+
 }  // namespace stratos

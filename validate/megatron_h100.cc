@@ -71,13 +71,7 @@ MegatronCase BuildMegatronCase(const MegatronScalingRow& row, const MegatronAssu
   plan.global_batch_size = row.global_batch_size;
   plan.num_microbatches = row.global_batch_size / row.data_parallel;
   plan.schedule = training.schedule;
-  // Layers: [embedding, block 0 .. block L-1, head]; L/p blocks per stage, the embedding on the
-  // first stage and the head on the last, as Megatron places them.
-  for (int s = 0; s < p; ++s) {
-    const int first = s == 0 ? 0 : 1 + s * (L / p);
-    const int last = s == p - 1 ? L + 2 : 1 + (s + 1) * (L / p);
-    plan.stages.push_back({first, last, config});
-  }
+  plan.stages = MegatronStages(L, p, config);
   ValidatePlan(problem, plan, where);
   return c;
 }

@@ -3,6 +3,7 @@
 // throws InputError, which main() prints as one line and turns into exit code 2.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "experiments/problem_loader.h"
 
@@ -21,6 +22,8 @@ struct SearchArgs {
   std::string grad_compressions = "none";  // comma list: per-stage options of the space
   std::string output_dir = "out/search";
   bool progress = true;
+  // "name=value" searcher options (--option, repeatable; experiments/searchers.h SearcherSetup).
+  std::vector<std::string> option_assignments;
 };
 
 // `stratos search`: runs the searchers, prints each report and a comparison table, writes

@@ -6,6 +6,7 @@
 #include "costmodel/zoo.h"
 #include "experiments/commands.h"
 #include "experiments/cosearch_command.h"
+#include "experiments/experiment_command.h"
 #include "experiments/profile_command.h"
 #include "experiments/run_commands.h"
 #include "experiments/runtime_bench.h"
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
   search_command->add_option("--output-dir", search.output_dir, "where outputs go")
       ->capture_default_str();
   search_command->add_flag("!--no-progress", search.progress, "no progress lines on stderr");
+  search_command->add_option("--option", search.option_assignments,
+                             "a searcher option by name, repeatable: relax.iterations=60, "
+                             "space.max_stages=8, search.max_evaluations=1000 (list: stratos "
+                             "experiment options)");
 
   stratos::SearchArgs compare;
   compare.output_dir = "out/compare";
@@ -81,6 +86,8 @@ int main(int argc, char** argv) {
   compare_command->add_option("--output-dir", compare.output_dir, "where outputs go")
       ->capture_default_str();
   compare_command->add_flag("!--no-progress", compare.progress, "no progress lines on stderr");
+  compare_command->add_option("--option", compare.option_assignments,
+                              "a searcher option by name, repeatable (see search --help)");
 
   stratos::EvaluateArgs evaluate;
   CLI::App* evaluate_command = app.add_subcommand(
@@ -228,6 +235,10 @@ int main(int argc, char** argv) {
   cosearch_command->add_flag("--resume", cosearch.resume, "continue from OUTPUT_DIR/checkpoint");
   cosearch_command->add_flag("!--no-progress", cosearch.progress, "no progress lines");
 
+  // `stratos experiment run | report | options` (experiments/experiment_command.cc).
+  stratos::ExperimentCommands experiment;
+  stratos::AddExperimentCommands(app, experiment);
+
   CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
 
   try {
@@ -250,6 +261,7 @@ int main(int argc, char** argv) {
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
     if (const std::optional<int> code = stratos::RunCalibrationCommands(calibration)) return *code;
+    if (const std::optional<int> code = stratos::RunExperimentCommands(experiment)) return *code;
     if (*validate_command) return stratos::RunValidate(validate);
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();

@@ -5,10 +5,15 @@
       best predicted iteration time against search wall time, one line per searcher
   experiments/plot.py ladder out/bench/ladder.csv -o ladder.png
       search wall time and relax's gap to the DP optimum over the GPT ladder
+  experiments/plot.py experiment out/experiments/ablation-relax
+      the plots of `stratos experiment report` (written into that directory): gap_vs_size.png,
+      wall_vs_size.png, ablation.png, anytime.png
 """
 import argparse
 import csv
+import json
 import math
+import os
 import sys
 
 import matplotlib
@@ -71,15 +76,105 @@ def plot_ladder(path, output):
     fig.savefig(output, dpi=120)
 
 
+def plot_experiment(directory, _output):
+    rows = read_rows(os.path.join(directory, "rows.csv"))
+    searchers = []
+    for r in rows:
+        if r["searcher"] not in searchers:
+            searchers.append(r["searcher"])
+    families = sorted({r["family"] for r in rows})
+    markers = "osD^v<>pP*"
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+    def scatter(column, filename, ylabel, logy):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for i, searcher in enumerate(searchers):
+            for j, family in enumerate(families):
+                pts = [(int(r["devices"]) * (1 + 0.04 * (i - len(searchers) / 2)),
+                        float(r[column]) * (100 if column.startswith("gap") else 1))
+                       for r in rows if r["searcher"] == searcher and r["family"] == family
+                       and r[column] not in ("", "nan")]
+                if pts:
+                    ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, alpha=0.7,
+                               color=colors[i % len(colors)], marker=markers[j % len(markers)],
+                               label=f"{searcher} ({family})")
+        ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
+        else:
+            ax.set_yscale("symlog", linthresh=0.1)
+        ax.set_xlabel("devices")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, filename), dpi=110)
+        plt.close(fig)
+
+    scatter("gap_to_best", "gap_vs_size.png", "gap to the best known plan (%)", False)
+    scatter("wall_seconds", "wall_vs_size.png", "search wall time (s)", True)
+
+    with open(os.path.join(directory, "report.json")) as f:
+        summary = [s for s in json.load(f)["summary"] if s["family"] != "all"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(families) * max(1, len(searchers)) / 3), 4.5))
+    width = 0.8 / max(1, len(searchers))
+    for i, searcher in enumerate(searchers):
+        xs, med, worst = [], [], []
+        for j, family in enumerate(families):
+            for s in summary:
+                if s["family"] == family and s["variant"] == searcher:
+                    xs.append(j + (i - (len(searchers) - 1) / 2) * width)
+                    med.append(100 * (s["median_gap_to_best"] if s["median_gap_to_best"] is not None else float("nan")))
+                    worst.append(100 * (s["worst_gap_to_best"] if s["worst_gap_to_best"] is not None else float("nan")))
+        ax.bar(xs, med, width, color=colors[i % len(colors)], label=searcher)
+        ax.scatter(xs, worst, color="black", marker="_", s=60, zorder=3)
+    ax.set_xticks(range(len(families)))
+    ax.set_xticklabels(families)
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_ylabel("gap to the best known plan (%): bar median, dash worst")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(directory, "ablation.png"), dpi=110)
+    plt.close(fig)
+
+    trace = read_rows(os.path.join(directory, "anytime.csv"))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    seen = set()
+    for r_key in sorted({(t["family"], t["instance"], t["searcher"], t["seed"]) for t in trace}):
+        pts = sorted((float(t["wall_seconds"]), 100 * float(t["gap_to_best"])) for t in trace
+                     if (t["family"], t["instance"], t["searcher"], t["seed"]) == r_key)
+        searcher = r_key[2]
+        i = searchers.index(searcher) if searcher in searchers else 0
+        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", alpha=0.35,
+                color=colors[i % len(colors)], label=None if searcher in seen else searcher)
+        seen.add(searcher)
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_xlabel("search wall time (s)")
+    ax.set_ylabel("gap to the best known plan (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(directory, "anytime.png"), dpi=110)
+    plt.close(fig)
+    print(f"wrote the plots into {directory}")
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["anytime", "ladder"])
-    parser.add_argument("csv")
-    parser.add_argument("-o", "--output", required=True, help="image file to write (.png, .svg)")
+    parser.add_argument("kind", choices=["anytime", "ladder", "experiment"])
+    parser.add_argument("csv", help="CSV file (anytime, ladder) or experiment directory")
+    parser.add_argument("-o", "--output", help="image file to write (.png, .svg); not for "
+                        "experiment, which writes into its directory")
     args = parser.parse_args(argv)
-    {"anytime": plot_anytime, "ladder": plot_ladder}[args.kind](args.csv, args.output)
-    print(f"wrote {args.output}")
+    if args.kind != "experiment" and not args.output:
+        parser.error("-o/--output is required for " + args.kind)
+    {"anytime": plot_anytime, "ladder": plot_ladder,
+     "experiment": plot_experiment}[args.kind](args.csv, args.output)
+    if args.output:
+        print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

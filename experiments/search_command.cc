@@ -20,6 +20,7 @@ struct Outcome {
   std::string algorithm;
   SearchResult result;
   std::optional<Estimate> estimate;
+  nlohmann::json options;  // every option of the searcher, by name, as used
 };
 
 double MinHeadroomBytes(const Estimate& estimate) {
@@ -50,6 +51,21 @@ int RunSearch(const SearchArgs& args) {
   if (args.time_limit_seconds <= 0)
     ThrowInputError("command line", "--time-limit", args.time_limit_seconds, "must be > 0");
   const std::vector<std::string> algorithms = ParseAlgorithmList(args.algorithms);
+  // Every searcher's options: the flags first, then --option assignments by name.
+  std::vector<std::unique_ptr<SearcherSetup>> setups;
+  for (const std::string& name : algorithms) {
+    setups.push_back(std::make_unique<SearcherSetup>(name));
+    SearchOptions& options = setups.back()->search_options();
+    options.time_limit_seconds = args.time_limit_seconds;
+    options.seed = args.seed;
+    options.progress = args.progress;
+    options.space.max_stages = args.max_stages;
+    options.space.grad_compressions =
+        ParseCompressionList(args.grad_compressions, "command line", "--grad-compressions");
+  }
+  ApplyOptionAssignments(args.option_assignments, setups);
+  for (const auto& setup : setups) setup->Validate("command line");
+
   const Problem problem = LoadProblem(args.problem);
   const CostModel cost_model(problem);
   fmt::print("problem: {} ({:.3f} B parameters, {} layers) on {} x {} ({} devices), global batch "
@@ -60,17 +76,12 @@ int RunSearch(const SearchArgs& args) {
              ScheduleName(problem.training.schedule));
 
   std::vector<Outcome> outcomes;
-  for (const std::string& name : algorithms) {
-    SearchOptions options;
-    options.time_limit_seconds = args.time_limit_seconds;
-    options.seed = args.seed;
-    options.progress = args.progress;
-    options.space.max_stages = args.max_stages;
-    options.space.grad_compressions =
-        ParseCompressionList(args.grad_compressions, "command line", "--grad-compressions");
+  for (const auto& setup : setups) {
+    const std::string& name = setup->algorithm();
     fmt::print("\n== {} ==\n", name);
     std::fflush(stdout);
-    Outcome outcome{name, MakeSearcher(name)->Search(problem, options), std::nullopt};
+    Outcome outcome{name, setup->MakeSearcher()->Search(problem, setup->search_options()),
+                    std::nullopt, setup->ToJson()["options"]};
     fmt::print("{}\n", outcome.result.summary.BriefReport());
     if (outcome.result.plan) {
       outcome.estimate = Evaluate(cost_model, *outcome.result.plan);
@@ -134,7 +145,8 @@ int RunSearch(const SearchArgs& args) {
                             {"message", summary.message},
                             {"search_wall_seconds", summary.wall_seconds},
                             {"evaluations", summary.evaluations},
-                            {"iterations", summary.iterations}};
+                            {"iterations", summary.iterations},
+                            {"options", o.options}};
     if (summary.lower_bound_seconds) entry["lower_bound_seconds"] = *summary.lower_bound_seconds;
     if (o.estimate) {
       const Plan& plan = *o.result.plan;

@@ -1,30 +1,23 @@
 #include "experiments/searchers.h"
 
+#include <fmt/format.h>
+
 #include <sstream>
 
 #include "baselines/dp_searcher.h"
 #include "baselines/exhaustive_searcher.h"
 #include "baselines/grid_searcher.h"
-#include "baselines/ilp_searcher.h"
-#include "baselines/mcmc_searcher.h"
+#include "costmodel/compression.h"
 #include "costmodel/error.h"
-#include "search/relax_searcher.h"
 
 namespace stratos {
 
 std::vector<std::string> SearcherNames() {
-  return {"relax", "dp", "ilp", "mcmc", "grid", "exhaustive"};
+  return {"relax", "dp", "ilp", "mcmc", "grid", "local", "exhaustive"};
 }
 
 std::unique_ptr<Searcher> MakeSearcher(const std::string& name) {
-  if (name == "relax") return std::make_unique<RelaxSearcher>();
-  if (name == "dp") return std::make_unique<DpSearcher>();
-  if (name == "ilp") return std::make_unique<IlpSearcher>();
-  if (name == "mcmc") return std::make_unique<McmcSearcher>();
-  if (name == "grid") return std::make_unique<GridSearcher>();
-  if (name == "exhaustive") return std::make_unique<ExhaustiveSearcher>();
-  ThrowInputError("command line", "--algo", name,
-                  fmt::format("unknown algorithm (known: {}, all)", fmt::join(SearcherNames(), ", ")));
+  return SearcherSetup(name).MakeSearcher();
 }
 
 std::vector<std::string> ParseAlgorithmList(const std::string& list) {
@@ -34,11 +27,193 @@ std::vector<std::string> ParseAlgorithmList(const std::string& list) {
   std::string name;
   while (std::getline(stream, name, ',')) {
     if (name.empty()) continue;
-    MakeSearcher(name);  // validates
+    SearcherSetup check(name);  // validates
     names.push_back(name);
   }
   if (names.empty()) ThrowInputError("command line", "--algo", "\"" + list + "\"", "names no algorithm");
   return names;
+}
+
+namespace {
+
+template <class T>
+std::string JoinList(const std::vector<T>& items, const std::function<std::string(const T&)>& f) {
+  std::vector<std::string> parts;
+  for (const T& item : items) parts.push_back(f(item));
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, ','))
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+}  // namespace
+
+SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& where)
+    : algorithm_(algorithm) {
+  bool known = false;
+  for (const std::string& name : SearcherNames()) known = known || name == algorithm;
+  if (!known) {
+    const std::string rule =
+        fmt::format("unknown algorithm (known: {}, all)", fmt::join(SearcherNames(), ", "));
+    if (where == "--algo") ThrowInputError("command line", "--algo", algorithm, rule);
+    throw InputError(fmt::format("{} = \"{}\": {}", where, algorithm, rule));
+  }
+
+  OptionTable& t = table_;
+  t.Double("search.time_limit_seconds", &search_.time_limit_seconds, "wall-clock budget, > 0");
+  t.Long("search.max_evaluations", &search_.max_evaluations, "evaluation budget; 0 = unbounded");
+  t.Int("search.seed", &search_.seed, "random seed");
+  t.Int("search.threads", &search_.threads, "threads, >= 1");
+  SpaceOptions& space = search_.space;
+  t.Int("space.min_stages", &space.min_stages, "fewest pipeline stages, >= 1");
+  t.Int("space.max_stages", &space.max_stages, "most pipeline stages; 0 = min(layers, devices, 16)");
+  t.Int("space.max_tensor_parallel", &space.max_tensor_parallel, "largest TP; 0 = GPUs per node");
+  t.Int("space.max_data_parallel", &space.max_data_parallel, "largest DP; 0 = unbounded");
+  t.Bool("space.allow_zero", &space.allow_zero, "ZeRO 1-3 as options");
+  t.Int("space.max_num_microbatches", &space.max_num_microbatches,
+        "largest microbatch count; 0 = the global batch");
+  t.Text(
+      "space.num_microbatches",
+      [&space] { return JoinList<int>(space.num_microbatches, [](const int& m) { return std::to_string(m); }); },
+      [&space](const std::string& text, const std::string& where) {
+        space.num_microbatches.clear();
+        for (const std::string& part : SplitList(text)) {
+          OptionTable one;
+          int m = 0;
+          one.Int("space.num_microbatches", &m, "");
+          one.Set("space.num_microbatches", part, where);
+          space.num_microbatches.push_back(m);
+        }
+      },
+      "comma list of microbatch counts; empty = every divisor of the global batch");
+  t.Text(
+      "space.recompute",
+      [&space] { return JoinList<Recompute>(space.recompute, [](const Recompute& r) { return std::string(RecomputeName(r)); }); },
+      [&space](const std::string& text, const std::string& where) {
+        space.recompute.clear();
+        for (const std::string& part : SplitList(text))
+          space.recompute.push_back(ParseRecompute(part, where + ": space.recompute"));
+      },
+      "comma list of none, selective, full");
+  t.Text(
+      "space.grad_compressions",
+      [&space] { return JoinList<CompressionSpec>(space.grad_compressions, [](const CompressionSpec& c) { return std::string(GradCompressionName(c.kind)); }); },
+      [&space](const std::string& text, const std::string& where) {
+        space.grad_compressions = ParseCompressionList(text, where, "space.grad_compressions");
+      },
+      "comma list of none, bf16, fp16, topk, powersgd, terngrad, sign");
+
+  if (algorithm == "relax") {
+    RelaxOptions& r = relax_;
+    t.Int("relax.restarts", &r.restarts, "restarts optimized together, >= 1");
+    t.Int("relax.iterations", &r.iterations, "Adam steps, >= 1");
+    t.Double("relax.learning_rate", &r.learning_rate, "Adam learning rate, > 0");
+    t.Double("relax.initial_temperature", &r.initial_temperature, "softmax temperature at the start, > 0");
+    t.Double("relax.final_temperature", &r.final_temperature, "at the end, (0, initial]");
+    t.Double("relax.initial_smoothmax_tau", &r.initial_smoothmax_tau, "smooth-max tau / mean stage time at the start, >= 0");
+    t.Double("relax.final_smoothmax_tau", &r.final_smoothmax_tau, "at the end, [0, initial]");
+    t.Bool("relax.gumbel_noise", &r.gumbel_noise, "Gumbel-softmax noise on the logits");
+    t.Bool("relax.straight_through", &r.straight_through, "straight-through estimator");
+    t.Double("relax.memory_penalty_weight", &r.memory_penalty_weight, ">= 0");
+    t.Double("relax.device_penalty_weight", &r.device_penalty_weight, ">= 0");
+    t.Double("relax.stage_count_penalty_weight", &r.stage_count_penalty_weight, ">= 0");
+    t.Int("relax.discretize_every", &r.discretize_every, "discretize every N steps too; 0 = only at the end");
+    t.Text(
+        "relax.polish", [&r] { return std::string(RelaxPolishName(r.polish)); },
+        [&r](const std::string& text, const std::string& where) {
+          r.polish = ParseRelaxPolish(text, where + ": relax.polish");
+        },
+        "none (argmax + repair only) | descent | iterated");
+    t.Int("relax.max_polish_starts", &r.max_polish_starts, "restart results polished, >= 1");
+    t.Int("relax.polish_kicks", &r.polish_kicks, "iterated-local-search kicks per start, >= 0");
+    t.Bool("relax.double_precision", &r.double_precision, "surrogate in float64");
+    t.Double("relax.min_config_probability", &r.min_config_probability, "configs below it skipped, [0, 1)");
+    t.Bool("relax.prune_dominated_configs", &r.prune_dominated_configs, "surrogate over undominated configs only");
+  } else if (algorithm == "mcmc") {
+    McmcOptions& m = mcmc_;
+    t.Double("mcmc.beta", &m.beta, "inverse temperature on the relative cost change, > 0");
+    t.Int("mcmc.max_boundary_shift", &m.max_boundary_shift, "largest boundary move; 0 = layers / 8");
+    t.Long("mcmc.restart_patience", &m.restart_patience, "proposals without improvement before a restart, >= 1");
+    t.Long("mcmc.convergence_patience", &m.convergence_patience, "proposals without improvement before stopping; 0 = never");
+    t.Double("mcmc.memory_penalty", &m.memory_penalty, ">= 0");
+    t.Long("mcmc.max_initial_evaluations", &m.max_initial_evaluations, "uniform plans priced for the first state, >= 1");
+  } else if (algorithm == "local") {
+    t.Int("local.starts", &local_.starts, "random starts; 0 = until the time limit");
+    t.Int("local.kicks", &local_.kicks, "iterated-local-search kicks per start, >= 0");
+  } else if (algorithm == "ilp") {
+    t.Bool("ilp.solver_log", &ilp_.solver_log, "print CBC's log");
+  }
+}
+
+bool SearcherSetup::Has(const std::string& name) const { return table_.Has(name); }
+
+void SearcherSetup::Set(const std::string& name, const std::string& value,
+                        const std::string& where) {
+  table_.Set(name.find('.') == std::string::npos ? algorithm_ + "." + name : name, value, where);
+}
+
+void SearcherSetup::Validate(const std::string& where) const {
+  try {
+    search_.Validate();
+    if (algorithm_ == "relax") relax_.Validate();
+    if (algorithm_ == "mcmc") mcmc_.Validate();
+    if (algorithm_ == "local") local_.Validate();
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
+  if (algorithm_ == "relax") return std::make_unique<RelaxSearcher>(relax_);
+  if (algorithm_ == "dp") return std::make_unique<DpSearcher>();
+  if (algorithm_ == "ilp") return std::make_unique<IlpSearcher>(ilp_);
+  if (algorithm_ == "mcmc") return std::make_unique<McmcSearcher>(mcmc_);
+  if (algorithm_ == "grid") return std::make_unique<GridSearcher>();
+  if (algorithm_ == "local") return std::make_unique<LocalSearcher>(local_);
+  return std::make_unique<ExhaustiveSearcher>();
+}
+
+nlohmann::json SearcherSetup::ToJson() const {
+  return {{"algorithm", algorithm_}, {"options", table_.Values()}};
+}
+
+std::vector<std::string> SearcherSetup::Help() const { return table_.Help(); }
+
+void ApplyOptionAssignments(const std::vector<std::string>& assignments,
+                            std::vector<std::unique_ptr<SearcherSetup>>& setups,
+                            const std::string& flag) {
+  for (const std::string& assignment : assignments) {
+    const auto [name, value] = SplitAssignment(assignment, "command line: " + flag);
+    const std::string where = fmt::format("command line: {} {}", flag, assignment);
+    const size_t dot = name.find('.');
+    const std::string prefix = dot == std::string::npos ? "" : name.substr(0, dot);
+    if (prefix == "search" || prefix == "space") {
+      for (auto& setup : setups) setup->Set(name, value, where);
+      continue;
+    }
+    bool applied = false;
+    for (auto& setup : setups) {
+      if (setup->algorithm() != prefix) continue;
+      setup->Set(name, value, where);
+      applied = true;
+    }
+    if (!applied) {
+      bool known = false;
+      for (const std::string& algorithm : SearcherNames()) known = known || algorithm == prefix;
+      throw InputError(fmt::format(
+          "{}: {}", where,
+          known ? fmt::format("{} is not among the searchers run (--algo)", prefix)
+                : fmt::format("must be <algorithm>.<field>, search.<field> or space.<field> "
+                              "(algorithms: {})",
+                              fmt::join(SearcherNames(), ", "))));
+    }
+  }
 }
 
 }  // namespace stratos

@@ -52,6 +52,25 @@ void RelaxOptions::Validate() const {
                     "must be >= 0 and < 1");
 }
 
+const char* RelaxPolishName(RelaxOptions::Polish polish) {
+  switch (polish) {
+    case RelaxOptions::Polish::kNone:
+      return "none";
+    case RelaxOptions::Polish::kDescent:
+      return "descent";
+    case RelaxOptions::Polish::kIterated:
+      return "iterated";
+  }
+  return "unknown";
+}
+
+RelaxOptions::Polish ParseRelaxPolish(const std::string& text, const std::string& where) {
+  for (RelaxOptions::Polish p : {RelaxOptions::Polish::kNone, RelaxOptions::Polish::kDescent,
+                                 RelaxOptions::Polish::kIterated})
+    if (text == RelaxPolishName(p)) return p;
+  throw InputError(fmt::format("{} = \"{}\": must be none, descent or iterated", where, text));
+}
+
 namespace {
 
 double Geometric(double from, double to, double fraction) {
@@ -262,15 +281,17 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
       note(c.cost.iteration_seconds);
       break;
     }
-  if (static_cast<int>(candidates.size()) > ro.max_polish_starts)
+  if (ro.polish != RelaxOptions::Polish::kNone &&
+      static_cast<int>(candidates.size()) > ro.max_polish_starts)
     candidates.resize(ro.max_polish_starts);
   PolishLimits limits;
   limits.deadline = deadline;
-  limits.kicks = ro.polish_kicks;
+  limits.kicks = ro.polish == RelaxOptions::Polish::kIterated ? ro.polish_kicks : 0;
   if (options.max_evaluations > 0)
     limits.max_evaluations = std::max<long>(1, options.max_evaluations - surrogate_evaluations);
   bool polish_cut_short = false;
-  for (size_t i = 0; i < candidates.size(); ++i) {
+  const size_t polished = ro.polish == RelaxOptions::Polish::kNone ? 0 : candidates.size();
+  for (size_t i = 0; i < polished; ++i) {
     if (polisher.OutOfBudget(limits)) {
       polish_cut_short = true;
       break;
@@ -328,8 +349,8 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   } else {
     summary.termination = TerminationType::kConverged;
     summary.message = fmt::format(
-        "{} restarts x {} Adam steps ({:.3f} s), {} plans polished to local optima ({:.3f} s)", R,
-        summary.iterations, gradient_seconds, candidates.size(),
+        "{} restarts x {} Adam steps ({:.3f} s), {} plans polished ({}) ({:.3f} s)", R,
+        summary.iterations, gradient_seconds, polished, RelaxPolishName(ro.polish),
         summary.wall_seconds - gradient_seconds);
   }
   return result;

@@ -52,6 +52,13 @@ struct RelaxOptions {
   // Discretize the restarts also every this many steps (0: only at the end), for more diverse
   // polish starts; >= 0.
   int discretize_every = 10;
+  // What follows the gradient phase, so that each stage's share of the result is measurable:
+  //   kNone      the gradient phase's own result: every restart's argmax, repaired to a valid
+  //              plan (RelaxSearcher: PlanPolisher::Repair), the best one returned;
+  //   kDescent   plus best-improvement local search on the exact cost from the best starts;
+  //   kIterated  plus polish_kicks iterated-local-search kicks per start (the default).
+  enum class Polish { kNone, kDescent, kIterated };
+  Polish polish = Polish::kIterated;
   // Restart results polished (best discretized first); >= 1.
   int max_polish_starts = 6;
   // Iterated-local-search kicks after the first descent of each polish start (none when that
@@ -72,6 +79,11 @@ struct RelaxOptions {
   // Throws InputError naming the field, its value and the rule.
   void Validate() const;
 };
+
+// "none" | "descent" | "iterated".
+const char* RelaxPolishName(RelaxOptions::Polish polish);
+// Throws InputError naming `where` and the allowed values for anything else.
+RelaxOptions::Polish ParseRelaxPolish(const std::string& text, const std::string& where);
 
 class RelaxSearcher : public Searcher {
  public:

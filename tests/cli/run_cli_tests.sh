@@ -201,5 +201,87 @@ expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
   --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"
 
+# Experiment runner: a run stopped part-way and resumed gives the results of an uninterrupted run,
+# never reruns a finished cell; spec errors are one-line input errors; the report writes its tables.
+cat >"$WORK/exp.toml" <<'SPEC'
+[experiment]
+time_limit_seconds = 20
+seeds = [0, 1]
+[[family]]
+name = "gpt"
+models = ["gpt3-1.3b"]
+clusters = ["dgx-a100-80gb"]
+nodes = [1, 2]
+global_batches = [64]
+[[family]]
+generator = "nonuniform"
+layers = [16]
+instances = 2
+clusters = ["p3.16xlarge"]
+nodes = [1]
+global_batches = [64]
+[[searcher]]
+algorithm = "dp"
+[[searcher]]
+name = "local-2"
+algorithm = "local"
+options = { starts = 2 }
+[[searcher]]
+algorithm = "grid"
+SPEC
+# Compares two results.csv files without the columns that measure time or memory.
+cat >"$WORK/same_results.py" <<'PY'
+import csv, sys
+def rows(path):
+    return [tuple(v for k, v in r.items() if k not in ("wall_seconds", "peak_memory_MiB", "message"))
+            for r in csv.DictReader(open(path))]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+print(len(b), "rows", len({r[0] for r in b}), "distinct cells")
+sys.exit(0 if a == b else 1)
+PY
+expect "experiment run: every cell finishes" 0 "24 of 24 cells finished" -- \
+  "$STRATOS" experiment run "$WORK/exp.toml" --output-dir "$WORK/exp-full"
+expect "experiment run: stops after --max-cells" 1 "5 of 24 cells finished" -- \
+  "$STRATOS" experiment run "$WORK/exp.toml" --output-dir "$WORK/exp-part" --max-cells 5
+(cd "$WORK/exp-part/cells" && md5sum *.json >"$WORK/exp-part.md5")
+"$STRATOS" experiment run "$WORK/exp.toml" --output-dir "$WORK/exp-part" >/dev/null 2>&1 &
+sleep 3
+kill -INT $! 2>/dev/null
+wait $! 2>/dev/null
+expect "experiment run: an interrupted run resumes and finishes" 0 "24 of 24 cells finished" -- \
+  "$STRATOS" experiment run "$WORK/exp.toml" --output-dir "$WORK/exp-part"
+expect "experiment run: resumed results equal the uninterrupted run's (24 distinct cells)" 0 \
+  "24 rows 24 distinct cells" -- \
+  python3 "$WORK/same_results.py" "$WORK/exp-full/results.csv" "$WORK/exp-part/results.csv"
+expect "experiment run: cells finished before the stop were not run again" 0 "" -- \
+  sh -c 'cd "$0/cells" && md5sum --quiet -c "$1"' "$WORK/exp-part" "$WORK/exp-part.md5"
+sed 's/seeds = \[0, 1\]/seeds = [0, 1, 2]/' "$WORK/exp.toml" >"$WORK/exp2.toml"
+expect_one_line_error "experiment run: a changed spec is refused" "holds the results of another spec" -- \
+  "$STRATOS" experiment run "$WORK/exp2.toml" --output-dir "$WORK/exp-full"
+expect "experiment run --extend keeps the finished cells and runs the new ones" 0 \
+  "24 finished earlier, 12 to run" -- \
+  "$STRATOS" experiment run "$WORK/exp2.toml" --output-dir "$WORK/exp-full" --extend
+expect "experiment report: per family, variant medians and worst gaps" 0 \
+  "\| local-2 \| 8 \| 8 \|" -- "$STRATOS" experiment report "$WORK/exp-part"
+expect "experiment report: win/tie/loss table" 0 "Win / tie / loss" -- cat "$WORK/exp-part/report.md"
+expect "experiment report: the DP optimum is proven on every instance" 0 \
+  "4 instances \(4 with a proven optimum\)" -- cat "$WORK/exp-part/report.md"
+printf '[[family]]\nmodels = ["gpt3-1.3b"]\nclusters = ["dgx-a100-80gb"]\n[[searcher]]\nalgorithm = "relax"\noptions = { iterations = "many" }\n' >"$WORK/bad.toml"
+expect_one_line_error "experiment spec: a bad option value names file, key, value and rule" \
+  'bad.toml: searcher\[0\].options: relax.iterations = "many": must be an integer' -- \
+  "$STRATOS" experiment run "$WORK/bad.toml" --output-dir "$WORK/exp-bad"
+printf '[[family]]\nmodels = ["gpt3-1.3b"]\nclusters = ["dgx-a100-80gb"]\n[[searcher]]\nalgorithm = "simplex"\n' >"$WORK/bad.toml"
+expect_one_line_error "experiment spec: an unknown searcher is named" \
+  'bad.toml: searcher\[0\].algorithm = "simplex": unknown algorithm' -- \
+  "$STRATOS" experiment run "$WORK/bad.toml" --output-dir "$WORK/exp-bad"
+expect "experiment options lists relax.polish" 0 "relax.polish \(text, default \"iterated\"\)" -- \
+  "$STRATOS" experiment options relax
+expect_one_line_error "search --option: an unknown option is named" \
+  "relax.iteratons = \"3\": unknown option" -- \
+  "$STRATOS" search --algo relax --option relax.iteratons=3 --output-dir "$WORK/opt"
+expect "search --option reaches the searcher and is recorded" 0 '"relax.polish": "none"' -- \
+  sh -c '"$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo relax --option relax.polish=none --no-progress --output-dir "$1" >/dev/null && cat "$1/summary.json"' \
+  "$STRATOS" "$WORK/opt"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,234 @@
+// Experiment specs (experiments/experiment_spec.h) and searcher options by name
+// (experiments/searchers.h): expansion into cells, and errors that name file, key, value and rule.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "costmodel/error.h"
+#include "experiments/experiment_spec.h"
+#include "experiments/searchers.h"
+
+namespace stratos {
+
+namespace {
+
+const char* kSpec = R"(
+[experiment]
+name = "t"
+time_limit_seconds = 5
+seeds = [0, 7]
+
+[[family]]
+name = "gpt"
+models = ["gpt3-1.3b", "gpt3-2.7b"]
+clusters = ["dgx-a100-80gb"]
+nodes = [1, 2]
+global_batches = [64]
+
+[[family]]
+name = "ladder"
+models = ["gpt3-1.3b", "gpt3-2.7b"]
+clusters = ["dgx-a100-80gb"]
+nodes = [1, 2]
+global_batches = [64]
+zip = true
+
+[[searcher]]
+name = "relax-no-gradient"
+algorithm = "relax"
+options = { iterations = 1, polish = "descent", space = { max_stages = 4 } }
+
+[[searcher]]
+algorithm = "dp"
+time_limit_seconds = 9
+)";
+
+// The message of the InputError that `f` throws ("" if none).
+template <class F>
+std::string ErrorOf(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string SpecError(const std::string& text) {
+  return ErrorOf([&] { ParseExperimentSpec(text, "spec.toml"); });
+}
+
+}  // namespace
+
+TEST_CASE("experiment spec: families x instances x searchers x seeds expand in order, with keys "
+          "that identify cells") {
+  const ExperimentSpec spec = ParseExperimentSpec(kSpec, "spec.toml");
+  CHECK(spec.name == "t");
+  const std::vector<ExperimentCell> cells = spec.Expand();
+  // gpt: 2 models x 2 node counts crossed = 4 instances; ladder: zipped = 2; x 2 searchers x 2 seeds.
+  REQUIRE(cells.size() == (4 + 2) * 2 * 2);
+  for (size_t i = 0; i < cells.size(); ++i) CHECK(cells[i].id == static_cast<int>(i));
+  CHECK(cells[0].family == "gpt");
+  CHECK(cells[0].instance == "gpt3-1.3b/dgx-a100-80gb/1n/b64");
+  CHECK(cells[0].searcher == "relax-no-gradient");
+  CHECK(cells[0].seed == 0);
+  CHECK(cells[1].seed == 7);
+  CHECK(cells[2].searcher == "dp");
+  CHECK(cells[2].time_limit_seconds == 9);
+  CHECK(cells[0].time_limit_seconds == 5);
+  CHECK(cells[4].instance == "gpt3-1.3b/dgx-a100-80gb/2n/b64");
+  CHECK(cells[16].family == "ladder");
+  CHECK(cells[16].instance == "gpt3-1.3b/dgx-a100-80gb/1n/b64");
+  CHECK(cells[20].instance == "gpt3-2.7b/dgx-a100-80gb/2n/b64");
+  REQUIRE(cells[0].options.size() == 3);
+  CHECK(cells[0].options[0] == std::pair<std::string, std::string>("iterations", "1"));
+  CHECK(cells[0].options[2] == std::pair<std::string, std::string>("space.max_stages", "4"));
+  // Keys differ between cells and do not depend on comments or layout.
+  std::set<std::string> keys;
+  for (const ExperimentCell& c : cells) keys.insert(c.key);
+  CHECK(keys.size() == cells.size());
+  const ExperimentSpec same = ParseExperimentSpec(std::string("# a comment\n") + kSpec, "other.toml");
+  CHECK(same.Hash() == spec.Hash());
+  std::string changed = kSpec;
+  changed.replace(changed.find("seeds = [0, 7]"), 14, "seeds = [0, 8]");
+  CHECK(ParseExperimentSpec(changed, "spec.toml").Hash() != spec.Hash());
+  // Every cell's problem builds.
+  const CellProblem cp = BuildCellProblem(cells[4].problem);
+  CHECK(cp.problem.NumDevices() == 16);
+  CHECK(cp.problem.training.global_batch_size == 64);
+}
+
+TEST_CASE("experiment spec: generated families expand per layer count and instance seed, and seed "
+          "cases fix their own search space") {
+  const ExperimentSpec spec = ParseExperimentSpec(R"(
+[[family]]
+generator = "nonuniform"
+layers = [32, 48]
+instances = 3
+clusters = ["p3.16xlarge"]
+nodes = [2]
+[[family]]
+generator = "operator"
+models = ["gpt3-1.3b"]
+clusters = ["dgx-a100-80gb"]
+[[family]]
+generator = "seed-cases"
+rows = [0, 2]
+[[searcher]]
+algorithm = "dp"
+)", "gen.toml");
+  const std::vector<ExperimentCell> cells = spec.Expand();
+  REQUIRE(cells.size() == 6 + 1 + 2);
+  CHECK(cells[0].instance == "L32-s0/p3.16xlarge/2n/b512");
+  CHECK(cells[5].instance == "L48-s2/p3.16xlarge/2n/b512");
+  CHECK(BuildCellProblem(cells[0].problem).problem.NumLayers() == 32);
+  CHECK(BuildCellProblem(cells[5].problem).problem.NumLayers() == 48);
+  CHECK(BuildCellProblem(cells[6].problem).problem.NumLayers() >
+        BuildCellProblem(ParseExperimentSpec(R"(
+[[family]]
+models = ["gpt3-1.3b"]
+clusters = ["dgx-a100-80gb"]
+[[searcher]]
+algorithm = "dp"
+)", "block.toml").Expand()[0].problem).problem.NumLayers());
+  const CellProblem seed_case = BuildCellProblem(cells[7].problem);
+  CHECK(seed_case.space.min_stages == seed_case.space.max_stages);
+  CHECK(cells[7].instance.rfind("case0-", 0) == 0);
+}
+
+TEST_CASE("experiment spec: errors name the file, the key, the value and the rule") {
+  const std::string searcher = "\n[[searcher]]\nalgorithm = \"dp\"\n";
+  const std::string family =
+      "[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-a100-80gb\"]\n";
+  CHECK(SpecError("colour = 1\n" + family + searcher) ==
+        "spec.toml: colour: unknown key (known keys: experiment, family, searcher)");
+  CHECK(SpecError("[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-a100-80gb\"]\nnodez = "
+                  "[1]\n" + searcher)
+            .find("spec.toml: family[0].nodez: unknown key") == 0);
+  CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"annealing\"\n") ==
+        "spec.toml: searcher[0].algorithm = \"annealing\": unknown algorithm (known: relax, dp, "
+        "ilp, mcmc, grid, local, exhaustive, all)");
+  CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"relax\"\noptions = { iteratons = 3 }\n")
+            .find("spec.toml: searcher[0].options: relax.iteratons = \"3\": unknown option") == 0);
+  CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"relax\"\noptions = { iterations = 2.5 }\n") ==
+        "spec.toml: searcher[0].options: relax.iterations = \"2.5\": must be an integer");
+  CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"relax\"\noptions = { iterations = 0 }\n") ==
+        "spec.toml: searcher[0].options: RelaxOptions: iterations = 0: must be >= 1");
+  CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"dp\"\noptions = { space = { "
+                           "min_stages = 0 } }\n")
+            .find("spec.toml: searcher[0].options: ") == 0);
+  CHECK(SpecError("[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-a100-80gb\"]\nnodes = "
+                  "[0]\n" + searcher) ==
+        "spec.toml: family[0].nodes = [ 0 ]: every entry must be in [1, 2147483647]");
+  CHECK(SpecError("[[family]]\nmodels = [\"gpt-99\"]\nclusters = [\"dgx-a100-80gb\"]\n" + searcher)
+            .find("spec.toml: family[0] (\"family0\"): --model = gpt-99: not a file and not a zoo "
+                  "model") == 0);
+  CHECK(SpecError("[experiment]\ntime_limit_seconds = -1\n" + family + searcher) ==
+        "spec.toml: experiment.time_limit_seconds = -1: must be > 0");
+  CHECK(SpecError(family + searcher + searcher) ==
+        "spec.toml: searcher[1].name = \"dp\": must be unique (name the variants of one algorithm "
+        "apart)");
+  CHECK(SpecError(family) == "spec.toml: searcher: missing required key");
+  CHECK(SpecError("[[family]]\ngenerator = \"nonuniform\"\nclusters = [\"p3.16xlarge\"]\n" +
+                  searcher) == "spec.toml: family[0].layers: missing required key");
+}
+
+TEST_CASE("searcher options by name: every field is settable, typed, validated and recorded") {
+  SearcherSetup relax("relax");
+  relax.Set("relax.iterations", "60", "t");
+  relax.Set("learning_rate", "0.5", "t");  // unqualified = the searcher's own
+  relax.Set("relax.polish", "none", "t");
+  relax.Set("space.max_stages", "4", "t");
+  relax.Set("space.recompute", "none,full", "t");
+  relax.Set("search.max_evaluations", "1000", "t");
+  relax.Validate("t");
+  const nlohmann::json json = relax.ToJson();
+  CHECK(json["algorithm"] == "relax");
+  CHECK(json["options"]["relax.iterations"] == 60);
+  CHECK(json["options"]["relax.learning_rate"] == 0.5);
+  CHECK(json["options"]["relax.polish"] == "none");
+  CHECK(json["options"]["space.max_stages"] == 4);
+  CHECK(json["options"]["space.recompute"] == "none,full");
+  CHECK(relax.search_options().max_evaluations == 1000);
+  CHECK(relax.search_options().space.recompute.size() == 2);
+  const std::unique_ptr<Searcher> made = relax.MakeSearcher();
+  const auto* kept = dynamic_cast<const RelaxSearcher*>(made.get());
+  REQUIRE(kept != nullptr);
+  CHECK(kept->relax_options().iterations == 60);
+  CHECK(kept->relax_options().polish == RelaxOptions::Polish::kNone);
+
+  CHECK(ErrorOf([&] { relax.Set("relax.iterations", "many", "--option relax.iterations=many"); }) ==
+        "--option relax.iterations=many: relax.iterations = \"many\": must be an integer");
+  CHECK(ErrorOf([&] { relax.Set("relax.iterations", "99999999999", "w"); })
+            .find("w: relax.iterations = \"99999999999\": out of range") == 0);
+  CHECK(ErrorOf([&] { relax.Set("relax.learning_rate", "inf", "w"); }) ==
+        "w: relax.learning_rate = \"inf\": must be finite");
+  CHECK(ErrorOf([&] { relax.Set("relax.gumbel_noise", "yes", "w"); }) ==
+        "w: relax.gumbel_noise = \"yes\": must be true or false");
+  CHECK(ErrorOf([&] { relax.Set("mcmc.beta", "3", "w"); }).find("w: mcmc.beta = \"3\": unknown option") == 0);
+  relax.Set("relax.restarts", "0", "w");
+  CHECK(ErrorOf([&] { relax.Validate("w"); }) == "w: RelaxOptions: restarts = 0: must be >= 1");
+
+  SearcherSetup local("local");
+  local.Set("local.starts", "3", "t");
+  CHECK(local.ToJson()["options"]["local.starts"] == 3);
+  CHECK(ErrorOf([] { SearcherSetup("annealing"); }).find("--algo = annealing: unknown algorithm") !=
+        std::string::npos);
+}
+
+TEST_CASE("searcher options by name: --option assignments reach the searchers they name") {
+  std::vector<std::unique_ptr<SearcherSetup>> setups;
+  setups.push_back(std::make_unique<SearcherSetup>("relax"));
+  setups.push_back(std::make_unique<SearcherSetup>("dp"));
+  ApplyOptionAssignments({"relax.iterations=7", "space.max_stages=3"}, setups);
+  CHECK(setups[0]->ToJson()["options"]["relax.iterations"] == 7);
+  CHECK(setups[0]->search_options().space.max_stages == 3);
+  CHECK(setups[1]->search_options().space.max_stages == 3);
+  CHECK(ErrorOf([&] { ApplyOptionAssignments({"mcmc.beta=3"}, setups); }) ==
+        "command line: --option mcmc.beta=3: mcmc is not among the searchers run (--algo)");
+  CHECK(ErrorOf([&] { ApplyOptionAssignments({"iterations"}, setups); })
+            .find("command line: --option: \"iterations\": must be name=value") == 0);
+}
+
+}  // namespace stratos

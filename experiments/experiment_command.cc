@@ -24,6 +24,8 @@ void AddExperimentCommands(CLI::App& app, ExperimentCommands& c) {
   c.run->add_option("--max-cells", c.run_options.max_cells,
                     "stop after running this many cells (0: all)")
       ->check(CLI::NonNegativeNumber);
+  c.run->add_flag("--rerun-errors", c.run_options.rerun_errors,
+                  "cells that ended in error (a crash, a failed start) run again");
   c.run->add_flag("!--no-progress", c.run_options.progress, "no progress lines on stderr");
 
   c.report = experiment->add_subcommand(

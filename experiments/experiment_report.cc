@@ -245,17 +245,25 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
 
   if (options.plots) {
     const std::string script = std::string(STRATOS_SOURCE_DIR) + "/experiments/plot.py";
-    const std::string command =
-        fmt::format("python3 '{}' experiment '{}' > '{}/plot.log' 2>&1", script, dir, dir);
-    if (fs::exists(script) && std::system(command.c_str()) == 0) {
+    // The first python3 on PATH may lack matplotlib (a pyenv or venv); Debian's has it.
+    bool plotted = false;
+    for (const char* python : {"python3", "/usr/bin/python3"}) {
+      const std::string command = fmt::format("{} '{}' experiment '{}' > '{}/plot.log' 2>&1",
+                                              python, script, dir, dir);
+      if (fs::exists(script) && std::system(command.c_str()) == 0) {
+        plotted = true;
+        break;
+      }
+    }
+    if (plotted) {
       md += "Plots: `gap_vs_size.png` (gap to the best known plan against devices), "
             "`wall_vs_size.png` (search wall seconds against devices, log-log), `ablation.png` "
             "(median and worst gap per variant and family), `anytime.png` (gap to the best "
             "known plan against wall seconds).\n";
     } else {
-      md += fmt::format("Plots skipped: `{}` did not run (needs python3 with matplotlib; see "
-                        "{}/plot.log).\n",
-                        script, dir);
+      md += fmt::format("Plots skipped: experiments/plot.py did not run (needs python3 with "
+                        "matplotlib; see {}/plot.log).\n",
+                        dir);
     }
   }
   WriteFileAtomically(dir + "/report.md", md);

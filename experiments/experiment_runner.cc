@@ -224,6 +224,9 @@ int RunExperiment(const ExperimentRunOptions& options) {
   int finished = 0;
   for (const ExperimentCell& cell : cells) {
     const std::string path = dir + "/cells/" + StableHash(cell.key) + ".json";
+    if (fs::exists(path) && options.rerun_errors &&
+        nlohmann::json::parse(ReadText(path)).value("status", "") == "error")
+      fs::remove(path);
     if (fs::exists(path)) {
       nlohmann::json result = nlohmann::json::parse(ReadText(path));
       result["cell"] = cell.id;  // ids move when a spec is extended
@@ -301,6 +304,9 @@ int RunExperiment(const ExperimentRunOptions& options) {
         result["message"] = fmt::format("the cell process died of signal {} ({}; memory limit {:.1f} GiB)",
                                         WTERMSIG(status), strsignal(WTERMSIG(status)),
                                         spec.memory_limit_bytes / (1024.0 * 1024 * 1024));
+      } else if (WEXITSTATUS(status) == 127) {
+        result["status"] = "error";
+        result["message"] = "the cell process could not start (exec of this executable failed)";
       } else {
         result["status"] = "error";
         result["message"] = fmt::format("the cell process exited with {} without a result",

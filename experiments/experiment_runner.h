@@ -27,6 +27,7 @@ struct ExperimentRunOptions {
   int jobs = 1;            // cells run at once, >= 1
   bool extend = false;     // accept a changed spec, keeping the finished cells it still has
   int max_cells = 0;       // stop after running this many cells (0: all); for partial runs
+  bool rerun_errors = false;  // cells that ended in "error" (a crash, a failed start) run again
   bool progress = true;    // one line per finished cell on stderr, with elapsed time and ETA
 };
 

@@ -6,11 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "costmodel/error.h"
 #include "experiments/output.h"
@@ -22,16 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kTieTolerance = 1e-6;
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
-}
 
 struct Row {
   std::string family, instance, searcher;
@@ -69,7 +57,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
     throw InputError(fmt::format("{}: no experiment here (no manifest.json; run `stratos "
                                  "experiment run SPEC --output-dir {}` first)",
                                  dir, dir));
-  const nlohmann::json manifest = ReadJson(manifest_path);
+  const nlohmann::json manifest = ReadJsonFile(manifest_path);
   const std::vector<std::string> families = manifest.at("families");
   const std::vector<std::string> searchers = manifest.at("searchers");
   std::vector<Row> rows;
@@ -78,7 +66,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
     ++total;
     const std::string path = dir + "/cells/" + cell.at("hash").get<std::string>() + ".json";
     if (!fs::exists(path)) continue;
-    const nlohmann::json r = ReadJson(path);
+    const nlohmann::json r = ReadJsonFile(path);
     Row row;
     row.family = cell.at("family");
     row.instance = cell.at("instance");

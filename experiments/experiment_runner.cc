@@ -36,13 +36,6 @@ namespace {
 volatile std::sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::string CsvField(const std::string& text) {
   if (text.find_first_of(",\"\n") == std::string::npos) return text;
   std::string quoted = "\"";
@@ -74,6 +67,18 @@ struct Running {
   double hard_limit_seconds;
   bool killed_for_time = false;
 };
+
+// What every cell result starts with: the cell's identity and settings.
+nlohmann::json CellHeaderJson(const ExperimentCell& cell) {
+  return {{"cell", cell.id},          {"cell_hash", StableHash(cell.key)},
+          {"family", cell.family},    {"instance", cell.instance},
+          {"searcher", cell.searcher}, {"algorithm", cell.algorithm},
+          {"seed", cell.seed},        {"problem", cell.problem},
+          {"time_limit_seconds", cell.time_limit_seconds}};
+}
+
+// results.csv from the finished cells, in cell order (ids as in `cells`). Returns the count.
+int RewriteResultsCsv(const std::string& dir, const std::vector<ExperimentCell>& cells);
 
 }  // namespace
 
@@ -110,11 +115,7 @@ int RunExperimentCell(const std::string& spec_path, int cell_id, const std::stri
   if (StableHash(cell.key) != expected_hash)
     throw InputError(fmt::format("{}: cell {} has hash {}, expected {}: the spec changed", spec_path,
                                  cell_id, StableHash(cell.key), expected_hash));
-  nlohmann::json out = {{"cell", cell.id},          {"cell_hash", expected_hash},
-                        {"family", cell.family},    {"instance", cell.instance},
-                        {"searcher", cell.searcher}, {"algorithm", cell.algorithm},
-                        {"seed", cell.seed},        {"problem", cell.problem},
-                        {"time_limit_seconds", cell.time_limit_seconds}};
+  nlohmann::json out = CellHeaderJson(cell);
   try {
     const CellProblem cp = BuildCellProblem(cell.problem);
     out["layers"] = cp.problem.NumLayers();
@@ -176,13 +177,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
   // The spec this directory was started with.
   const std::string manifest_path = dir + "/manifest.json";
   if (fs::exists(manifest_path)) {
-    nlohmann::json old;
-    try {
-      old = nlohmann::json::parse(ReadText(manifest_path));
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(fmt::format("{}: unreadable manifest ({}); use a new output directory",
-                                   manifest_path, e.what()));
-    }
+    const nlohmann::json old = ReadJsonFile(manifest_path);  // names the file when unreadable
     const std::string old_hash = old.value("spec_hash", "");
     if (old_hash != hash && !options.extend)
       throw InputError(fmt::format(
@@ -207,7 +202,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
   for (const ExperimentSearcher& s : spec.searchers) searcher_order.push_back(s.name);
   std::vector<std::string> family_order;
   for (const ExperimentFamily& f : spec.families) family_order.push_back(f.name);
-  WriteFileAtomically(dir + "/spec.toml", ReadText(options.spec_path));
+  WriteFileAtomically(dir + "/spec.toml", ReadTextFile(options.spec_path));
   WriteJsonAtomically(manifest_path, {{"schema", "stratos.experiment/1"},
                                       {"name", spec.name},
                                       {"description", spec.description},
@@ -220,23 +215,14 @@ int RunExperiment(const ExperimentRunOptions& options) {
 
   // Finished cells, and results.csv rebuilt from them (a kill may have torn its last row).
   std::vector<const ExperimentCell*> pending;
-  std::string csv = ResultsCsvHeader();
-  int finished = 0;
   for (const ExperimentCell& cell : cells) {
     const std::string path = dir + "/cells/" + StableHash(cell.key) + ".json";
     if (fs::exists(path) && options.rerun_errors &&
-        nlohmann::json::parse(ReadText(path)).value("status", "") == "error")
+        ReadJsonFile(path).value("status", "") == "error")
       fs::remove(path);
-    if (fs::exists(path)) {
-      nlohmann::json result = nlohmann::json::parse(ReadText(path));
-      result["cell"] = cell.id;  // ids move when a spec is extended
-      csv += ResultsCsvRow(result);
-      ++finished;
-    } else {
-      pending.push_back(&cell);
-    }
+    if (!fs::exists(path)) pending.push_back(&cell);
   }
-  WriteFileAtomically(dir + "/results.csv", csv);
+  const int finished = RewriteResultsCsv(dir, cells);
   if (options.progress)
     fmt::print(stderr, "experiment {}: {} cells, {} finished earlier, {} to run ({} at a time) -> {}\n",
                spec.name, cells.size(), finished, pending.size(), options.jobs, dir);
@@ -285,14 +271,10 @@ int RunExperiment(const ExperimentRunOptions& options) {
     const std::string child_file = dir + "/cells/" + h + ".child.json";
     nlohmann::json result;
     if (fs::exists(child_file)) {
-      result = nlohmann::json::parse(ReadText(child_file));
+      result = ReadJsonFile(child_file);
       fs::remove(child_file);
     } else {
-      result = {{"cell", r.cell->id},          {"cell_hash", h},
-                {"family", r.cell->family},    {"instance", r.cell->instance},
-                {"searcher", r.cell->searcher}, {"algorithm", r.cell->algorithm},
-                {"seed", r.cell->seed},        {"problem", r.cell->problem},
-                {"time_limit_seconds", r.cell->time_limit_seconds}};
+      result = CellHeaderJson(*r.cell);
       result["wall_seconds"] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
       if (r.killed_for_time) {
@@ -373,23 +355,31 @@ int RunExperiment(const ExperimentRunOptions& options) {
     if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
-  // results.csv in cell order.
-  csv = ResultsCsvHeader();
-  int complete = 0;
-  for (const ExperimentCell& cell : cells) {
-    const std::string path = dir + "/cells/" + StableHash(cell.key) + ".json";
-    if (!fs::exists(path)) continue;
-    nlohmann::json result = nlohmann::json::parse(ReadText(path));
-    result["cell"] = cell.id;
-    csv += ResultsCsvRow(result);
-    ++complete;
-  }
-  WriteFileAtomically(dir + "/results.csv", csv);
+  const int complete = RewriteResultsCsv(dir, cells);
   if (options.progress)
     fmt::print(stderr, "experiment {}: {} of {} cells finished; results in {}/results.csv "
                        "(stratos experiment report {})\n",
                spec.name, complete, cells.size(), dir, dir);
   return complete == static_cast<int>(cells.size()) ? 0 : 1;
 }
+
+namespace {
+
+int RewriteResultsCsv(const std::string& dir, const std::vector<ExperimentCell>& cells) {
+  std::string csv = ResultsCsvHeader();
+  int count = 0;
+  for (const ExperimentCell& cell : cells) {
+    const std::string path = dir + "/cells/" + StableHash(cell.key) + ".json";
+    if (!fs::exists(path)) continue;
+    nlohmann::json result = ReadJsonFile(path);
+    result["cell"] = cell.id;  // ids move when a spec is extended
+    csv += ResultsCsvRow(result);
+    ++count;
+  }
+  WriteFileAtomically(dir + "/results.csv", csv);
+  return count;
+}
+
+}  // namespace
 
 }  // namespace stratos

@@ -14,6 +14,7 @@
 #include "costmodel/model_io.h"
 #include "costmodel/synthetic.h"
 #include "costmodel/toml_reader.h"
+#include "experiments/output.h"
 #include "experiments/problem_loader.h"
 #include "experiments/searchers.h"
 
@@ -228,8 +229,7 @@ std::vector<std::pair<std::string, nlohmann::json>> Instances(const ExperimentFa
     for (size_t size : {models.size(), f.clusters.size(), f.nodes.size(), f.global_batches.size(),
                         f.seq_lengths.size()})
       n = std::max(n, size);
-    auto at = [n](const auto& v, size_t i) { return v.size() == 1 ? v[0] : v[i]; };
-    (void)n;
+    auto at = [](const auto& v, size_t i) { return v.size() == 1 ? v[0] : v[i]; };
     for (size_t i = 0; i < n; ++i)
       add(at(models, i), at(f.clusters, i), at(f.nodes, i), at(f.global_batches, i),
           at(f.seq_lengths, i));
@@ -397,11 +397,7 @@ ExperimentSpec ParseExperimentSpec(std::string_view text, const std::string& whe
 }
 
 ExperimentSpec ReadExperimentSpec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open experiment spec", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseExperimentSpec(text.str(), path);
+  return ParseExperimentSpec(ReadTextFile(path), path);
 }
 
 }  // namespace stratos

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/error.h"
@@ -25,6 +26,22 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
   if (error) throw InputError(fmt::format("{}: cannot move into place: {}", path, error.message()));
+}
+
+std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+nlohmann::json ReadJsonFile(const std::string& path) {
+  try {
+    return nlohmann::json::parse(ReadTextFile(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
 }
 
 void WriteJsonAtomically(const std::string& path, const nlohmann::json& json) {

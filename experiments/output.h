@@ -14,4 +14,9 @@ void EnsureDirectory(const std::string& dir);
 void WriteFileAtomically(const std::string& path, const std::string& text);
 void WriteJsonAtomically(const std::string& path, const nlohmann::json& json);
 
+// The whole file. Throws InputError "<path>: cannot open" if it cannot be read.
+std::string ReadTextFile(const std::string& path);
+// The file parsed as JSON. Throws InputError naming the file for a missing file or bad JSON.
+nlohmann::json ReadJsonFile(const std::string& path);
+
 }  // namespace stratos

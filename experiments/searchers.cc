@@ -111,6 +111,15 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
 
   if (algorithm == "relax") {
     RelaxOptions& r = relax_;
+    t.Text(
+        "relax.relaxation", [&r] { return std::string(RelaxRelaxationName(r.relaxation)); },
+        [&r](const std::string& text, const std::string& where) {
+          r.relaxation = ParseRelaxRelaxation(text, where + ": relax.relaxation");
+        },
+        "smoothed-dp | cuts");
+    t.Double("relax.initial_gibbs_temperature", &r.initial_gibbs_temperature, "smoothed DP: tau / iteration-time scale at the start, > 0");
+    t.Double("relax.final_gibbs_temperature", &r.final_gibbs_temperature, "at the end, (0, initial]");
+    t.Double("relax.prune_microbatch_ratio", &r.prune_microbatch_ratio, "smoothed DP: stop a microbatch option whose best plan is this x the best; 0 = never, else >= 1");
     t.Int("relax.restarts", &r.restarts, "restarts optimized together, >= 1");
     t.Int("relax.iterations", &r.iterations, "Adam steps, >= 1");
     t.Double("relax.learning_rate", &r.learning_rate, "Adam learning rate, > 0");

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "relax/polish.h"
+#include "relax/smoothed_dp.h"
 #include "relax/surrogate.h"
 #include "relax/tables.h"
 
@@ -47,6 +50,15 @@ void RelaxOptions::Validate() const {
   if (max_polish_starts < 1)
     ThrowInputError(where, "max_polish_starts", max_polish_starts, "must be >= 1");
   if (polish_kicks < 0) ThrowInputError(where, "polish_kicks", polish_kicks, "must be >= 0");
+  if (!(initial_gibbs_temperature > 0))
+    ThrowInputError(where, "initial_gibbs_temperature", initial_gibbs_temperature, "must be > 0");
+  if (!(final_gibbs_temperature > 0) || final_gibbs_temperature > initial_gibbs_temperature)
+    ThrowInputError(where, "final_gibbs_temperature", final_gibbs_temperature,
+                    fmt::format("must be > 0 and <= initial_gibbs_temperature = {}",
+                                initial_gibbs_temperature));
+  if (!(prune_microbatch_ratio == 0 || prune_microbatch_ratio >= 1))
+    ThrowInputError(where, "prune_microbatch_ratio", prune_microbatch_ratio,
+                    "must be 0 (never) or >= 1");
   if (!(min_config_probability >= 0 && min_config_probability < 1))
     ThrowInputError(where, "min_config_probability", min_config_probability,
                     "must be >= 0 and < 1");
@@ -62,6 +74,17 @@ const char* RelaxPolishName(RelaxOptions::Polish polish) {
       return "iterated";
   }
   return "unknown";
+}
+
+const char* RelaxRelaxationName(RelaxOptions::Relaxation relaxation) {
+  return relaxation == RelaxOptions::Relaxation::kSmoothedDp ? "smoothed-dp" : "cuts";
+}
+
+RelaxOptions::Relaxation ParseRelaxRelaxation(const std::string& text, const std::string& where) {
+  for (RelaxOptions::Relaxation r :
+       {RelaxOptions::Relaxation::kSmoothedDp, RelaxOptions::Relaxation::kCuts})
+    if (text == RelaxRelaxationName(r)) return r;
+  throw InputError(fmt::format("{} = \"{}\": must be smoothed-dp or cuts", where, text));
 }
 
 RelaxOptions::Polish ParseRelaxPolish(const std::string& text, const std::string& where) {
@@ -116,47 +139,30 @@ std::vector<DiscretePlan> Discretize(const SurrogateTensors& tensors,
   return plans;
 }
 
-}  // namespace
-
-SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  options.Validate();
-  relax_options_.Validate();
-  const RelaxOptions& ro = relax_options_;
-  const SearchClock::time_point start = SearchClock::now();
-  const SearchClock::time_point deadline =
-      start + std::chrono::duration_cast<SearchClock::duration>(
-                  std::chrono::duration<double>(options.time_limit_seconds));
-  auto elapsed = [&]() { return SecondsSince(start); };
-
-  SearchResult result = StartSearchResult("relax", options);
-  SearchSummary& summary = result.summary;
-  summary.best_iteration_seconds = std::numeric_limits<double>::infinity();
-  summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
-
-  const SearchSpace space = SearchSpace::Build(problem, options.space);
-  const CostModel cost_model(problem);
-  const RelaxTables tables = BuildRelaxTables(cost_model, space);
-  PlanPolisher polisher(tables);
+// Everything a gradient phase reads and what it reports back.
+struct GradientPhase {
+  const Problem& problem;
+  const SearchOptions& options;
+  const RelaxOptions& ro;
+  const RelaxTables& tables;
+  SearchClock::time_point deadline;
+  SearchSummary* summary;
+  std::function<void(double)> note;
+  PlanPolisher* polisher;  // exact table cost of decoded plans
+  long surrogate_evaluations = 0;
   bool time_limited = false;
   bool evaluation_limited = false;
-  long surrogate_evaluations = 0;
-  auto out_of_evaluations = [&]() {
-    return options.max_evaluations > 0 &&
-           surrogate_evaluations + polisher.evaluations() >= options.max_evaluations;
-  };
+  bool OutOfEvaluations() const {
+    return options.max_evaluations > 0 && surrogate_evaluations >= options.max_evaluations;
+  }
+};
 
-  // Anytime trace over fitting plans (table cost = Evaluate by additivity).
-  double best_seen = std::numeric_limits<double>::infinity();
-  auto note = [&](double seconds) {
-    if (!(seconds < best_seen)) return;
-    best_seen = seconds;
-    const double now = elapsed();
-    if (!std::isfinite(summary.initial_iteration_seconds))
-      summary.initial_iteration_seconds = seconds;
-    summary.anytime.push_back({now, seconds});
-    if (options.on_improvement) options.on_improvement(now, seconds);
-  };
-
+// The cut relaxation (relax.relaxation = "cuts", surrogate.h): Adam on the cut, config and
+// microbatch logits of R restarts; the restarts' argmax plans (every discretize_every steps and
+// at the end) are the polish's starts.
+std::vector<DiscretePlan> CutRelaxationStarts(GradientPhase* ph) {
+  const RelaxOptions& ro = ph->ro;
+  const RelaxTables& tables = ph->tables;
   // --- 1. Surrogate tensors and initial logits. ---
   std::vector<int> surrogate_configs;
   if (ro.prune_dominated_configs) surrogate_configs = tables.undominated_configs;
@@ -167,7 +173,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
       MakeSurrogateTensors(tables, surrogate_configs, torch::kCPU, dtype);
   const int R = ro.restarts, L = tables.num_layers, S = tables.max_stages;
   const int K = static_cast<int>(surrogate_configs.size()), M = tables.num_microbatch_options;
-  std::mt19937_64 rng(static_cast<std::uint64_t>(options.seed) * 0x9E3779B97F4A7C15ULL + 1);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(ph->options.seed) * 0x9E3779B97F4A7C15ULL + 1);
   std::normal_distribution<double> noise(0.0, 1.0);
   std::vector<double> cut_init(static_cast<size_t>(R) * std::max(0, L - 1));
   std::vector<double> config_init(static_cast<size_t>(R) * S * K);
@@ -201,7 +207,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   if (L > 1) parameters.push_back(logits.cut);
   for (torch::Tensor& p : parameters) p.requires_grad_(true);
   torch::optim::Adam adam(parameters, torch::optim::AdamOptions(ro.learning_rate));
-  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(options.seed));
+  at::Generator generator = at::detail::createCPUGenerator(static_cast<uint64_t>(ph->options.seed));
 
   SurrogateSettings settings;
   settings.memory_penalty_weight = ro.memory_penalty_weight;
@@ -214,7 +220,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
     SurrogateResult initial = EvaluateSurrogate(
         tensors, SurrogateProbabilitiesFromLogits(logits, ro.initial_temperature, false, false),
         settings);
-    ++surrogate_evaluations;
+    ++ph->surrogate_evaluations;
     const double scale = initial.iteration_seconds.min().item<double>();
     settings.penalty_scale_seconds = scale > 0 && std::isfinite(scale) ? scale : 1.0;
     // Typical stage time: the expected bottleneck stage, over restarts and microbatch options.
@@ -232,12 +238,12 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   };
   double temperature = ro.initial_temperature;
   for (int it = 0; it < ro.iterations; ++it) {
-    if (SearchClock::now() >= deadline) {
-      time_limited = true;
+    if (SearchClock::now() >= ph->deadline) {
+      ph->time_limited = true;
       break;
     }
-    if (out_of_evaluations()) {
-      evaluation_limited = true;
+    if (ph->OutOfEvaluations()) {
+      ph->evaluation_limited = true;
       break;
     }
     const double fraction = ro.iterations > 1 ? static_cast<double>(it) / (ro.iterations - 1) : 1.0;
@@ -251,12 +257,164 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
     adam.zero_grad();
     loss.backward();
     adam.step();
-    ++surrogate_evaluations;
-    ++summary.iterations;
+    ++ph->surrogate_evaluations;
+    ++ph->summary->iterations;
     if (ro.discretize_every > 0 && (it + 1) % ro.discretize_every == 0 && it + 1 < ro.iterations)
       collect(temperature);
   }
   collect(temperature);
+
+  return starts;
+}
+
+// The smoothed DP (relax.relaxation = "smoothed-dp", relax/smoothed_dp.h): for every microbatch
+// option m, Adam descends V^tau in log theta and log phi and ascends it in log lambda (the dual
+// of the device budget), with tau annealed geometrically relative to the iteration-time scale.
+// Every evaluation's decoded mode is a start; the last one is decoded at tau = 0 (exact).
+std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
+  const RelaxOptions& ro = ph->ro;
+  const RelaxTables& tables = ph->tables;
+  std::vector<int> configs;
+  if (ro.prune_dominated_configs) configs = tables.undominated_configs;
+  if (configs.empty())
+    for (int k = 0; k < tables.num_configs; ++k) configs.push_back(k);
+  struct Track {
+    std::unique_ptr<SmoothedStageDp> dp;
+    double log_x[3] = {0, 0, 0};  // log theta, log phi, log lambda
+    double moment1[3] = {0, 0, 0}, moment2[3] = {0, 0, 0};
+    double scale_seconds = 1;     // iteration-time scale: M_m theta_0
+    bool alive = true;
+    double best_seconds = std::numeric_limits<double>::infinity();  // best decoded plan that fits
+  };
+  std::vector<Track> tracks;
+  for (int m = 0; m < tables.num_microbatch_options; ++m) {
+    Track track;
+    track.dp = std::make_unique<SmoothedStageDp>(tables, m, configs);
+    if (track.dp->num_configs() == 0) continue;
+    const double theta = track.dp->BalancedStageSeconds();
+    if (!(theta > 0) || !std::isfinite(theta)) continue;
+    const double mc = track.dp->num_microbatches();
+    track.scale_seconds = mc * theta;
+    track.log_x[0] = std::log(theta);
+    track.log_x[1] = std::log(theta);
+    // The marginal value of a device at a balanced plan: d(iteration)/dD ~ iteration / D.
+    track.log_x[2] = std::log(track.scale_seconds / tables.num_devices);
+    tracks.push_back(std::move(track));
+  }
+  std::vector<DiscretePlan> starts;
+  auto point_of = [](const Track& t) {
+    return SmoothedDpPoint{std::exp(t.log_x[0]), std::exp(t.log_x[1]), std::exp(t.log_x[2])};
+  };
+  const double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  for (int it = 0; it < ro.iterations; ++it) {
+    const double fraction = ro.iterations > 1 ? static_cast<double>(it) / (ro.iterations - 1) : 1.0;
+    const double relative_tau =
+        Geometric(ro.initial_gibbs_temperature, ro.final_gibbs_temperature, fraction);
+    for (Track& t : tracks) {
+      if (!t.alive) continue;
+      if (SearchClock::now() >= ph->deadline) {
+        ph->time_limited = true;
+        return starts;
+      }
+      if (ph->OutOfEvaluations()) {
+        ph->evaluation_limited = true;
+        return starts;
+      }
+      const SmoothedDpPoint x = point_of(t);
+      const double tau = relative_tau * t.scale_seconds;
+      const SmoothedDpValue v = t.dp->Evaluate(x, tau);
+      ++ph->surrogate_evaluations;
+      if (!std::isfinite(v.value)) {
+        t.alive = false;  // nothing fits at this m
+        continue;
+      }
+      if (!v.decoded.configs.empty()) {
+        starts.push_back(v.decoded);
+        const DiscreteCost cost = ph->polisher->Cost(v.decoded);
+        if (cost.Fits()) t.best_seconds = std::min(t.best_seconds, cost.iteration_seconds);
+      }
+      // Descent in theta and phi, ascent in lambda; gradients in log space, scale-free.
+      const double grad[3] = {v.d_theta * x.theta_seconds / t.scale_seconds,
+                              v.d_phi * x.phi_seconds / t.scale_seconds,
+                              -v.d_lambda * x.lambda_seconds / t.scale_seconds};
+      for (int c = 0; c < 3; ++c) {
+        t.moment1[c] = beta1 * t.moment1[c] + (1 - beta1) * grad[c];
+        t.moment2[c] = beta2 * t.moment2[c] + (1 - beta2) * grad[c] * grad[c];
+        const double m_hat = t.moment1[c] / (1 - std::pow(beta1, it + 1));
+        const double v_hat = t.moment2[c] / (1 - std::pow(beta2, it + 1));
+        t.log_x[c] -= ro.learning_rate * m_hat / (std::sqrt(v_hat) + epsilon);
+      }
+    }
+    ++ph->summary->iterations;
+    // From a quarter of the steps on, microbatch options whose best decoded plan is more than
+    // ro.prune_microbatch_ratio x the best one stop (their DP is most of the cost).
+    if (ro.prune_microbatch_ratio > 0 && 4 * (it + 1) >= ro.iterations) {
+      double best = std::numeric_limits<double>::infinity();
+      for (const Track& t : tracks) best = std::min(best, t.best_seconds);
+      if (std::isfinite(best))
+        for (Track& t : tracks)
+          if (t.alive && !(t.best_seconds <= ro.prune_microbatch_ratio * best)) t.alive = false;
+    }
+  }
+  // The exact mode at the final point (tau = 0).
+  for (Track& t : tracks) {
+    if (!t.alive) continue;
+    if (SearchClock::now() >= ph->deadline) {
+      ph->time_limited = true;
+      break;
+    }
+    const SmoothedDpValue v = t.dp->Evaluate(point_of(t), 0.0);
+    ++ph->surrogate_evaluations;
+    if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
+  }
+  return starts;
+}
+
+}  // namespace
+
+SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& options) {
+  options.Validate();
+  relax_options_.Validate();
+  const RelaxOptions& ro = relax_options_;
+  const SearchClock::time_point start = SearchClock::now();
+  const SearchClock::time_point deadline =
+      start + std::chrono::duration_cast<SearchClock::duration>(
+                  std::chrono::duration<double>(options.time_limit_seconds));
+  auto elapsed = [&]() { return SecondsSince(start); };
+
+  SearchResult result = StartSearchResult("relax", options);
+  SearchSummary& summary = result.summary;
+  summary.best_iteration_seconds = std::numeric_limits<double>::infinity();
+  summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
+
+  const SearchSpace space = SearchSpace::Build(problem, options.space);
+  const CostModel cost_model(problem);
+  const RelaxTables tables = BuildRelaxTables(cost_model, space);
+  PlanPolisher polisher(tables);
+  bool time_limited = false;
+  bool evaluation_limited = false;
+  long surrogate_evaluations = 0;
+
+  // Anytime trace over fitting plans (table cost = Evaluate by additivity).
+  double best_seen = std::numeric_limits<double>::infinity();
+  auto note = [&](double seconds) {
+    if (!(seconds < best_seen)) return;
+    best_seen = seconds;
+    const double now = elapsed();
+    if (!std::isfinite(summary.initial_iteration_seconds))
+      summary.initial_iteration_seconds = seconds;
+    summary.anytime.push_back({now, seconds});
+    if (options.on_improvement) options.on_improvement(now, seconds);
+  };
+
+  // --- 1-2. The gradient phase: discrete starts for the polish. ---
+  GradientPhase phase{problem, options, ro, tables, deadline, &summary, note, &polisher};
+  std::vector<DiscretePlan> starts = ro.relaxation == RelaxOptions::Relaxation::kSmoothedDp
+                                         ? SmoothedDpStarts(&phase)
+                                         : CutRelaxationStarts(&phase);
+  surrogate_evaluations = phase.surrogate_evaluations;
+  time_limited = phase.time_limited;
+  evaluation_limited = phase.evaluation_limited;
   const double gradient_seconds = elapsed();
 
   // --- 3. Repair every start, polish the best distinct ones. ---
@@ -349,7 +507,11 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   } else {
     summary.termination = TerminationType::kConverged;
     summary.message = fmt::format(
-        "{} restarts x {} Adam steps ({:.3f} s), {} plans polished ({}) ({:.3f} s)", R,
+        "{}: {} x {} Adam steps ({:.3f} s), {} plans polished ({}) ({:.3f} s)",
+        RelaxRelaxationName(ro.relaxation),
+        ro.relaxation == RelaxOptions::Relaxation::kCuts
+            ? fmt::format("{} restarts", ro.restarts)
+            : fmt::format("{} microbatch options", tables.num_microbatch_options),
         summary.iterations, gradient_seconds, polished, RelaxPolishName(ro.polish),
         summary.wall_seconds - gradient_seconds);
   }

@@ -24,13 +24,30 @@
 namespace stratos {
 
 struct RelaxOptions {
+  // The relaxation the gradient phase optimizes:
+  //   kSmoothedDp  the smoothed stage DP (relax/smoothed_dp.h): Adam on its bottleneck and tail
+  //                levels and its device price, per microbatch option, tau annealed; every
+  //                step's decoded mode is a discrete start (the default);
+  //   kCuts        independent per-cut probabilities, per-stage config and microbatch softmax
+  //                (relax/surrogate.h), R restarts (the fields below marked "cuts").
+  enum class Relaxation { kSmoothedDp, kCuts };
+  Relaxation relaxation = Relaxation::kSmoothedDp;
+  // Smoothed DP: Gibbs temperature tau relative to the iteration-time scale (M_m x the balanced
+  // stage time), annealed geometrically from initial to final; > 0, final <= initial.
+  double initial_gibbs_temperature = 0.02;
+  double final_gibbs_temperature = 0.0002;
+  // Smoothed DP: from a quarter of the steps on, a microbatch option stops once its best decoded
+  // plan that fits is more than this times the best one (or it has none while another has);
+  // 0: never (the default: at 1.2 it stopped the best option early on GPT-3 13B / 8 p3.16xlarge
+  // / 512); else >= 1.
+  double prune_microbatch_ratio = 0;
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
   // are spread geometrically over [min_stages, max_stages].
   int restarts = 8;
-  // Adam steps; >= 1. 20 (was 60, then 40): same plans on the GPT ladder (24..128 layers x
-  // 8..1024 GPUs) on dgx-a100-80gb and p3.16xlarge, and within 2% of the exhaustive optimum on
-  // random small problems (tested), half the gradient time of 40.
-  int iterations = 20;
+  // Adam steps; >= 1. Smoothed DP: 60 (20 and 40 leave the duals unconverged: 9.7% and 8.7%
+  // median gap of the decoded plans on seeded non-uniform 96-layer models, 60: 0.0%). The cut
+  // relaxation was tuned at 20.
+  int iterations = 60;
   // Adam learning rate on the logits; > 0. Logits live on a scale of a few units.
   double learning_rate = 0.15;
   // Softmax / sigmoid temperature, annealed geometrically from initial to final; > 0,
@@ -80,6 +97,10 @@ struct RelaxOptions {
   void Validate() const;
 };
 
+// "smoothed-dp" | "cuts".
+const char* RelaxRelaxationName(RelaxOptions::Relaxation relaxation);
+// Throws InputError naming `where` and the allowed values for anything else.
+RelaxOptions::Relaxation ParseRelaxRelaxation(const std::string& text, const std::string& where);
 // "none" | "descent" | "iterated".
 const char* RelaxPolishName(RelaxOptions::Polish polish);
 // Throws InputError naming `where` and the allowed values for anything else.

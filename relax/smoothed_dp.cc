@@ -1,0 +1,303 @@
+#include "relax/smoothed_dp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// exp(-40) ~ 4e-18: terms this far above the running minimum do not change a double sum.
+constexpr double kNegligible = 40.0;
+
+// Soft-min accumulator in the first-order expectation semiring: value -tau log sum exp(-x / tau)
+// and the Gibbs mean of three derivative channels (d/dtheta, d/dphi, devices). sum and d are
+// relative to exp(-best / tau). tau = 0 keeps the argmin only.
+struct SoftMin {
+  double best = kInf;
+  double sum = 0;
+  double d[3] = {0, 0, 0};
+  int arg = -1;
+
+  void Add(double x, const double* dx, int index, double tau) {
+    if (!(x < kInf)) return;
+    if (tau <= 0) {
+      if (x < best) {
+        best = x;
+        sum = 1;
+        for (int c = 0; c < 3; ++c) d[c] = dx[c];
+        arg = index;
+      }
+      return;
+    }
+    if (x < best) {
+      const double f = sum > 0 ? std::exp((x - best) / tau) : 0.0;
+      sum = sum * f + 1;
+      for (int c = 0; c < 3; ++c) d[c] = d[c] * f + dx[c];
+      best = x;
+      arg = index;
+    } else {
+      const double z = (best - x) / tau;
+      if (z < -kNegligible) return;
+      const double w = std::exp(z);
+      sum += w;
+      for (int c = 0; c < 3; ++c) d[c] += w * dx[c];
+    }
+  }
+  void Merge(const SoftMin& o, double tau) {
+    if (!(o.best < kInf)) return;
+    if (tau <= 0) {
+      if (o.best < best) *this = o;
+      return;
+    }
+    if (o.best < best) {
+      const double f = sum > 0 ? std::exp((o.best - best) / tau) : 0.0;
+      sum = sum * f + o.sum;
+      for (int c = 0; c < 3; ++c) d[c] = d[c] * f + o.d[c];
+      best = o.best;
+      arg = o.arg;
+    } else {
+      const double z = (best - o.best) / tau;
+      if (z < -kNegligible) return;
+      const double w = std::exp(z);
+      sum += w * o.sum;
+      for (int c = 0; c < 3; ++c) d[c] += w * o.d[c];
+    }
+  }
+  double Value(double tau) const {
+    if (!(best < kInf)) return kInf;
+    return tau > 0 ? best - tau * std::log(sum) : best;
+  }
+  double Mean(int c) const { return sum > 0 ? d[c] / sum : 0.0; }
+};
+
+// softplus_tau(z) = tau log(1 + exp(z / tau)) and its derivative sigma(z / tau); relu at tau = 0.
+inline void SoftPlus(double z, double tau, double* value, double* slope) {
+  if (tau <= 0) {
+    *value = z > 0 ? z : 0;
+    *slope = z > 0 ? 1 : 0;
+    return;
+  }
+  const double u = z / tau;
+  if (u > 30) {
+    *value = z;
+    *slope = 1;
+  } else if (u < -30) {
+    *value = 0;
+    *slope = 0;
+  } else {
+    const double ex = std::exp(u);
+    *value = tau * std::log1p(ex);
+    *slope = ex / (1 + ex);
+  }
+}
+
+}  // namespace
+
+SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_option,
+                                 const std::vector<int>& configs)
+    : tables_(tables), m_(microbatch_option), L_(tables.num_layers) {
+  STRATOS_CHECK(m_ >= 0 && m_ < tables.num_microbatch_options, "microbatch option {}", m_);
+  microbatch_count_ = tables.num_microbatches[m_];
+  capacity_bytes_ = tables.memory_capacity_bytes * (1.0 - 1e-9);  // as PlanPolisher
+  for (int k : configs) {
+    STRATOS_CHECK(k >= 0 && k < tables.num_configs, "config {}", k);
+    if (tables.Valid(k, m_)) configs_.push_back(k);
+  }
+  const int K = static_cast<int>(configs_.size());
+  const size_t stride = static_cast<size_t>(L_) + 1;
+  for (auto* v : {&prefix_t_, &prefix_e_, &prefix_c_, &prefix_fixed_, &prefix_activation_})
+    v->assign(K * stride, 0.0);
+  overhead_.resize(static_cast<size_t>(K) * 4);
+  for (int i = 0; i < K; ++i) {
+    const int k = configs_[i];
+    devices_.push_back(tables.configs[k].NumDevices());
+    for (int l = 0; l < L_; ++l) {
+      const TermScalars& x = tables.Layer(tables.layer_class[l], k, m_);
+      const size_t at = i * stride + l;
+      prefix_t_[at + 1] = prefix_t_[at] + x.microbatch_seconds;
+      prefix_e_[at + 1] = prefix_e_[at] + x.tail_seconds;
+      prefix_c_[at + 1] = prefix_c_[at] + x.one_time_seconds;
+      prefix_fixed_[at + 1] = prefix_fixed_[at] + x.state_bytes + x.working_bytes;
+      prefix_activation_[at + 1] = prefix_activation_[at] + x.activation_bytes;
+    }
+    for (int first = 0; first < 2; ++first)
+      for (int last = 0; last < 2; ++last) {
+        const TermScalars& o = tables.Overhead(k, m_, first != 0, last != 0);
+        overhead_[static_cast<size_t>(i) * 4 + first * 2 + last] = {
+            o.microbatch_seconds, o.tail_seconds, o.one_time_seconds,
+            o.state_bytes + o.working_bytes, o.activation_bytes};
+      }
+  }
+  if (tables.schedule == Schedule::kGpipe) {
+    levels_ = {microbatch_count_};
+  } else {
+    for (int v = 1; v <= std::min(microbatch_count_, tables.max_stages); ++v) levels_.push_back(v);
+  }
+}
+
+SmoothedStageDp::Terms SmoothedStageDp::StageTerms(int slot, int first_layer,
+                                                    int last_layer) const {
+  const size_t stride = static_cast<size_t>(L_) + 1;
+  const size_t a = slot * stride + first_layer, b = slot * stride + last_layer;
+  const Terms& o = overhead_[static_cast<size_t>(slot) * 4 + (first_layer == 0 ? 2 : 0) +
+                             (last_layer == L_ ? 1 : 0)];
+  return {prefix_t_[b] - prefix_t_[a] + o.t, prefix_e_[b] - prefix_e_[a] + o.e,
+          prefix_c_[b] - prefix_c_[a] + o.c,
+          prefix_fixed_[b] - prefix_fixed_[a] + o.fixed_bytes,
+          prefix_activation_[b] - prefix_activation_[a] + o.activation_bytes};
+}
+
+int SmoothedStageDp::FittingLevels(const Terms& x) const {
+  int count = 0;
+  // levels_ ascending and the peak nondecreasing in the level: binary search.
+  int lo = 0, hi = static_cast<int>(levels_.size());
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (x.fixed_bytes + levels_[mid] * x.activation_bytes <= capacity_bytes_) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  count = lo;
+  return count;
+}
+
+int SmoothedStageDp::LevelIndex(int stages_left) const {
+  if (tables_.schedule == Schedule::kGpipe) return 0;
+  return std::min(microbatch_count_, stages_left) - 1;
+}
+
+double SmoothedStageDp::BalancedStageSeconds() const {
+  double best = kInf;
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    const Terms x = StageTerms(static_cast<int>(i), 0, L_);
+    best = std::min(best, x.t * devices_[i]);
+  }
+  return std::isfinite(best) ? best / tables_.num_devices : 0.0;
+}
+
+double SmoothedStageDp::PlanValue(const DiscretePlan& plan, const SmoothedDpPoint& p) const {
+  if (plan.microbatch_option != m_) return kInf;
+  const int S = plan.NumStages();
+  const double mc = microbatch_count_;
+  double value = (mc - 1) * p.theta_seconds + p.phi_seconds -
+                 p.lambda_seconds * tables_.num_devices;
+  for (int s = 0; s < S; ++s) {
+    const auto it = std::find(configs_.begin(), configs_.end(), plan.configs[s]);
+    if (it == configs_.end()) return kInf;
+    const int slot = static_cast<int>(it - configs_.begin());
+    const Terms x = StageTerms(slot, plan.boundaries[s], plan.boundaries[s + 1]);
+    if (FittingLevels(x) <= LevelIndex(S - s)) return kInf;
+    value += x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
+             std::max(0.0, x.e - p.phi_seconds) + p.lambda_seconds * devices_[slot];
+  }
+  return value;
+}
+
+SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) {
+  SmoothedDpValue out;
+  const int L = L_, K = static_cast<int>(configs_.size());
+  const int S = tables_.max_stages, V = static_cast<int>(levels_.size());
+  const double mc = microbatch_count_;
+  out.value = kInf;
+  if (K == 0 || L == 0) return out;
+
+  // --- Edges: soft-min over configs of every layer range, for every in-flight level. ---
+  // Pair (i, j), 0 <= i < j <= L, at row_[i] + j - i - 1.
+  std::vector<size_t> row(L + 1, 0);
+  for (int i = 1; i <= L; ++i) row[i] = row[i - 1] + (L - (i - 1));
+  const size_t pairs = row[L];
+  std::vector<SoftMin> edge(static_cast<size_t>(V) * pairs);
+  std::vector<SoftMin> bucket(V + 1);
+  // Memory grows with j (layer terms are nonnegative; only the last stage's overhead differs):
+  // once no config fits [i, j) for some j < L, none fits [i, j') for j < j' < L.
+  for (int i = 0; i < L; ++i) {
+    for (int j = i + 1; j <= L; ++j) {
+      for (SoftMin& b : bucket) b = SoftMin();
+      bool any_fits = false;
+      for (int slot = 0; slot < K; ++slot) {
+        const Terms x = StageTerms(slot, i, j);
+        const int fits = FittingLevels(x);
+        if (fits == 0) continue;
+        any_fits = true;
+        double sp_t, slope_t, sp_e, slope_e;
+        SoftPlus(x.t - p.theta_seconds, tau, &sp_t, &slope_t);
+        SoftPlus(x.e - p.phi_seconds, tau, &sp_e, &slope_e);
+        const double g = x.t + x.c + (mc - 1) * sp_t + sp_e + p.lambda_seconds * devices_[slot];
+        const double dg[3] = {-(mc - 1) * slope_t, -slope_e, devices_[slot]};
+        bucket[fits].Add(g, dg, slot, tau);
+        ++edge_terms_;
+      }
+      // Level v (0-based) admits the configs that fit at least v + 1 levels.
+      SoftMin acc;
+      for (int b = V; b >= 1; --b) {
+        acc.Merge(bucket[b], tau);
+        edge[static_cast<size_t>(b - 1) * pairs + row[i] + (j - i - 1)] = acc;
+      }
+      if (!any_fits && j < L - 1) j = L - 1;  // next: j = L
+    }
+  }
+
+  // --- DP over (stages left r, first layer i): cover [i, L) with exactly r stages. ---
+  struct Cell {
+    double value = kInf;
+    double d[3] = {0, 0, 0};
+    int next = -1;  // the mode's next boundary j
+  };
+  const size_t stride = static_cast<size_t>(L) + 1;
+  std::vector<Cell> cell(static_cast<size_t>(S + 1) * stride);
+  cell[L].value = 0;  // r = 0, i = L
+  for (int r = 1; r <= S; ++r) {
+    const SoftMin* level_edges = edge.data() + static_cast<size_t>(LevelIndex(r)) * pairs;
+    for (int i = 0; i + r <= L; ++i) {
+      SoftMin acc;
+      for (int j = i + 1; j + (r - 1) <= L; ++j) {
+        const Cell& rest = cell[static_cast<size_t>(r - 1) * stride + j];
+        if (!(rest.value < kInf)) continue;
+        const SoftMin& e = level_edges[row[i] + (j - i - 1)];
+        if (!(e.best < kInf)) continue;
+        const double x = e.Value(tau) + rest.value;
+        const double dx[3] = {e.Mean(0) + rest.d[0], e.Mean(1) + rest.d[1],
+                              e.Mean(2) + rest.d[2]};
+        acc.Add(x, dx, j, tau);
+      }
+      Cell& c = cell[static_cast<size_t>(r) * stride + i];
+      c.value = acc.Value(tau);
+      for (int ch = 0; ch < 3; ++ch) c.d[ch] = acc.Mean(ch);
+      c.next = acc.arg;
+    }
+  }
+  SoftMin top;
+  for (int r = std::max(1, tables_.min_stages); r <= S && r <= L; ++r) {
+    const Cell& c = cell[static_cast<size_t>(r) * stride];
+    top.Add(c.value, c.d, r, tau);
+  }
+  if (!(top.best < kInf)) return out;
+  const double D = tables_.num_devices;
+  out.value = top.Value(tau) + (mc - 1) * p.theta_seconds + p.phi_seconds - p.lambda_seconds * D;
+  out.d_theta = top.Mean(0) + (mc - 1);
+  out.d_phi = top.Mean(1) + 1;
+  out.expected_devices = top.Mean(2);
+  out.d_lambda = out.expected_devices - D;
+
+  // --- Decode the mode. ---
+  DiscretePlan& plan = out.decoded;
+  plan.microbatch_option = m_;
+  plan.boundaries.push_back(0);
+  int i = 0;
+  for (int r = top.arg; r >= 1; --r) {
+    const int j = cell[static_cast<size_t>(r) * stride + i].next;
+    const SoftMin& e = edge[static_cast<size_t>(LevelIndex(r)) * pairs + row[i] + (j - i - 1)];
+    plan.configs.push_back(configs_[e.arg]);
+    plan.boundaries.push_back(j);
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace stratos

@@ -1,0 +1,101 @@
+#pragma once
+// The smoothed stage dynamic program: the relaxation that RelaxSearcher optimizes by default
+// (DESIGN.md §6). No LibTorch here.
+//
+// For one microbatch option m (count M_m), every plan p (stage count r in [min_stages,
+// max_stages], contiguous stages [b_s, b_s+1), a config k_s per stage that is valid for m and
+// fits in memory with its in-flight microbatches) costs (costmodel/cost_model.h)
+//   iteration(p) = sum_s t_s + (M_m - 1) max_s t_s + max_s e_s + sum_s c_s.
+// The maxima are not additive over stages, so a DP cannot minimize them directly; their
+// variational forms are (for any reals x_s, the minimum is at theta = max_s x_s):
+//   max_s x_s = min_theta [theta + sum_s relu(x_s - theta)],
+// so with a bottleneck level theta, a tail level phi and a device price lambda (a Lagrange
+// multiplier of sum_s devices_s <= D),
+//   f_p(theta, phi, lambda) = sum_s [t_s + c_s + (M_m - 1) relu(t_s - theta) + relu(e_s - phi)
+//                                    + lambda devices_s] + (M_m - 1) theta + phi - lambda D
+// is additive over stages, and
+//   min_{theta, phi} f_p(theta, phi, 0) = iteration(p)            (exact),
+//   V(theta, phi, lambda) = min_p f_p  is solved by a DP over (stages left, first layer).
+// The smoothed DP (Mensch and Blondel, "Differentiable Dynamic Programming for Structured
+// Prediction and Attention", ICML 2018) replaces each min by the soft-min
+// -tau log sum exp(-x / tau) and relu by softplus_tau; V^tau is then smooth, its gradient is the
+// expectation of df_p under the Gibbs distribution exp(-f_p / tau) over plans (configs,
+// partitions and stage counts together), and V^0 = V. RelaxSearcher descends in theta and phi
+// and ascends in lambda (the dual), annealing tau; every evaluation also decodes the Gibbs
+// distribution's most likely plan (argmin at every soft-min), which is exact at tau = 0.
+//
+// Cost per evaluation: O(L^2 / 2 * K) edge terms (one pass over configs per layer range; memory
+// feasibility for every in-flight count at once by bucketing) + O(S L^2 / 2) DP cells; memory
+// O(levels * (L + 1)^2).
+#include <vector>
+
+#include "relax/polish.h"
+#include "relax/tables.h"
+
+namespace stratos {
+
+struct SmoothedDpPoint {
+  double theta_seconds = 0;   // bottleneck level (microbatch seconds)
+  double phi_seconds = 0;     // exposed-tail level (seconds)
+  double lambda_seconds = 0;  // device price (iteration seconds per device), >= 0
+};
+
+struct SmoothedDpValue {
+  double value = 0;    // V^tau (seconds); +inf if no plan fits
+  double d_theta = 0;  // dV/dtheta
+  double d_phi = 0;    // dV/dphi
+  double d_lambda = 0; // dV/dlambda = E_Gibbs[devices] - D
+  double expected_devices = 0;
+  // The Gibbs distribution's mode as decoded (argmin at every soft-min); empty configs if none.
+  DiscretePlan decoded;
+};
+
+class SmoothedStageDp {
+ public:
+  // `configs`: indices into tables.configs that the DP may use (e.g. undominated_configs);
+  // those invalid for `microbatch_option` are dropped. Keeps a reference to `tables`.
+  // Throws InternalError if microbatch_option is out of range.
+  SmoothedStageDp(const RelaxTables& tables, int microbatch_option,
+                  const std::vector<int>& configs);
+
+  // V^tau at `point` (tau_seconds = 0: the exact min). Gradients are exact for tau > 0
+  // (softplus and soft-min), subgradients at tau = 0.
+  SmoothedDpValue Evaluate(const SmoothedDpPoint& point, double tau_seconds);
+
+  // f_p(theta, phi, lambda) of a plan with tau = 0 (+inf if a stage does not fit or a config is
+  // invalid for m); for tests.
+  double PlanValue(const DiscretePlan& plan, const SmoothedDpPoint& point) const;
+
+  // Scale hints for initialization: the smallest (microbatch seconds x devices) of the whole
+  // model over the configs (ignoring memory), divided by the device count -- the bottleneck of
+  // a perfectly balanced plan that uses every device at that efficiency.
+  double BalancedStageSeconds() const;
+  int num_microbatches() const { return microbatch_count_; }
+  int num_configs() const { return static_cast<int>(configs_.size()); }
+  long edge_terms() const { return edge_terms_; }
+
+ private:
+  struct Terms {
+    double t, e, c, fixed_bytes, activation_bytes;
+  };
+  Terms StageTerms(int config_slot, int first_layer, int last_layer) const;
+  // Number of in-flight levels (levels_[0..n)) that a stage with these terms fits.
+  int FittingLevels(const Terms& x) const;
+  int LevelIndex(int stages_left) const;
+
+  const RelaxTables& tables_;
+  int m_ = 0;                     // microbatch option index
+  int microbatch_count_ = 1;      // M_m
+  int L_ = 0;
+  double capacity_bytes_ = 0;
+  std::vector<int> configs_;      // (K) table config indices valid for m
+  std::vector<double> devices_;   // (K)
+  // Prefix sums over layers, (K, L + 1) each: t, e, c, state + working, activation.
+  std::vector<double> prefix_t_, prefix_e_, prefix_c_, prefix_fixed_, prefix_activation_;
+  // Overhead terms (K, 2 first, 2 last).
+  std::vector<Terms> overhead_;
+  std::vector<int> levels_;       // distinct in-flight counts, ascending
+  long edge_terms_ = 0;
+};
+
+}  // namespace stratos

@@ -150,6 +150,7 @@ struct GradientPhase {
   std::function<void(double)> note;
   PlanPolisher* polisher;  // exact table cost of decoded plans
   long surrogate_evaluations = 0;
+  std::string no_start_reason;  // why the phase produced no start, if it knows
   bool time_limited = false;
   bool evaluation_limited = false;
   bool OutOfEvaluations() const {
@@ -356,6 +357,11 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
           if (t.alive && !(t.best_seconds <= ro.prune_microbatch_ratio * best)) t.alive = false;
     }
   }
+  if (starts.empty() && !tracks.empty() &&
+      std::none_of(tracks.begin(), tracks.end(), [](const Track& t) { return t.alive; }))
+    ph->no_start_reason =
+        "no plan fits in memory: at every microbatch count, no stage config fits any layer "
+        "range with its in-flight microbatches";
   // The exact mode at the final point (tau = 0).
   for (Track& t : tracks) {
     if (!t.alive) continue;
@@ -408,7 +414,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   };
 
   // --- 1-2. The gradient phase: discrete starts for the polish. ---
-  GradientPhase phase{problem, options, ro, tables, deadline, &summary, note, &polisher};
+  GradientPhase phase{problem, options, ro, tables, deadline, &summary, note, &polisher, 0, {}, false, false};
   std::vector<DiscretePlan> starts = ro.relaxation == RelaxOptions::Relaxation::kSmoothedDp
                                          ? SmoothedDpStarts(&phase)
                                          : CutRelaxationStarts(&phase);
@@ -491,7 +497,8 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   if (!result.plan) {
     summary.termination = TerminationType::kInfeasible;
     summary.message =
-        candidates.empty()
+        candidates.empty() && !phase.no_start_reason.empty() ? phase.no_start_reason
+        : candidates.empty()
             ? "no restart could be repaired to a valid plan (device budget, stage counts or "
               "microbatch divisibility)"
             : "no plan found fits in memory; closest: " + why_not;

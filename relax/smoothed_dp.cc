@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "costmodel/error.h"
 
@@ -199,6 +200,21 @@ double SmoothedStageDp::PlanValue(const DiscretePlan& plan, const SmoothedDpPoin
   return value;
 }
 
+SmoothedDpPoint SmoothedStageDp::PlanLevels(const DiscretePlan& plan) const {
+  STRATOS_CHECK(plan.microbatch_option == m_, "plan of microbatch option {}, not {}",
+                plan.microbatch_option, m_);
+  SmoothedDpPoint levels{-kInf, -kInf, 0.0};
+  for (int s = 0; s < plan.NumStages(); ++s) {
+    const auto it = std::find(configs_.begin(), configs_.end(), plan.configs[s]);
+    STRATOS_CHECK(it != configs_.end(), "config {} not in this DP", plan.configs[s]);
+    const Terms x = StageTerms(static_cast<int>(it - configs_.begin()), plan.boundaries[s],
+                               plan.boundaries[s + 1]);
+    levels.theta_seconds = std::max(levels.theta_seconds, x.t);
+    levels.phi_seconds = std::max(levels.phi_seconds, x.e);
+  }
+  return levels;
+}
+
 SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) {
   SmoothedDpValue out;
   const int L = L_, K = static_cast<int>(configs_.size());
@@ -298,6 +314,141 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) 
     i = j;
   }
   return out;
+}
+
+DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long max_cells) const {
+  DiscretePlan plan;
+  const int L = L_, K = static_cast<int>(configs_.size());
+  const int S = std::min(tables_.max_stages, L), V = static_cast<int>(levels_.size());
+  if (K == 0 || L == 0) return plan;
+  // Free devices in units of the gcd of the mesh sizes.
+  long unit = 0;
+  for (double n : devices_) unit = std::gcd(unit, static_cast<long>(n));
+  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
+  const size_t stride = static_cast<size_t>(L) + 1;
+  if (static_cast<double>(S + 1) * stride * W > static_cast<double>(max_cells)) return plan;
+  std::vector<int> by_size(K);  // config slots by ascending mesh size
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](int a, int b) { return devices_[a] < devices_[b]; });
+  const double mc = microbatch_count_;
+
+  // --- Edges: per in-flight level and layer range, the meshes on the strictly decreasing
+  // frontier of the cheapest fitting config's t + c + (M - 1) relu(t - theta) + relu(e - phi). ---
+  struct Entry {
+    int units, slot;
+    double a;
+  };
+  std::vector<size_t> row(L + 1, 0);
+  for (int i = 1; i <= L; ++i) row[i] = row[i - 1] + (L - (i - 1));
+  const size_t pairs = row[L];
+  std::vector<size_t> begin(static_cast<size_t>(V) * pairs + 1, 0), end(begin.size(), 0);
+  std::vector<Entry> entries;
+  struct Candidate {
+    int units, slot, fits;
+    double a;
+  };
+  std::vector<Candidate> candidates;
+  for (int i = 0; i < L; ++i) {
+    for (int j = i + 1; j <= L; ++j) {
+      candidates.clear();
+      for (int slot : by_size) {
+        const Terms x = StageTerms(slot, i, j);
+        const int fits = FittingLevels(x);
+        if (fits == 0) continue;
+        const double a = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
+                         std::max(0.0, x.e - p.phi_seconds);
+        candidates.push_back({static_cast<int>(devices_[slot] / unit), slot, fits, a});
+      }
+      for (int v = 0; v < V; ++v) {
+        const size_t at = static_cast<size_t>(v) * pairs + row[i] + (j - i - 1);
+        begin[at] = entries.size();
+        double least = kInf;
+        for (const Candidate& c : candidates) {
+          if (c.fits <= v || !(c.a < least)) continue;
+          least = c.a;
+          if (entries.size() > begin[at] && entries.back().units == c.units) entries.pop_back();
+          entries.push_back({c.units, c.slot, c.a});
+        }
+        end[at] = entries.size();
+      }
+      if (candidates.empty() && j < L - 1) j = L - 1;  // memory grows with j: next j = L
+    }
+  }
+
+  // --- F[r][i][d]: the least sum over r stages covering [i, L) with at most d free units. ---
+  std::vector<double> f(static_cast<size_t>(S + 1) * stride * W, kInf);
+  std::vector<int> lo(static_cast<size_t>(S + 1) * stride, W);  // F[r][i][d] finite iff d >= lo
+  auto F = [&](int r, int i) { return f.data() + (static_cast<size_t>(r) * stride + i) * W; };
+  auto Lo = [&](int r, int i) -> int& { return lo[static_cast<size_t>(r) * stride + i]; };
+  std::fill(F(0, L), F(0, L) + W, 0.0);
+  Lo(0, L) = 0;
+  for (int r = 1; r <= S; ++r) {
+    const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
+    for (int i = L - r; i >= 0; --i) {
+      double* out = F(r, i);
+      int out_lo = W;
+      for (int j = i + 1; j + (r - 1) <= L; ++j) {
+        const int prev_lo = Lo(r - 1, j);
+        if (prev_lo >= W) continue;
+        const double* prev = F(r - 1, j);
+        const size_t at = level + row[i] + (j - i - 1);
+        for (size_t e = begin[at]; e < end[at]; ++e) {
+          const int start = prev_lo + entries[e].units;
+          if (start >= W) break;
+          const double a = entries[e].a;
+          const int n = entries[e].units;
+          for (int d = start; d < W; ++d) {
+            const double x = prev[d - n] + a;
+            out[d] = x < out[d] ? x : out[d];
+          }
+          out_lo = std::min(out_lo, start);
+        }
+      }
+      Lo(r, i) = out_lo;
+    }
+  }
+  int best_r = 0;
+  double best = kInf;
+  for (int r = std::max(1, tables_.min_stages); r <= S; ++r)
+    if (F(r, 0)[W - 1] < best) {
+      best = F(r, 0)[W - 1];
+      best_r = r;
+    }
+  if (!(best < kInf)) return plan;
+
+  // --- Reconstruct by re-finding each argmin (same floating-point operations). ---
+  plan.microbatch_option = m_;
+  plan.boundaries.push_back(0);
+  int i = 0, d = W - 1;
+  for (int r = best_r; r >= 1; --r) {
+    const double target = F(r, i)[d];
+    const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
+    double best_gap = kInf;
+    int best_j = -1;
+    size_t best_e = 0;
+    for (int j = i + 1; j + (r - 1) <= L; ++j) {
+      const size_t at = level + row[i] + (j - i - 1);
+      for (size_t e = begin[at]; e < end[at]; ++e) {
+        const int n = entries[e].units;
+        if (d - n < Lo(r - 1, j)) break;
+        const double gap = std::abs(F(r - 1, j)[d - n] + entries[e].a - target);
+        if (gap < best_gap) {
+          best_gap = gap;
+          best_j = j;
+          best_e = e;
+        }
+      }
+    }
+    STRATOS_CHECK(best_j > 0 && best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
+                  "constrained decode lost the argmin at {} stages left, layer {}", r, i);
+    plan.configs.push_back(configs_[entries[best_e].slot]);
+    plan.boundaries.push_back(best_j);
+    d -= entries[best_e].units;
+    i = best_j;
+  }
+  STRATOS_CHECK(i == L, "constrained decode ended at layer {} of {}", i, L);
+  return plan;
 }
 
 }  // namespace stratos

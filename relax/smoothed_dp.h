@@ -62,6 +62,19 @@ class SmoothedStageDp {
   // (softplus and soft-min), subgradients at tau = 0.
   SmoothedDpValue Evaluate(const SmoothedDpPoint& point, double tau_seconds);
 
+  // The exact (tau = 0) minimizer of f_p(theta, phi, 0) over the plans whose stage meshes sum to
+  // at most D devices: the device budget as a DP dimension (free devices, in units of the gcd of
+  // the mesh sizes), as in Alpa's DP (Zheng et al., OSDI'22, Eq. 4), instead of the price lambda,
+  // so the decode has no duality gap. min over (theta, phi) of its value is the optimum for m.
+  // Cost O(S L^2 / 2 * F * W) min-plus steps (F: the meshes on the strictly decreasing frontier
+  // of a layer range, W: free-device units + 1); memory (S + 1)(L + 1) W doubles. Returns an
+  // empty plan when nothing fits, or when that table would exceed max_cells cells.
+  DiscretePlan DecodeWithinDevices(const SmoothedDpPoint& point, long max_cells) const;
+
+  // The plan's own levels: theta = max_s t_s, phi = max_s e_s (lambda = 0), where f_p equals its
+  // iteration time. Throws InternalError for a plan of another microbatch option or config set.
+  SmoothedDpPoint PlanLevels(const DiscretePlan& plan) const;
+
   // f_p(theta, phi, lambda) of a plan with tau = 0 (+inf if a stage does not fit or a config is
   // invalid for m); for tests.
   double PlanValue(const DiscretePlan& plan, const SmoothedDpPoint& point) const;

@@ -24,6 +24,8 @@ namespace stratos {
 void RelaxOptions::Validate() const {
   const std::string where = "RelaxOptions";
   if (restarts < 1) ThrowInputError(where, "restarts", restarts, "must be >= 1");
+  if (device_decode_max_cells < 0)
+    ThrowInputError(where, "device_decode_max_cells", device_decode_max_cells, "must be >= 0");
   if (iterations < 1) ThrowInputError(where, "iterations", iterations, "must be >= 1");
   if (!(learning_rate > 0)) ThrowInputError(where, "learning_rate", learning_rate, "must be > 0");
   if (!(initial_temperature > 0))
@@ -286,6 +288,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     double scale_seconds = 1;     // iteration-time scale: M_m theta_0
     bool alive = true;
     double best_seconds = std::numeric_limits<double>::infinity();  // best decoded plan that fits
+    DiscretePlan best_plan;
   };
   std::vector<Track> tracks;
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
@@ -332,7 +335,10 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
       if (!v.decoded.configs.empty()) {
         starts.push_back(v.decoded);
         const DiscreteCost cost = ph->polisher->Cost(v.decoded);
-        if (cost.Fits()) t.best_seconds = std::min(t.best_seconds, cost.iteration_seconds);
+        if (cost.Fits() && cost.iteration_seconds < t.best_seconds) {
+          t.best_seconds = cost.iteration_seconds;
+          t.best_plan = v.decoded;
+        }
       }
       // Descent in theta and phi, ascent in lambda; gradients in log space, scale-free.
       const double grad[3] = {v.d_theta * x.theta_seconds / t.scale_seconds,
@@ -362,6 +368,26 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     ph->no_start_reason =
         "no plan fits in memory: at every microbatch count, no stage config fits any layer "
         "range with its in-flight microbatches";
+  // Majorize-minimize at tau = 0 with the device budget exact: decode the plan p minimizing
+  // f_p(theta, phi, 0) within D devices, move the levels to p's own (max t_s, max e_s), where
+  // f_p = iteration(p), and repeat. V^0 never increases (V^0(x') <= f_p(x') = iteration(p) <=
+  // f_p(x) = V^0(x)), so it stops at a fixed point in a few steps.
+  auto device_decodes = [&](const Track& t, SmoothedDpPoint x) {
+    x.lambda_seconds = 0;
+    for (int step = 0; step < 16; ++step) {
+      if (SearchClock::now() >= ph->deadline) {
+        ph->time_limited = true;
+        return;
+      }
+      DiscretePlan plan = t.dp->DecodeWithinDevices(x, ro.device_decode_max_cells);
+      ++ph->surrogate_evaluations;
+      if (plan.configs.empty()) return;
+      const SmoothedDpPoint y = t.dp->PlanLevels(plan);
+      starts.push_back(std::move(plan));
+      if (y.theta_seconds == x.theta_seconds && y.phi_seconds == x.phi_seconds) return;
+      x = y;
+    }
+  };
   // The exact mode at the final point (tau = 0).
   for (Track& t : tracks) {
     if (!t.alive) continue;
@@ -372,6 +398,9 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     const SmoothedDpValue v = t.dp->Evaluate(point_of(t), 0.0);
     ++ph->surrogate_evaluations;
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
+    if (!ro.device_decode) continue;
+    device_decodes(t, point_of(t));
+    if (!t.best_plan.configs.empty()) device_decodes(t, t.dp->PlanLevels(t.best_plan));
   }
   return starts;
 }

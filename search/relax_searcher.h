@@ -2,15 +2,21 @@
 // RelaxSearcher: the differentiable search of DESIGN.md §6 (DARTS-style relaxation of the
 // pipeline-parallel plan space, Liu et al. ICLR'19), name "relax".
 //
-//   1. Tables from costmodel (relax/tables.h), the surrogate over the undominated configs
-//      (relax/surrogate.h).
-//   2. Adam on the logits of R random restarts at once (one tensor batch), the restarts
-//      starting from different stage counts; softmax temperature and smooth-max tau annealed
-//      geometrically; optional Gumbel noise and straight-through estimator.
-//   3. Every restart is discretized (layer l goes to argmax_s P[l, s], argmax config per stage,
-//      argmax microbatch count), repaired to a valid plan and polished by local search on the
-//      exact table cost (relax/polish.h), which equals costmodel::Evaluate; descents are
-//      memoized across the starts, which mostly converge to the same local optima.
+//   1. Tables from costmodel (relax/tables.h), over the undominated configs.
+//   2. The gradient phase (RelaxOptions::relaxation):
+//      smoothed-dp (default): per microbatch option, the smoothed stage DP (relax/smoothed_dp.h),
+//        Adam descent on its bottleneck and tail levels (theta, phi) and ascent on its device
+//        price lambda, Gibbs temperature annealed; each step's decoded mode is a start. Then,
+//        from the final levels and from the levels of the best decoded plan, majorize-minimize
+//        with the device budget exact (DecodeWithinDevices; levels <- the decoded plan's own
+//        max t_s, max e_s) until a fixed point; each decode is a start.
+//      cuts: Adam on the logits of R random restarts at once (one tensor batch) of independent
+//        per-cut probabilities (relax/surrogate.h), softmax temperature and smooth-max tau
+//        annealed; optional Gumbel noise and straight-through estimator; every restart is
+//        discretized (argmax) every discretize_every steps and at the end.
+//   3. Every start is repaired to a valid plan (relax/polish.h) and the best distinct ones are
+//      polished by local search on the exact table cost (= costmodel::Evaluate), unless
+//      polish = none.
 //   4. The best plan that Evaluate() confirms to fit is returned.
 //
 // SearchSummary: algorithm "relax"; iterations = Adam steps; evaluations = surrogate batch
@@ -41,6 +47,12 @@ struct RelaxOptions {
   // 0: never (the default: at 1.2 it stopped the best option early on GPT-3 13B / 8 p3.16xlarge
   // / 512); else >= 1.
   double prune_microbatch_ratio = 0;
+  // Smoothed DP: at the end, decode every microbatch option's final levels (theta, phi) exactly
+  // with the device budget as a DP dimension (SmoothedStageDp::DecodeWithinDevices: no duality
+  // gap from the price) when its table has at most device_decode_max_cells cells (>= 0); false:
+  // only the price decodes.
+  bool device_decode = true;
+  long device_decode_max_cells = 40'000'000;
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
   // are spread geometrically over [min_stages, max_stages].
   int restarts = 8;

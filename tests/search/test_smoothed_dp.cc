@@ -104,6 +104,61 @@ TEST_CASE("smoothed DP: at tau = 0 its value is the minimum of f_p over every pl
   CHECK(compared >= 10);
 }
 
+TEST_CASE("smoothed DP: the device decode is the minimum of f_p(theta, phi, 0) over every plan "
+          "that fits within D devices (enumerated), and a plan's own levels price it exactly") {
+  int compared = 0, price_decode_over_budget = 0;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB}) {
+      Problem problem = MakeRandomSmallProblem(seed);
+      problem.training.schedule = schedule;
+      const CostModel cost_model(problem);
+      const RelaxTables tables = BuildRelaxTables(cost_model, SearchSpace::Build(problem));
+      PlanPolisher polisher(tables);
+      for (int m = 0; m < tables.num_microbatch_options; ++m) {
+        SmoothedStageDp dp(tables, m, AllConfigIndices(tables));
+        const double scale = std::max(1e-6, dp.BalancedStageSeconds());
+        const SmoothedDpPoint point{scale * (0.2 + 3 * unit(rng)), scale * unit(rng), 0.0};
+        auto devices = [&](const DiscretePlan& plan) {
+          int n = 0;
+          for (int k : plan.configs) n += tables.configs[k].NumDevices();
+          return n;
+        };
+        double brute = kInf;
+        if (!ForEachPlan(tables, m, 200000, [&](const DiscretePlan& plan) {
+              if (devices(plan) <= tables.num_devices)
+                brute = std::min(brute, dp.PlanValue(plan, point));
+            }))
+          continue;
+        INFO("seed ", seed, " m ", m);
+        const DiscretePlan decoded = dp.DecodeWithinDevices(point, 100'000'000);
+        if (!std::isfinite(brute)) {
+          CHECK(decoded.configs.empty());
+          continue;
+        }
+        REQUIRE(!decoded.configs.empty());
+        CHECK(devices(decoded) <= tables.num_devices);
+        CHECK(dp.PlanValue(decoded, point) == doctest::Approx(brute).epsilon(1e-9));
+        // The plan's own levels: f_p there is its exact iteration time.
+        const DiscreteCost cost = polisher.Cost(decoded);
+        REQUIRE(cost.Fits());
+        CHECK(dp.PlanValue(decoded, dp.PlanLevels(decoded)) ==
+              doctest::Approx(cost.iteration_seconds).epsilon(1e-9));
+        // No table at all: declined, not wrong.
+        CHECK(dp.DecodeWithinDevices(point, 0).configs.empty());
+        const SmoothedDpValue free = dp.Evaluate(point, 0.0);  // lambda = 0: devices not priced
+        if (!free.decoded.configs.empty() && devices(free.decoded) > tables.num_devices)
+          ++price_decode_over_budget;
+        ++compared;
+    }
+    }
+  }
+  CHECK(compared >= 12);
+  MESSAGE(price_decode_over_budget, " of ", compared,
+          " unpriced decodes exceed the device budget that the device decode keeps");
+}
+
 TEST_CASE("smoothed DP: min over theta and phi of f_p(theta, phi, 0) is the plan's exact table "
           "cost (= Evaluate): the variational form of the two maxima is exact") {
   int checked = 0;

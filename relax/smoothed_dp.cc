@@ -13,6 +13,9 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // exp(-40) ~ 4e-18: terms this far above the running minimum do not change a double sum.
 constexpr double kNegligible = 40.0;
+// Largest (layer ranges x configs) whose terms SmoothedStageDp keeps between evaluations
+// (32 bytes each).
+constexpr double kMaxCachedRangeTerms = 8e6;
 
 // Soft-min accumulator in the first-order expectation semiring: value -tau log sum exp(-x / tau)
 // and the Gibbs mean of three derivative channels (d/dtheta, d/dphi, devices). sum and d are
@@ -138,6 +141,54 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
   } else {
     for (int v = 1; v <= std::min(microbatch_count_, tables.max_stages); ++v) levels_.push_back(v);
   }
+  by_size_.resize(K);
+  std::iota(by_size_.begin(), by_size_.end(), 0);
+  std::stable_sort(by_size_.begin(), by_size_.end(),
+                   [&](int a, int b) { return devices_[a] < devices_[b]; });
+  pair_row_.assign(L_ + 1, 0);
+  for (int i = 1; i <= L_; ++i) pair_row_[i] = pair_row_[i - 1] + (L_ - (i - 1));
+  const size_t pairs = pair_row_[L_];
+  if (static_cast<double>(pairs) * K <= kMaxCachedRangeTerms) {
+    range_begin_.assign(pairs + 1, 0);
+    std::vector<RangeTerm> scratch;
+    for (int i = 0; i < L_; ++i)
+      for (int j = i + 1; j <= L_; ++j) {
+        CollectRangeTerms(i, j, &scratch);
+        range_begin_[PairIndex(i, j)] = range_terms_.size();
+        range_terms_.insert(range_terms_.end(), scratch.begin(), scratch.end());
+        range_begin_[PairIndex(i, j) + 1] = range_terms_.size();
+        // Memory grows with j (layer terms are nonnegative; only the last stage's overhead
+        // differs): once no config fits [i, j) for some j < L, none fits [i, j') for j' < L.
+        if (scratch.empty() && j < L_ - 1) {
+          for (int jj = j + 1; jj < L_; ++jj) range_begin_[PairIndex(i, jj) + 1] = range_terms_.size();
+          j = L_ - 1;
+        }
+      }
+    range_terms_.shrink_to_fit();
+  }
+}
+
+void SmoothedStageDp::CollectRangeTerms(int first_layer, int last_layer,
+                                        std::vector<RangeTerm>* out) const {
+  out->clear();
+  for (int slot : by_size_) {
+    const Terms x = StageTerms(slot, first_layer, last_layer);
+    const int fits = FittingLevels(x);
+    if (fits > 0) out->push_back({x.t, x.e, x.c, slot, fits});
+  }
+}
+
+const SmoothedStageDp::RangeTerm* SmoothedStageDp::RangeTerms(int first_layer, int last_layer,
+                                                              std::vector<RangeTerm>* scratch,
+                                                              size_t* count) const {
+  if (!range_begin_.empty()) {
+    const size_t at = PairIndex(first_layer, last_layer);
+    *count = range_begin_[at + 1] - range_begin_[at];
+    return range_terms_.data() + range_begin_[at];
+  }
+  CollectRangeTerms(first_layer, last_layer, scratch);
+  *count = scratch->size();
+  return scratch->data();
 }
 
 SmoothedStageDp::Terms SmoothedStageDp::StageTerms(int slot, int first_layer,
@@ -224,30 +275,36 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) 
   if (K == 0 || L == 0) return out;
 
   // --- Edges: soft-min over configs of every layer range, for every in-flight level. ---
-  // Pair (i, j), 0 <= i < j <= L, at row_[i] + j - i - 1.
-  std::vector<size_t> row(L + 1, 0);
-  for (int i = 1; i <= L; ++i) row[i] = row[i - 1] + (L - (i - 1));
+  const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
   std::vector<SoftMin> edge(static_cast<size_t>(V) * pairs);
   std::vector<SoftMin> bucket(V + 1);
-  // Memory grows with j (layer terms are nonnegative; only the last stage's overhead differs):
-  // once no config fits [i, j) for some j < L, none fits [i, j') for j < j' < L.
+  std::vector<RangeTerm> scratch;
   for (int i = 0; i < L; ++i) {
     for (int j = i + 1; j <= L; ++j) {
+      size_t count = 0;
+      const RangeTerm* terms = RangeTerms(i, j, &scratch, &count);
+      if (count == 0) {
+        // Memory grows with j: nothing fits [i, j') for j < j' < L either. Next: j = L.
+        if (j < L - 1) j = L - 1;
+        continue;
+      }
       for (SoftMin& b : bucket) b = SoftMin();
-      bool any_fits = false;
-      for (int slot = 0; slot < K; ++slot) {
-        const Terms x = StageTerms(slot, i, j);
-        const int fits = FittingLevels(x);
-        if (fits == 0) continue;
-        any_fits = true;
+      for (size_t q = 0; q < count; ++q) {
+        const RangeTerm& x = terms[q];
+        const double devices = devices_[x.slot];
+        ++edge_terms_;
+        // softplus >= relu: a config whose relu bound is negligible against a config that fits
+        // at least as many levels is negligible at every level it fits (no exp needed).
+        const double bound = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
+                             std::max(0.0, x.e - p.phi_seconds) + p.lambda_seconds * devices;
+        if (bound > bucket[x.fits].best + kNegligible * tau) continue;
         double sp_t, slope_t, sp_e, slope_e;
         SoftPlus(x.t - p.theta_seconds, tau, &sp_t, &slope_t);
         SoftPlus(x.e - p.phi_seconds, tau, &sp_e, &slope_e);
-        const double g = x.t + x.c + (mc - 1) * sp_t + sp_e + p.lambda_seconds * devices_[slot];
-        const double dg[3] = {-(mc - 1) * slope_t, -slope_e, devices_[slot]};
-        bucket[fits].Add(g, dg, slot, tau);
-        ++edge_terms_;
+        const double g = x.t + x.c + (mc - 1) * sp_t + sp_e + p.lambda_seconds * devices;
+        const double dg[3] = {-(mc - 1) * slope_t, -slope_e, devices};
+        bucket[x.fits].Add(g, dg, x.slot, tau);
       }
       // Level v (0-based) admits the configs that fit at least v + 1 levels.
       SoftMin acc;
@@ -255,7 +312,6 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) 
         acc.Merge(bucket[b], tau);
         edge[static_cast<size_t>(b - 1) * pairs + row[i] + (j - i - 1)] = acc;
       }
-      if (!any_fits && j < L - 1) j = L - 1;  // next: j = L
     }
   }
 
@@ -327,10 +383,6 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long
   const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   const size_t stride = static_cast<size_t>(L) + 1;
   if (static_cast<double>(S + 1) * stride * W > static_cast<double>(max_cells)) return plan;
-  std::vector<int> by_size(K);  // config slots by ascending mesh size
-  std::iota(by_size.begin(), by_size.end(), 0);
-  std::stable_sort(by_size.begin(), by_size.end(),
-                   [&](int a, int b) { return devices_[a] < devices_[b]; });
   const double mc = microbatch_count_;
 
   // --- Edges: per in-flight level and layer range, the meshes on the strictly decreasing
@@ -339,8 +391,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long
     int units, slot;
     double a;
   };
-  std::vector<size_t> row(L + 1, 0);
-  for (int i = 1; i <= L; ++i) row[i] = row[i - 1] + (L - (i - 1));
+  const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
   std::vector<size_t> begin(static_cast<size_t>(V) * pairs + 1, 0), end(begin.size(), 0);
   std::vector<Entry> entries;
@@ -349,16 +400,17 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long
     double a;
   };
   std::vector<Candidate> candidates;
+  std::vector<RangeTerm> scratch;
   for (int i = 0; i < L; ++i) {
     for (int j = i + 1; j <= L; ++j) {
       candidates.clear();
-      for (int slot : by_size) {
-        const Terms x = StageTerms(slot, i, j);
-        const int fits = FittingLevels(x);
-        if (fits == 0) continue;
+      size_t count = 0;
+      const RangeTerm* terms = RangeTerms(i, j, &scratch, &count);
+      for (size_t q = 0; q < count; ++q) {
+        const RangeTerm& x = terms[q];
         const double a = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
                          std::max(0.0, x.e - p.phi_seconds);
-        candidates.push_back({static_cast<int>(devices_[slot] / unit), slot, fits, a});
+        candidates.push_back({static_cast<int>(devices_[x.slot] / unit), x.slot, x.fits, a});
       }
       for (int v = 0; v < V; ++v) {
         const size_t at = static_cast<size_t>(v) * pairs + row[i] + (j - i - 1);

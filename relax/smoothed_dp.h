@@ -96,6 +96,20 @@ class SmoothedStageDp {
   int FittingLevels(const Terms& x) const;
   int LevelIndex(int stages_left) const;
 
+  // One config's terms on one layer range, for a config that fits at least one level there.
+  struct RangeTerm {
+    double t, e, c;
+    int slot, fits;
+  };
+  // The configs that fit [first_layer, last_layer) at some level, in ascending mesh size, with
+  // their terms (independent of the point): from the cache, or computed into *scratch.
+  const RangeTerm* RangeTerms(int first_layer, int last_layer, std::vector<RangeTerm>* scratch,
+                              size_t* count) const;
+  void CollectRangeTerms(int first_layer, int last_layer, std::vector<RangeTerm>* out) const;
+  size_t PairIndex(int first_layer, int last_layer) const {
+    return pair_row_[first_layer] + (last_layer - first_layer - 1);
+  }
+
   const RelaxTables& tables_;
   int m_ = 0;                     // microbatch option index
   int microbatch_count_ = 1;      // M_m
@@ -108,6 +122,12 @@ class SmoothedStageDp {
   // Overhead terms (K, 2 first, 2 last).
   std::vector<Terms> overhead_;
   std::vector<int> levels_;       // distinct in-flight counts, ascending
+  std::vector<int> by_size_;      // config slots by ascending mesh size
+  std::vector<size_t> pair_row_;  // (L + 1): pair (i, j) at pair_row_[i] + j - i - 1
+  // RangeTerms of every pair, pair p at [range_begin_[p], range_begin_[p + 1]); empty (computed
+  // per evaluation) when pairs x configs exceeds kMaxCachedRangeTerms.
+  std::vector<RangeTerm> range_terms_;
+  std::vector<size_t> range_begin_;
   long edge_terms_ = 0;
 };
 

@@ -102,8 +102,18 @@ inline void SoftPlus(double z, double tau, double* value, double* slope) {
 }  // namespace
 
 SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_option,
-                                 const std::vector<int>& configs)
-    : tables_(tables), m_(microbatch_option), L_(tables.num_layers) {
+                                 const std::vector<int>& configs,
+                                 const std::vector<int>& cut_positions)
+    : tables_(tables), m_(microbatch_option), L_(tables.num_layers), cuts_(cut_positions) {
+  if (cuts_.empty()) {
+    cuts_.resize(L_ + 1);
+    std::iota(cuts_.begin(), cuts_.end(), 0);
+  }
+  STRATOS_CHECK(cuts_.size() >= 2 && cuts_.front() == 0 && cuts_.back() == L_,
+                "cut positions must run from 0 to {}", L_);
+  for (size_t a = 1; a < cuts_.size(); ++a)
+    STRATOS_CHECK(cuts_[a - 1] < cuts_[a], "cut positions must ascend strictly");
+  N_ = static_cast<int>(cuts_.size()) - 1;
   STRATOS_CHECK(m_ >= 0 && m_ < tables.num_microbatch_options, "microbatch option {}", m_);
   microbatch_count_ = tables.num_microbatches[m_];
   capacity_bytes_ = tables.memory_capacity_bytes * (1.0 - 1e-9);  // as PlanPolisher
@@ -145,48 +155,48 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
   std::iota(by_size_.begin(), by_size_.end(), 0);
   std::stable_sort(by_size_.begin(), by_size_.end(),
                    [&](int a, int b) { return devices_[a] < devices_[b]; });
-  pair_row_.assign(L_ + 1, 0);
-  for (int i = 1; i <= L_; ++i) pair_row_[i] = pair_row_[i - 1] + (L_ - (i - 1));
-  const size_t pairs = pair_row_[L_];
+  pair_row_.assign(N_ + 1, 0);
+  for (int i = 1; i <= N_; ++i) pair_row_[i] = pair_row_[i - 1] + (N_ - (i - 1));
+  const size_t pairs = pair_row_[N_];
   if (static_cast<double>(pairs) * K <= kMaxCachedRangeTerms) {
     range_begin_.assign(pairs + 1, 0);
     std::vector<RangeTerm> scratch;
-    for (int i = 0; i < L_; ++i)
-      for (int j = i + 1; j <= L_; ++j) {
+    for (int i = 0; i < N_; ++i)
+      for (int j = i + 1; j <= N_; ++j) {
         CollectRangeTerms(i, j, &scratch);
         range_begin_[PairIndex(i, j)] = range_terms_.size();
         range_terms_.insert(range_terms_.end(), scratch.begin(), scratch.end());
         range_begin_[PairIndex(i, j) + 1] = range_terms_.size();
         // Memory grows with j (layer terms are nonnegative; only the last stage's overhead
         // differs): once no config fits [i, j) for some j < L, none fits [i, j') for j' < L.
-        if (scratch.empty() && j < L_ - 1) {
-          for (int jj = j + 1; jj < L_; ++jj) range_begin_[PairIndex(i, jj) + 1] = range_terms_.size();
-          j = L_ - 1;
+        if (scratch.empty() && j < N_ - 1) {
+          for (int jj = j + 1; jj < N_; ++jj) range_begin_[PairIndex(i, jj) + 1] = range_terms_.size();
+          j = N_ - 1;
         }
       }
     range_terms_.shrink_to_fit();
   }
 }
 
-void SmoothedStageDp::CollectRangeTerms(int first_layer, int last_layer,
+void SmoothedStageDp::CollectRangeTerms(int first_cut, int last_cut,
                                         std::vector<RangeTerm>* out) const {
   out->clear();
   for (int slot : by_size_) {
-    const Terms x = StageTerms(slot, first_layer, last_layer);
+    const Terms x = StageTerms(slot, cuts_[first_cut], cuts_[last_cut]);
     const int fits = FittingLevels(x);
     if (fits > 0) out->push_back({x.t, x.e, x.c, slot, fits});
   }
 }
 
-const SmoothedStageDp::RangeTerm* SmoothedStageDp::RangeTerms(int first_layer, int last_layer,
+const SmoothedStageDp::RangeTerm* SmoothedStageDp::RangeTerms(int first_cut, int last_cut,
                                                               std::vector<RangeTerm>* scratch,
                                                               size_t* count) const {
   if (!range_begin_.empty()) {
-    const size_t at = PairIndex(first_layer, last_layer);
+    const size_t at = PairIndex(first_cut, last_cut);
     *count = range_begin_[at + 1] - range_begin_[at];
     return range_terms_.data() + range_begin_[at];
   }
-  CollectRangeTerms(first_layer, last_layer, scratch);
+  CollectRangeTerms(first_cut, last_cut, scratch);
   *count = scratch->size();
   return scratch->data();
 }
@@ -268,7 +278,7 @@ SmoothedDpPoint SmoothedStageDp::PlanLevels(const DiscretePlan& plan) const {
 
 SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) {
   SmoothedDpValue out;
-  const int L = L_, K = static_cast<int>(configs_.size());
+  const int L = N_, K = static_cast<int>(configs_.size());
   const int S = tables_.max_stages, V = static_cast<int>(levels_.size());
   const double mc = microbatch_count_;
   out.value = kInf;
@@ -366,7 +376,7 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) 
     const int j = cell[static_cast<size_t>(r) * stride + i].next;
     const SoftMin& e = edge[static_cast<size_t>(LevelIndex(r)) * pairs + row[i] + (j - i - 1)];
     plan.configs.push_back(configs_[e.arg]);
-    plan.boundaries.push_back(j);
+    plan.boundaries.push_back(cuts_[j]);
     i = j;
   }
   return out;
@@ -374,7 +384,7 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) 
 
 DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long max_cells) const {
   DiscretePlan plan;
-  const int L = L_, K = static_cast<int>(configs_.size());
+  const int L = N_, K = static_cast<int>(configs_.size());
   const int S = std::min(tables_.max_stages, L), V = static_cast<int>(levels_.size());
   if (K == 0 || L == 0) return plan;
   // Free devices in units of the gcd of the mesh sizes.
@@ -495,7 +505,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long
     STRATOS_CHECK(best_j > 0 && best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
                   "constrained decode lost the argmin at {} stages left, layer {}", r, i);
     plan.configs.push_back(configs_[entries[best_e].slot]);
-    plan.boundaries.push_back(best_j);
+    plan.boundaries.push_back(cuts_[best_j]);
     d -= entries[best_e].units;
     i = best_j;
   }

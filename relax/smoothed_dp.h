@@ -55,8 +55,10 @@ class SmoothedStageDp {
   // `configs`: indices into tables.configs that the DP may use (e.g. undominated_configs);
   // those invalid for `microbatch_option` are dropped. Keeps a reference to `tables`.
   // Throws InternalError if microbatch_option is out of range.
+  // `cut_positions`: the layer boundaries where stages may start, ascending from 0 to L (empty:
+  // every boundary); fewer positions make a coarser, cheaper DP (RelaxOptions::coarse_layers).
   SmoothedStageDp(const RelaxTables& tables, int microbatch_option,
-                  const std::vector<int>& configs);
+                  const std::vector<int>& configs, const std::vector<int>& cut_positions = {});
 
   // V^tau at `point` (tau_seconds = 0: the exact min). Gradients are exact for tau > 0
   // (softplus and soft-min), subgradients at tau = 0.
@@ -84,6 +86,7 @@ class SmoothedStageDp {
   // a perfectly balanced plan that uses every device at that efficiency.
   double BalancedStageSeconds() const;
   int num_microbatches() const { return microbatch_count_; }
+  int microbatch_option() const { return m_; }
   int num_configs() const { return static_cast<int>(configs_.size()); }
   long edge_terms() const { return edge_terms_; }
 
@@ -96,24 +99,27 @@ class SmoothedStageDp {
   int FittingLevels(const Terms& x) const;
   int LevelIndex(int stages_left) const;
 
-  // One config's terms on one layer range, for a config that fits at least one level there.
+  // One config's terms on one range of cut positions, for a config that fits at least one level.
   struct RangeTerm {
     double t, e, c;
     int slot, fits;
   };
   // The configs that fit [first_layer, last_layer) at some level, in ascending mesh size, with
   // their terms (independent of the point): from the cache, or computed into *scratch.
-  const RangeTerm* RangeTerms(int first_layer, int last_layer, std::vector<RangeTerm>* scratch,
+  // Arguments are indices into cuts_.
+  const RangeTerm* RangeTerms(int first_cut, int last_cut, std::vector<RangeTerm>* scratch,
                               size_t* count) const;
-  void CollectRangeTerms(int first_layer, int last_layer, std::vector<RangeTerm>* out) const;
-  size_t PairIndex(int first_layer, int last_layer) const {
-    return pair_row_[first_layer] + (last_layer - first_layer - 1);
+  void CollectRangeTerms(int first_cut, int last_cut, std::vector<RangeTerm>* out) const;
+  size_t PairIndex(int first_cut, int last_cut) const {
+    return pair_row_[first_cut] + (last_cut - first_cut - 1);
   }
 
   const RelaxTables& tables_;
   int m_ = 0;                     // microbatch option index
   int microbatch_count_ = 1;      // M_m
   int L_ = 0;
+  std::vector<int> cuts_;         // (N + 1) cut positions: 0 = cuts_[0] < ... < cuts_[N] = L
+  int N_ = 0;
   double capacity_bytes_ = 0;
   std::vector<int> configs_;      // (K) table config indices valid for m
   std::vector<double> devices_;   // (K)
@@ -123,7 +129,7 @@ class SmoothedStageDp {
   std::vector<Terms> overhead_;
   std::vector<int> levels_;       // distinct in-flight counts, ascending
   std::vector<int> by_size_;      // config slots by ascending mesh size
-  std::vector<size_t> pair_row_;  // (L + 1): pair (i, j) at pair_row_[i] + j - i - 1
+  std::vector<size_t> pair_row_;  // (N + 1): pair of cuts (i, j) at pair_row_[i] + j - i - 1
   // RangeTerms of every pair, pair p at [range_begin_[p], range_begin_[p + 1]); empty (computed
   // per evaluation) when pairs x configs exceeds kMaxCachedRangeTerms.
   std::vector<RangeTerm> range_terms_;

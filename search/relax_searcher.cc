@@ -24,6 +24,9 @@ namespace stratos {
 void RelaxOptions::Validate() const {
   const std::string where = "RelaxOptions";
   if (restarts < 1) ThrowInputError(where, "restarts", restarts, "must be >= 1");
+  if (price_starts < 1) ThrowInputError(where, "price_starts", price_starts, "must be >= 1");
+  if (coarse_layers != 0 && coarse_layers < 2)
+    ThrowInputError(where, "coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
   if (device_decode_max_cells < 0)
     ThrowInputError(where, "device_decode_max_cells", device_decode_max_cells, "must be >= 0");
   if (iterations < 1) ThrowInputError(where, "iterations", iterations, "must be >= 1");
@@ -282,7 +285,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   if (configs.empty())
     for (int k = 0; k < tables.num_configs; ++k) configs.push_back(k);
   struct Track {
-    std::unique_ptr<SmoothedStageDp> dp;
+    std::shared_ptr<SmoothedStageDp> dp;  // shared by the tracks of one microbatch option
     double log_x[3] = {0, 0, 0};  // log theta, log phi, log lambda
     double moment1[3] = {0, 0, 0}, moment2[3] = {0, 0, 0};
     double scale_seconds = 1;     // iteration-time scale: M_m theta_0
@@ -290,10 +293,19 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     double best_seconds = std::numeric_limits<double>::infinity();  // best decoded plan that fits
     DiscretePlan best_plan;
   };
+  // Long models: the annealed phase cuts only at every stride-th layer boundary; its levels and
+  // price are in seconds, so they carry over to the full-resolution decodes at the end.
+  const int L = tables.num_layers;
+  std::vector<int> coarse_cuts;  // empty: every boundary
+  if (ro.coarse_layers > 0 && L > ro.coarse_layers) {
+    const int stride = (L + ro.coarse_layers - 1) / ro.coarse_layers;
+    for (int l = 0; l < L; l += stride) coarse_cuts.push_back(l);
+    coarse_cuts.push_back(L);
+  }
   std::vector<Track> tracks;
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
     Track track;
-    track.dp = std::make_unique<SmoothedStageDp>(tables, m, configs);
+    track.dp = std::make_shared<SmoothedStageDp>(tables, m, configs, coarse_cuts);
     if (track.dp->num_configs() == 0) continue;
     const double theta = track.dp->BalancedStageSeconds();
     if (!(theta > 0) || !std::isfinite(theta)) continue;
@@ -303,6 +315,17 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     track.log_x[1] = std::log(theta);
     // The marginal value of a device at a balanced plan: d(iteration)/dD ~ iteration / D.
     track.log_x[2] = std::log(track.scale_seconds / tables.num_devices);
+    // Further tracks start the dual ascent from prices 10x, 100x, ... lower (the balanced
+    // estimate can sit far above the price at which plans use the budget).
+    for (int k = 1; k < ro.price_starts; ++k) {
+      Track other;
+      other.dp = track.dp;
+      other.scale_seconds = track.scale_seconds;
+      other.log_x[0] = track.log_x[0];
+      other.log_x[1] = track.log_x[1];
+      other.log_x[2] = track.log_x[2] - k * std::log(10.0);
+      tracks.push_back(std::move(other));
+    }
     tracks.push_back(std::move(track));
   }
   std::vector<DiscretePlan> starts;
@@ -372,35 +395,39 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // f_p(theta, phi, 0) within D devices, move the levels to p's own (max t_s, max e_s), where
   // f_p = iteration(p), and repeat. V^0 never increases (V^0(x') <= f_p(x') = iteration(p) <=
   // f_p(x) = V^0(x)), so it stops at a fixed point in a few steps.
-  auto device_decodes = [&](const Track& t, SmoothedDpPoint x) {
+  auto device_decodes = [&](const SmoothedStageDp& dp, SmoothedDpPoint x) {
     x.lambda_seconds = 0;
     for (int step = 0; step < 16; ++step) {
       if (SearchClock::now() >= ph->deadline) {
         ph->time_limited = true;
         return;
       }
-      DiscretePlan plan = t.dp->DecodeWithinDevices(x, ro.device_decode_max_cells);
+      DiscretePlan plan = dp.DecodeWithinDevices(x, ro.device_decode_max_cells);
       ++ph->surrogate_evaluations;
       if (plan.configs.empty()) return;
-      const SmoothedDpPoint y = t.dp->PlanLevels(plan);
+      const SmoothedDpPoint y = dp.PlanLevels(plan);
       starts.push_back(std::move(plan));
       if (y.theta_seconds == x.theta_seconds && y.phi_seconds == x.phi_seconds) return;
       x = y;
     }
   };
-  // The exact mode at the final point (tau = 0).
+  // The exact mode at the final point (tau = 0), at full resolution.
   for (Track& t : tracks) {
     if (!t.alive) continue;
     if (SearchClock::now() >= ph->deadline) {
       ph->time_limited = true;
       break;
     }
-    const SmoothedDpValue v = t.dp->Evaluate(point_of(t), 0.0);
+    std::unique_ptr<SmoothedStageDp> full;
+    if (!coarse_cuts.empty())
+      full = std::make_unique<SmoothedStageDp>(tables, t.dp->microbatch_option(), configs);
+    SmoothedStageDp& dp = full ? *full : *t.dp;
+    const SmoothedDpValue v = dp.Evaluate(point_of(t), 0.0);
     ++ph->surrogate_evaluations;
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
     if (!ro.device_decode) continue;
-    device_decodes(t, point_of(t));
-    if (!t.best_plan.configs.empty()) device_decodes(t, t.dp->PlanLevels(t.best_plan));
+    device_decodes(dp, point_of(t));
+    if (!t.best_plan.configs.empty()) device_decodes(dp, dp.PlanLevels(t.best_plan));
   }
   return starts;
 }

@@ -104,6 +104,61 @@ TEST_CASE("smoothed DP: at tau = 0 its value is the minimum of f_p over every pl
   CHECK(compared >= 10);
 }
 
+TEST_CASE("smoothed DP: with coarse cut positions, both decodes are exact over the plans that "
+          "cut only there (enumerated)") {
+  int compared = 0;
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    Problem problem = MakeRandomSmallProblem(seed);
+    const CostModel cost_model(problem);
+    const RelaxTables tables = BuildRelaxTables(cost_model, SearchSpace::Build(problem));
+    const int L = tables.num_layers;
+    if (L < 3) continue;
+    std::vector<int> cuts;
+    for (int l = 0; l < L; l += 2) cuts.push_back(l);
+    cuts.push_back(L);
+    auto on_cuts = [&](const DiscretePlan& plan) {
+      for (int b : plan.boundaries)
+        if (std::find(cuts.begin(), cuts.end(), b) == cuts.end()) return false;
+      return true;
+    };
+    for (int m = 0; m < tables.num_microbatch_options; ++m) {
+      SmoothedStageDp dp(tables, m, AllConfigIndices(tables), cuts);
+      const double scale = std::max(1e-6, dp.BalancedStageSeconds());
+      const SmoothedDpPoint point{scale * (0.2 + 3 * unit(rng)), scale * unit(rng), 0.0};
+      double brute = kInf, brute_within = kInf;
+      if (!ForEachPlan(tables, m, 200000, [&](const DiscretePlan& plan) {
+            if (!on_cuts(plan)) return;
+            const double v = dp.PlanValue(plan, point);
+            brute = std::min(brute, v);
+            int devices = 0;
+            for (int k : plan.configs) devices += tables.configs[k].NumDevices();
+            if (devices <= tables.num_devices) brute_within = std::min(brute_within, v);
+          }))
+        continue;
+      INFO("seed ", seed, " m ", m);
+      const SmoothedDpValue value = dp.Evaluate(point, 0.0);
+      const DiscretePlan within = dp.DecodeWithinDevices(point, 100'000'000);
+      if (std::isfinite(brute)) {
+        CHECK(value.value == doctest::Approx(brute).epsilon(1e-9));
+        CHECK(on_cuts(value.decoded));
+      } else {
+        CHECK(!std::isfinite(value.value));
+      }
+      if (std::isfinite(brute_within)) {
+        REQUIRE(!within.configs.empty());
+        CHECK(on_cuts(within));
+        CHECK(dp.PlanValue(within, point) == doctest::Approx(brute_within).epsilon(1e-9));
+      } else {
+        CHECK(within.configs.empty());
+      }
+      ++compared;
+    }
+  }
+  CHECK(compared >= 6);
+}
+
 TEST_CASE("smoothed DP: the device decode is the minimum of f_p(theta, phi, 0) over every plan "
           "that fits within D devices (enumerated), and a plan's own levels price it exactly") {
   int compared = 0, price_decode_over_budget = 0;

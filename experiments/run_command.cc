@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "costmodel/error.h"
+#include "costmodel/json_reader.h"
 #include "experiments/run_commands.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
@@ -126,15 +127,8 @@ int RunRun(const RunArgs& args) {
 int RunWorker(const WorkerArgs& args) {
   TrainOptions options;
   if (!args.config_file.empty()) {
-    std::ifstream in(args.config_file);
-    if (!in) throw InputError(fmt::format("{}: cannot open run options", args.config_file));
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InputError(fmt::format("{}: JSON parse error: {}", args.config_file, e.what()));
-    }
-    options = TrainOptionsFromJson(json, args.config_file);
+    options = TrainOptionsFromJson(ReadJsonInputFile(args.config_file, "run options"),
+                                   args.config_file);
   } else {
     options = OptionsFromFlags(args.flags);
   }

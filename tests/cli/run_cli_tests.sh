@@ -74,6 +74,21 @@ expect_one_line_error "malformed TOML names the file and line" "broken.toml:4" -
 printf '{"schema": "stratos.plan/1", "global_batch_size": 512,' >"$WORK/broken.json"
 expect_one_line_error "malformed plan JSON names the file" "broken.json: JSON parse error" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --plan "$WORK/broken.json"
+printf '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 32, "vocab_size": 1e400}' \
+  >"$WORK/overflow.config.json"
+expect_one_line_error "a number overflowing a double in a JSON model names file, key, value, rule" \
+  "overflow.config.json: vocab_size = 1e400: must be a finite number" -- \
+  "$STRATOS" search --model "$WORK/overflow.config.json" --algo grid --output-dir "$WORK/x"
+sed 's/"num_microbatches": [0-9]*/"num_microbatches": 4294967296/' "$WORK/search/plans/dp.json" >"$WORK/big.json"
+expect_one_line_error "an integer too large for its field in a plan names file, key, value, rule" \
+  "big.json: num_microbatches = 4294967296: must be an integer in \[-2147483648, 2147483647\]" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --plan "$WORK/big.json"
+printf '[model]\nfamily = "explicit"\n[[model.layer]]\nforward_flops = inf\nparam_bytes = 2\nactivation_bytes = 1\n' \
+  >"$WORK/inf.toml"
+expect_one_line_error "inf in a TOML model names file, key, value, rule" \
+  "inf.toml: model.layer\[0\].forward_flops = inf: must be a finite number" -- \
+  "$STRATOS" search --model "$WORK/inf.toml" --algo grid --output-dir "$WORK/x"
 expect_one_line_error "a plan that does not fit the problem names the key" \
   "--micro-batch = 1: micro-batch x dp = 3 must divide the global batch 512" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1

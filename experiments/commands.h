@@ -1,6 +1,6 @@
 #pragma once
 // The subcommands of `stratos` (DESIGN.md §10). Each returns the process exit code; bad input
-// throws InputError, which main() prints as one line and turns into exit code 2.
+// throws InputError, which main() prints as one line and turns into kExitInputError.
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +12,20 @@ class App;
 }  // namespace CLI
 
 namespace stratos {
+
+// Exit codes of `stratos` (listed by `stratos --help` and in README.md).
+inline constexpr int kExitSuccess = 0;
+// The work ran and has no result: no feasible plan, a plan that does not fit memory, workers
+// that failed, an experiment run stopped before every cell finished; the reason is printed.
+inline constexpr int kExitNoResult = 1;
+// Bad input (command line or file): one line on stderr naming the file or flag, the key, the
+// value and the rule broken.
+inline constexpr int kExitInputError = 2;
+// A bug in stratos (a broken invariant or an unexpected exception).
+inline constexpr int kExitInternalError = 3;
+// Every searcher asked declined the problem (exhaustive search over its plan limit, the ILP
+// without CBC): nothing was searched, which says nothing about whether a plan exists.
+inline constexpr int kExitDeclined = 4;
 
 struct SearchArgs {
   ProblemArgs problem;
@@ -28,7 +42,8 @@ struct SearchArgs {
 
 // `stratos search`: runs the searchers, prints each report and a comparison table, writes
 // DIR/summary.json, DIR/plans/<algorithm>.json and DIR/traces/<algorithm>.trace.json.
-// Returns 0 if some searcher found a plan, 1 if none did (the reasons are printed).
+// Returns kExitSuccess if some searcher found a plan, kExitDeclined if every searcher declined
+// the problem, kExitNoResult otherwise (the reasons are printed).
 int RunSearch(const SearchArgs& args);
 
 struct EvaluateArgs {

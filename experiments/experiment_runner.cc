@@ -149,7 +149,9 @@ int RunExperimentCell(const std::string& spec_path, int cell_id, const std::stri
       out["plan_summary"] = result.plan->Summary();
       out["plan"] = PlanToJson(*result.plan);
     } else {
-      out["status"] = "no_plan";
+      // A searcher that declined the problem did not search: its cell is not a failure to
+      // find a plan.
+      out["status"] = s.termination == TerminationType::kDeclined ? "declined" : "no_plan";
       out["proven_optimal"] = false;
     }
   } catch (const std::bad_alloc&) {

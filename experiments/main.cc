@@ -272,10 +272,10 @@ int main(int argc, char** argv) {
     }
   } catch (const stratos::InputError& e) {
     fmt::print(stderr, "stratos: error: {}\n", e.what());
-    return 2;
+    return stratos::kExitInputError;
   } catch (const std::exception& e) {
     fmt::print(stderr, "stratos: internal error: {}\n", e.what());
-    return 3;
+    return stratos::kExitInternalError;
   }
-  return 0;
+  return stratos::kExitSuccess;
 }

@@ -87,7 +87,11 @@ int RunSearch(const SearchArgs& args) {
       outcome.estimate = Evaluate(cost_model, *outcome.result.plan);
       fmt::print("{}", EstimateReport(*outcome.estimate, *outcome.result.plan));
     } else {
-      fmt::print("no feasible plan: {}\n", outcome.result.summary.message);
+      fmt::print("{}: {}\n",
+                 outcome.result.summary.termination == TerminationType::kDeclined
+                     ? "declined (not searched)"
+                     : "no feasible plan",
+                 outcome.result.summary.message);
     }
     outcomes.push_back(std::move(outcome));
   }
@@ -176,13 +180,23 @@ int RunSearch(const SearchArgs& args) {
              "chrome://tracing or Perfetto)\n",
              args.output_dir);
   if (!std::isfinite(best)) {
+    bool all_declined = true;
     std::string reasons;
-    for (const Outcome& o : outcomes)
-      reasons += fmt::format("\n  {}: {}", o.algorithm, o.result.summary.message);
+    for (const Outcome& o : outcomes) {
+      const SearchSummary& summary = o.result.summary;
+      all_declined = all_declined && summary.termination == TerminationType::kDeclined;
+      reasons += fmt::format("\n  {}: {}: {}", o.algorithm, TerminationTypeName(summary.termination),
+                             summary.message);
+    }
+    if (all_declined) {
+      fmt::print(stderr, "stratos: every searcher declined the problem (nothing was searched):{}\n",
+                 reasons);
+      return kExitDeclined;
+    }
     fmt::print(stderr, "stratos: no feasible plan:{}\n", reasons);
-    return 1;
+    return kExitNoResult;
   }
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

@@ -37,6 +37,8 @@ const char* TerminationTypeName(TerminationType type) {
       return "evaluation_limit";
     case TerminationType::kInfeasible:
       return "infeasible";
+    case TerminationType::kDeclined:
+      return "declined";
   }
   return "unknown";
 }

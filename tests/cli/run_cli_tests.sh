@@ -127,6 +127,22 @@ for algorithm in relax dp ilp mcmc grid exhaustive; do
     cat "$WORK/nowhere.err"
 done
 
+# A searcher that does not take a problem declines it (not "infeasible"); when every searcher
+# asked declined, the exit code is 4.
+expect "exhaustive over its plan limit reports declined" 4 "^exhaustive +declined " -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined"
+expect "every searcher declined: exit 4 saying so" 4 "every searcher declined the problem" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined"
+expect "every searcher declined: the reason is printed" 4 "^  exhaustive: declined: problem too large" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined"
+expect "summary.json records the declined status" 0 '"status": "declined"' -- cat "$WORK/declined/summary.json"
+expect "a declined searcher beside one that finds a plan: exit 0" 0 "gap %" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive,grid --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined2"
+
 # Validation reports against published measurements: each runs, prints its headline and writes
 # its JSON and CSV.
 validate_pattern() {

@@ -2,10 +2,13 @@
 // (experiments/searchers.h): expansion into cells, and errors that name file, key, value and rule.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
 #include "costmodel/error.h"
+#include "experiments/experiment_runner.h"
 #include "experiments/experiment_spec.h"
 #include "experiments/searchers.h"
 
@@ -229,6 +232,28 @@ TEST_CASE("searcher options by name: --option assignments reach the searchers th
         "command line: --option mcmc.beta=3: mcmc is not among the searchers run (--algo)");
   CHECK(ErrorOf([&] { ApplyOptionAssignments({"iterations"}, setups); })
             .find("command line: --option: \"iterations\": must be name=value") == 0);
+}
+
+TEST_CASE("experiment cell: a searcher that declines the problem gets status declined") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "stratos_declined_cell_test";
+  fs::create_directories(dir);
+  const std::string spec_path = (dir / "spec.toml").string();
+  // Exhaustive with a budget of 10 plans declines GPT-3 1.3B on 8 GPUs.
+  std::ofstream(spec_path) << "[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-a100-80gb\"]\n"
+                              "nodes = [1]\nglobal_batches = [64]\n[[searcher]]\n"
+                              "algorithm = \"exhaustive\"\noptions = { search = { max_evaluations = 10 } }\n";
+  const std::vector<ExperimentCell> cells = ReadExperimentSpec(spec_path).Expand();
+  REQUIRE(cells.size() == 1);
+  const std::string out = (dir / "cell.json").string();
+  CHECK(RunExperimentCell(spec_path, 0, StableHash(cells[0].key), out) == 0);
+  std::ifstream in(out);
+  const nlohmann::json result = nlohmann::json::parse(in);
+  fs::remove_all(dir);
+  CHECK(result["status"] == "declined");
+  CHECK(result["termination"] == "declined");
+  CHECK(result["message"].get<std::string>().find("problem too large for exhaustive search") == 0);
+  CHECK(ResultsCsvRow(result).find(",declined,declined,") != std::string::npos);
 }
 
 }  // namespace stratos

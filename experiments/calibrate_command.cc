@@ -85,8 +85,8 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                                                         "profile.json)");
   commands.calibrate
       ->add_option("--alpa-csv", c.alpa_csv,
-                   "Alpa profile CSV (default, without --profile: "
-                   "../shared/data/alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv)")
+                   "Alpa profile CSV (default, without --profile: the shared data's "
+                   "alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv)")
       ->excludes(profile);
   commands.calibrate->add_option("--cluster", c.cluster, "base cluster: zoo name or .toml file")
       ->capture_default_str();

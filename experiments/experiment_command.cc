@@ -13,7 +13,9 @@ void AddExperimentCommands(CLI::App& app, ExperimentCommands& c) {
   experiment->require_subcommand(1);
   c.run = experiment->add_subcommand(
       "run", "run the cells of an experiment spec (TOML), each in its own process; resumable");
-  c.run->add_option("spec", c.run_options.spec_path, "experiment spec (.toml)")->required();
+  c.run->add_option("spec", c.run_options.spec_path,
+                    "experiment spec (.toml), or a shipped one by name: ladder, ablation-relax, scale")
+      ->required();
   c.run->add_option("--output-dir", c.run_options.output_dir,
                     "where results go (default out/experiments/<spec name>)");
   c.run->add_option("--jobs", c.run_options.jobs, "cells run at once")

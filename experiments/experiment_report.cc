@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "experiments/output.h"
 
@@ -240,7 +241,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
                                              {"summary", summary}});
 
   if (options.plots) {
-    const std::string script = std::string(STRATOS_SOURCE_DIR) + "/experiments/plot.py";
+    const std::string script = DataPath("experiments/plot.py");
     // The first python3 on PATH may lack matplotlib (a pyenv or venv); Debian's has it.
     bool plotted = false;
     for (const char* python : {"python3", "/usr/bin/python3"}) {

@@ -169,7 +169,8 @@ int RunExperiment(const ExperimentRunOptions& options) {
   if (options.jobs < 1) ThrowInputError("command line", "--jobs", options.jobs, "must be >= 1");
   if (options.max_cells < 0)
     ThrowInputError("command line", "--max-cells", options.max_cells, "must be >= 0");
-  const ExperimentSpec spec = ReadExperimentSpec(options.spec_path);
+  const std::string spec_path = ResolveSpecPath(options.spec_path);
+  const ExperimentSpec spec = ReadExperimentSpec(spec_path);
   const std::string dir =
       options.output_dir.empty() ? "out/experiments/" + spec.name : options.output_dir;
   const std::vector<ExperimentCell> cells = spec.Expand();
@@ -195,7 +196,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
     if (!by_hash.emplace(h, &cell).second)
       throw InputError(fmt::format("{}: cells {} and {} are identical (same family, problem, "
                                    "searcher and seed)",
-                                   options.spec_path, by_hash[h]->id, cell.id));
+                                   spec_path, by_hash[h]->id, cell.id));
     manifest_cells.push_back({{"id", cell.id}, {"hash", h}, {"family", cell.family},
                               {"instance", cell.instance}, {"searcher", cell.searcher},
                               {"algorithm", cell.algorithm}, {"seed", cell.seed}});
@@ -204,11 +205,11 @@ int RunExperiment(const ExperimentRunOptions& options) {
   for (const ExperimentSearcher& s : spec.searchers) searcher_order.push_back(s.name);
   std::vector<std::string> family_order;
   for (const ExperimentFamily& f : spec.families) family_order.push_back(f.name);
-  WriteFileAtomically(dir + "/spec.toml", ReadTextFile(options.spec_path));
+  WriteFileAtomically(dir + "/spec.toml", ReadTextFile(spec_path));
   WriteJsonAtomically(manifest_path, {{"schema", "stratos.experiment/1"},
                                       {"name", spec.name},
                                       {"description", spec.description},
-                                      {"spec_source", options.spec_path},
+                                      {"spec_source", spec_path},
                                       {"spec_hash", hash},
                                       {"families", family_order},
                                       {"searchers", searcher_order},

@@ -25,7 +25,7 @@
 namespace stratos {
 
 struct ExperimentRunOptions {
-  std::string spec_path;
+  std::string spec_path;   // a spec file, or a shipped spec by name (ResolveSpecPath)
   std::string output_dir;  // "": out/experiments/<spec name>
   int jobs = 1;            // cells run at once, >= 1
   bool extend = false;     // accept a changed spec, keeping the finished cells it still has

@@ -2,6 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <functional>
+
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
 #include "experiments/commands.h"
@@ -37,9 +40,12 @@ int main(int argc, char** argv) {
   CLI::App app{"stratos: finds how to parallelize the training of a deep-learning model on a "
                "cluster (differentiable search beside Alpa's DP and Megatron-style grid search)"};
   app.require_subcommand(1);
-  app.footer(fmt::format("zoo models: {}\nzoo clusters: {}",
-                         fmt::join(stratos::ZooModels(), ", "),
-                         fmt::join(stratos::ZooClusters(), ", ")));
+  // Before the subcommand or after it (a flag no subcommand knows falls through to here).
+  app.fallthrough();
+  app.add_option_function<std::string>(
+      "--data-dir", [](const std::string& dir) { stratos::SetDataDir(dir); },
+      "data directory: zoo (data/), plot script and specs (experiments/); default: "
+      "$STRATOS_DATA_DIR, else <bin>/../share/stratos, else the source tree");
 
   stratos::SearchArgs search;
   CLI::App* search_command = app.add_subcommand(
@@ -239,14 +245,30 @@ int main(int argc, char** argv) {
   stratos::ExperimentCommands experiment;
   stratos::AddExperimentCommands(app, experiment);
 
-  CLI::App* version = app.add_subcommand("version", "print versions and what LibTorch can run on");
+  CLI::App* version = app.add_subcommand(
+      "version", "print versions, what LibTorch can run on and the data directory");
+
+  // The footer of every help page, computed when printed (after --data-dir is read).
+  const std::function<std::string()> footer = [] {
+    try {
+      return fmt::format("zoo models: {}\nzoo clusters: {}", fmt::join(stratos::ZooModels(), ", "),
+                         fmt::join(stratos::ZooClusters(), ", "));
+    } catch (const stratos::InputError& e) {
+      return fmt::format("zoo: unavailable ({})", e.what());
+    }
+  };
+  std::function<void(CLI::App*)> set_footer = [&](CLI::App* command) {
+    command->footer(footer);
+    for (CLI::App* sub : command->get_subcommands(std::function<bool(CLI::App*)>{})) set_footer(sub);
+  };
+  set_footer(&app);
 
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
+    try {
+      app.parse(argc, argv);  // --data-dir throws InputError for a directory that is not one
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
     if (*search_command) return stratos::RunSearch(search);
     if (*compare_command) return stratos::RunSearch(compare);
     if (*evaluate_command) {
@@ -265,9 +287,9 @@ int main(int argc, char** argv) {
     if (*validate_command) return stratos::RunValidate(validate);
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();
-      fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {})\n", info.torch_version,
-                 info.cuda_available ? "yes" : "no", info.cuda_device_count,
-                 info.gloo_available ? "yes" : "no");
+      fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {})\ndata directory: {}\n",
+                 info.torch_version, info.cuda_available ? "yes" : "no", info.cuda_device_count,
+                 info.gloo_available ? "yes" : "no", stratos::DataDir());
       return 0;
     }
   } catch (const stratos::InputError& e) {

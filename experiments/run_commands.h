@@ -30,7 +30,7 @@ struct RunFlags {
   int steps = 20;
   double learning_rate = 1e-3;
   int seed = 1234;
-  std::string data_path;           // empty: ../shared/data/tinyshakespeare.txt
+  std::string data_path;           // empty: tinyshakespeare.txt of the shared data
   std::string output_dir = "out/run";
   std::string checkpoint_dir;      // empty: no checkpoints
   int checkpoint_every = 0;        // steps; 0: at the end only

@@ -63,6 +63,37 @@ expect "evaluate reads a HuggingFace config.json" 0 "predicted iteration" -- \
   "$STRATOS" evaluate --model llama3-8b --seq-length 4096 --cluster dgx-h100 --nodes 1 \
   --global-batch 64 --tp 4 --pp 2 --dp 1 --micro-batch 1 --recompute full
 
+# The data directory: `make install` puts the binary and its data under DESTDIR/PREFIX, and the
+# installed binary runs from any directory; --data-dir and STRATOS_DATA_DIR choose another one.
+REPO=$(pwd)
+BUILD=$(cd "$(dirname "$STRATOS")" && pwd)
+expect "make install honours PREFIX and DESTDIR" 0 "share/stratos/experiments/plot.py" -- \
+  make -s -C "$REPO" install BUILD_DIR="$BUILD" DESTDIR="$WORK/dest" PREFIX=/opt/stratos
+INSTALLED=$WORK/dest/opt/stratos/bin/stratos
+mkdir -p "$WORK/elsewhere"
+expect "the installed stratos reads its data from PREFIX/share/stratos" 0 \
+  "data directory: .*/dest/opt/stratos/share/stratos$" -- \
+  sh -c 'cd "$1" && "$0" version' "$INSTALLED" "$WORK/elsewhere"
+expect "the installed stratos searches from another directory" 0 "gap %" -- \
+  sh -c 'cd "$1" && "$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo grid --no-progress --output-dir out' \
+  "$INSTALLED" "$WORK/elsewhere"
+expect "the installed specs are there" 0 "" -- test -f "$WORK/dest/opt/stratos/share/stratos/experiments/specs/ladder.toml"
+cp -r "$WORK/dest/opt/stratos/share/stratos" "$WORK/mydata"
+printf '[model]\nfamily = "gpt"\nhidden_size = 256\nnum_layers = 4\nnum_attention_heads = 4\nvocab_size = 1000\nseq_length = 128\n' \
+  >"$WORK/mydata/data/models/tiny-test.toml"
+expect "--data-dir adds its zoo" 0 "problem: tiny-test" -- \
+  "$STRATOS" --data-dir "$WORK/mydata" search --model tiny-test --nodes 1 --global-batch 8 \
+  --algo grid --no-progress --output-dir "$WORK/mydata-search"
+expect "STRATOS_DATA_DIR chooses the data directory too" 0 "problem: tiny-test" -- \
+  env STRATOS_DATA_DIR="$WORK/mydata" "$STRATOS" search --model tiny-test --nodes 1 \
+  --global-batch 8 --algo grid --no-progress --output-dir "$WORK/mydata-search"
+expect_one_line_error "--data-dir that is not a data directory" \
+  "command line: --data-dir = .*/elsewhere: must be a stratos data directory" -- \
+  "$STRATOS" --data-dir "$WORK/elsewhere" search --algo grid --output-dir "$WORK/x"
+expect_one_line_error "STRATOS_DATA_DIR that is not a data directory" \
+  "STRATOS_DATA_DIR = .*/elsewhere: must be a stratos data directory" -- \
+  env STRATOS_DATA_DIR="$WORK/elsewhere" "$STRATOS" search --algo grid --output-dir "$WORK/x"
+
 # Bad input: one line naming file/flag, value and rule; exit code 2.
 expect_one_line_error "unknown zoo model" "--model.*not a file and not a zoo model" -- \
   "$STRATOS" search --model gpt5 --algo grid --output-dir "$WORK/x"

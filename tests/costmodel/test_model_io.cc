@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
@@ -14,7 +15,7 @@ namespace stratos {
 using testing::InputErrorMessage;
 namespace {
 
-const std::string kHfConfigs = STRATOS_SOURCE_DIR "/../shared/data/hf_configs/";
+const std::string kHfConfigs = SharedDataPath("hf_configs/");
 
 // Checks that the message of the InputError thrown by parsing `toml` contains every part.
 void CheckModelTomlError(const std::string& toml, std::initializer_list<const char*> parts) {

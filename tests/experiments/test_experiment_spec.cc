@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "experiments/experiment_runner.h"
 #include "experiments/experiment_spec.h"
@@ -254,6 +255,15 @@ TEST_CASE("experiment cell: a searcher that declines the problem gets status dec
   CHECK(result["termination"] == "declined");
   CHECK(result["message"].get<std::string>().find("problem too large for exhaustive search") == 0);
   CHECK(ResultsCsvRow(result).find(",declined,declined,") != std::string::npos);
+}
+
+TEST_CASE("experiment spec paths: a file, or a shipped spec by name from the data directory") {
+  CHECK(ResolveSpecPath("ladder") == DataPath("experiments/specs/ladder.toml"));
+  CHECK(ResolveSpecPath(DataPath("experiments/specs/scale.toml")) ==
+        DataPath("experiments/specs/scale.toml"));
+  CHECK(ResolveSpecPath("no-such-spec") == "no-such-spec");
+  CHECK(ErrorOf([] { ReadExperimentSpec(ResolveSpecPath("no-such-spec")); }).find("no-such-spec") !=
+        std::string::npos);
 }
 
 }  // namespace stratos

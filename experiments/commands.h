@@ -29,16 +29,24 @@ inline constexpr int kExitDeclined = 4;
 
 struct SearchArgs {
   ProblemArgs problem;
-  std::string algorithms = "all";  // comma list or "all"
+  std::vector<std::string> algorithms = {"all"};  // SearcherNames() or "all" (ExpandAlgorithms)
   double time_limit_seconds = 60;  // per searcher
   int seed = 0;
-  int max_stages = 0;              // 0: automatic
+  int max_stages = 0;              // 0: automatic (the flag takes >= 1)
   std::string grad_compressions = "none";  // comma list: per-stage options of the space
   std::string output_dir = "out/search";
   bool progress = true;
   // "name=value" searcher options (--option, repeatable; experiments/searchers.h SearcherSetup).
   std::vector<std::string> option_assignments;
 };
+
+// The flags of `search` and `compare`, one spelling for both, bound to `args` (whose values when
+// called are the defaults --help shows): the problem (AddProblemFlags), --algo (AddAlgorithmFlag),
+// --time-limit, --seed, --max-stages, --grad-compressions, --output-dir, --no-progress, --option.
+void AddSearchFlags(CLI::App* command, SearchArgs& args);
+// --algo: searcher names or `all`, as a comma list or repeated (--algo relax,dp = --algo relax
+// --algo dp); an unknown name is refused while parsing.
+void AddAlgorithmFlag(CLI::App* command, std::vector<std::string>& algorithms);
 
 // `stratos search`: runs the searchers, prints each report and a comparison table, writes
 // DIR/summary.json, DIR/plans/<algorithm>.json and DIR/traces/<algorithm>.trace.json.
@@ -71,7 +79,7 @@ struct BenchArgs {
   std::string output_dir = "out/bench";
   double time_limit_seconds = 900;  // per searcher and rung
   int max_rungs = 0;                // 0: all
-  std::string algorithms = "dp,relax";
+  std::vector<std::string> algorithms = {"dp", "relax"};
   std::string cluster = "dgx-a100-80gb";  // zoo name or file; 8 GPUs per node expected
 };
 

@@ -12,6 +12,7 @@
 
 #include "costmodel/data_dir.h"
 #include "costmodel/error.h"
+#include "experiments/commands.h"
 #include "experiments/output.h"
 
 namespace stratos {
@@ -266,7 +267,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
   WriteFileAtomically(dir + "/report.md", md);
   fmt::print("{}", md);
   fmt::print("wrote {}/report.md, report.json, rows.csv, anytime.csv\n", dir);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

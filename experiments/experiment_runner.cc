@@ -22,6 +22,7 @@
 
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "experiments/commands.h"
 #include "experiments/experiment_spec.h"
 #include "experiments/output.h"
 #include "experiments/searchers.h"
@@ -162,7 +163,7 @@ int RunExperimentCell(const std::string& spec_path, int cell_id, const std::stri
     out["message"] = e.what();
   }
   WriteJsonAtomically(output_file, out);
-  return 0;
+  return kExitSuccess;
 }
 
 int RunExperiment(const ExperimentRunOptions& options) {
@@ -330,7 +331,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
       }
       fmt::print(stderr, "experiment interrupted: {} cells finished this run; the cells in "
                          "flight will run again when the same command is repeated\n", done_now);
-      return 1;
+      return kExitNoResult;
     }
     while (!queue.empty() && static_cast<int>(running.size()) < options.jobs) {
       launch(queue.front());
@@ -363,7 +364,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
     fmt::print(stderr, "experiment {}: {} of {} cells finished; results in {}/results.csv "
                        "(stratos experiment report {})\n",
                spec.name, complete, cells.size(), dir, dir);
-  return complete == static_cast<int>(cells.size()) ? 0 : 1;
+  return complete == static_cast<int>(cells.size()) ? kExitSuccess : kExitNoResult;
 }
 
 namespace {

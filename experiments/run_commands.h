@@ -40,8 +40,9 @@ struct RunFlags {
   int threads = 1;                 // intra-op threads per worker
 };
 
-// --grad-compression NAME with --topk-density, --topk-momentum, --powersgd-rank, checked; throws
-// InputError "command line: --flag = value: rule".
+// --grad-compression NAME with --topk-density, --topk-momentum, --powersgd-rank (their ranges are
+// checked while parsing); throws InputError "command line: --grad-compression = ..." for an
+// unknown name.
 CompressionSpec CompressionFromCommandLine(const std::string& name, double topk_density,
                                           double topk_momentum, int powersgd_rank);
 

@@ -34,7 +34,7 @@ int RunValidate(const ValidateArgs& args) {
   WriteJsonAtomically(json, report.ToJson());
   WriteFileAtomically(csv, report.Csv());
   fmt::print("{}\nwrote {} and {}\n", report.Text(), json, csv);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

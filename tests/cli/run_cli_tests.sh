@@ -41,6 +41,9 @@ expect_one_line_error() {
 }
 
 expect "help lists the subcommands" 0 "search" -- "$STRATOS" --help
+expect "help lists the exit codes" 0 "exit codes: 0 success; 1 no result .* 2 bad input .* 4 every searcher declined" -- \
+  "$STRATOS" --help
+expect "a subcommand's help lists them too" 0 "exit codes: 0 success" -- "$STRATOS" search --help
 expect "version prints LibTorch" 0 "LibTorch" -- "$STRATOS" version
 
 expect "search dp+grid on a real model writes summary.json" 0 "gap %" -- \
@@ -97,7 +100,7 @@ expect_one_line_error "STRATOS_DATA_DIR that is not a data directory" \
 # Bad input: one line naming file/flag, value and rule; exit code 2.
 expect_one_line_error "unknown zoo model" "--model.*not a file and not a zoo model" -- \
   "$STRATOS" search --model gpt5 --algo grid --output-dir "$WORK/x"
-expect_one_line_error "unknown algorithm" "--algo.*unknown algorithm" -- \
+expect_one_line_error "unknown algorithm" '--algo = "annealing": must be one of "relax", "dp"' -- \
   "$STRATOS" search --model gpt3-1.3b --algo annealing --output-dir "$WORK/x"
 printf '[model]\nfamily = "gpt"\nhidden_size = 1024\nnum_layers = \n' >"$WORK/broken.toml"
 expect_one_line_error "malformed TOML names the file and line" "broken.toml:4" -- \
@@ -125,6 +128,43 @@ expect_one_line_error "a plan that does not fit the problem names the key" \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
 expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
   "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"
+
+# Command-line parse errors are input errors like any other: exit 2, one line.
+expect_one_line_error "an unknown flag" "command line: The following argument was not expected: --frobnicate" -- \
+  "$STRATOS" search --frobnicate
+expect_one_line_error "no subcommand" "command line: A subcommand is required" -- "$STRATOS"
+expect_one_line_error "a value of the wrong type names flag, value and rule" \
+  "command line: --nodes = two: must be an integer" -- "$STRATOS" search --nodes two
+expect_one_line_error "a flag without its value" "command line: --seed" -- "$STRATOS" search --seed
+expect_one_line_error "compare --algos is gone (one spelling: --algo)" "not expected: .*--algos" -- \
+  "$STRATOS" compare --algos dp
+# Values that mean nothing are refused like any other bad value, naming flag, value and rule.
+for bad in "search --max-stages 0:--max-stages = 0: must be >= 1" \
+           "search --nodes 0:--nodes = 0: must be >= 1" \
+           "search --global-batch 0:--global-batch = 0: must be >= 1" \
+           "search --time-limit -5:--time-limit = -5: must be > 0" \
+           "search --time-limit nan:--time-limit = nan: must be a finite number" \
+           "search --seq-length 0:--seq-length = 0: must be >= 1" \
+           "compare --max-stages 0:--max-stages = 0: must be >= 1" \
+           "evaluate --zero 4 --tp 1:--zero = 4: must be in \[0, 3\]" \
+           "bench ladder --time-limit 0:--time-limit = 0: must be > 0" \
+           "run --zero 2:--zero = 2: must be in \[0, 1\]" \
+           "cosearch --nodes 0:--nodes = 0: must be >= 1" \
+           "experiment run x.toml --jobs 0:--jobs = 0: must be >= 1" \
+           "experiment run x.toml --max-cells -1:--max-cells = -1: must be >= 0"; do
+  # shellcheck disable=SC2086
+  expect_one_line_error "refused: ${bad%%:*}" "command line: ${bad#*:}" -- "$STRATOS" ${bad%%:*}
+done
+# --algo: a comma list or repeated, `all` for every searcher; compare takes the same flags.
+expect "--algo repeated runs each named searcher" 0 "^grid .*converged" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp --algo grid --no-progress --output-dir "$WORK/repeated"
+expect "--algo repeated: both plans are written" 0 "" -- \
+  test -f "$WORK/repeated/plans/dp.json" -a -f "$WORK/repeated/plans/grid.json"
+expect "compare takes --algo as search does" 0 "^dp .*optimal" -- \
+  "$STRATOS" compare --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp,grid --time-limit 30 --no-progress --output-dir "$WORK/compare"
+expect "compare writes the anytime curves" 0 "^dp," -- cat "$WORK/compare/anytime.csv"
 
 # Gradient compression: priced by evaluate, refused with the allowed names.
 expect "evaluate prices PowerSGD gradient compression" 0 "compression=powersgd\(rank=2\)" -- \
@@ -214,7 +254,8 @@ expect "calibrate reads the profile stratos profile wrote" 0 \
   "wrote .*local.toml|fit of [a-z_]+: the intra-node bandwidth comes out unbounded" -- \
   sh -c '"$0" calibrate --profile "$1" --cluster p3.16xlarge --output "$2"; true' \
   "$STRATOS" "$WORK/profile" "$WORK/local.toml"
-expect_one_line_error "profile: unknown part" "--parts = gemm: must list matmul, layer, collective" -- \
+expect_one_line_error "profile: unknown part" \
+  '--parts = "gemm": must be one of "matmul", "layer", "collective"' -- \
   "$STRATOS" profile --parts gemm --output-dir "$WORK/profile"
 # Calibration: fit the Alpa V100 profile, search on the calibrated file, reject a bad profile.
 expect "calibrate writes a calibrated cluster file" 0 "wrote .*cal.toml" -- \
@@ -257,8 +298,8 @@ expect "cosearch runs end to end and prints the comparison" 0 "time to target" -
 expect "cosearch writes curves for every plan" 0 "^throughput-only,10," -- cat "$WORK/cosearch/curves.csv"
 expect "cosearch says its time axis is simulated" 0 "simulated" -- cat "$WORK/cosearch/summary.json"
 expect_one_line_error "cosearch: compressions must start with none" \
-  "--compressions = \"?powersgd,none\"?: must start with none" -- \
-  "$STRATOS" cosearch --compressions powersgd,none --output-dir "$WORK/cosearch-bad"
+  "--grad-compressions = \"?powersgd,none\"?: must start with none" -- \
+  "$STRATOS" cosearch --grad-compressions powersgd,none --output-dir "$WORK/cosearch-bad"
 expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
   --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"

@@ -221,6 +221,18 @@ TEST_CASE("searcher options by name: every field is settable, typed, validated a
         std::string::npos);
 }
 
+TEST_CASE("--algo names expand in order, each once, with all standing for every searcher") {
+  CHECK(ExpandAlgorithms({"dp", "grid", "dp"}) == std::vector<std::string>{"dp", "grid"});
+  CHECK(ExpandAlgorithms({"all"}) == SearcherNames());
+  std::vector<std::string> grid_first = {"grid"};
+  for (const std::string& name : SearcherNames())
+    if (name != "grid") grid_first.push_back(name);
+  CHECK(ExpandAlgorithms({"grid", "all"}) == grid_first);
+  CHECK(ErrorOf([] { ExpandAlgorithms({"annealing"}); }).find("--algo = annealing: unknown algorithm") !=
+        std::string::npos);
+  CHECK(ErrorOf([] { ExpandAlgorithms({}); }) == "command line: --algo = \"\": names no algorithm");
+}
+
 TEST_CASE("searcher options by name: --option assignments reach the searchers they name") {
   std::vector<std::unique_ptr<SearcherSetup>> setups;
   setups.push_back(std::make_unique<SearcherSetup>("relax"));

@@ -73,7 +73,7 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
     summary.termination = TerminationType::kDeclined;
     summary.message = fmt::format(
         "problem too large for exhaustive search: {:.0f} plans (limit {:.0f}; raise "
-        "SearchOptions.max_evaluations or shrink the space)",
+        "search.max_evaluations or shrink the space)",
         num_plans, cap);
     summary.wall_seconds = SecondsSince(start);
     return result;

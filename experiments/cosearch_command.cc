@@ -59,6 +59,9 @@ int RunCoSearch(const CoSearchArgs& args) {
   options.learning_rate = args.learning_rate;
   options.alpha_learning_rate = args.alpha_learning_rate;
   options.seed = static_cast<uint64_t>(args.seed);
+  if (args.warmup_steps >= args.search_steps)  // one rule over two flags
+    ThrowInputError("command line", "--warmup-steps", args.warmup_steps,
+                    fmt::format("must be < --search-steps = {}", args.search_steps));
   options.search_steps = args.search_steps;
   options.warmup_steps = args.warmup_steps;
   options.second_order = !args.first_order;

@@ -23,6 +23,9 @@ namespace stratos {
 namespace {
 
 ProfileOptions OptionsFromArgs(const ProfileArgs& args) {
+  if (args.device == "cpu" && args.dtype != "f32")  // one rule over two flags
+    ThrowInputError("command line", "--dtype", fmt::format("\"{}\"", args.dtype),
+                    "the CPU profile is f32 only (bf16 and f16 need --device cuda)");
   ProfileOptions options;
   options.device = args.device;
   options.dtype = args.dtype;

@@ -300,6 +300,9 @@ expect "cosearch says its time axis is simulated" 0 "simulated" -- cat "$WORK/co
 expect_one_line_error "cosearch: compressions must start with none" \
   "--grad-compressions = \"?powersgd,none\"?: must start with none" -- \
   "$STRATOS" cosearch --grad-compressions powersgd,none --output-dir "$WORK/cosearch-bad"
+expect_one_line_error "cosearch: a rule over two flags names both" \
+  "command line: --warmup-steps = 10: must be < --search-steps = 10" -- \
+  "$STRATOS" cosearch --search-steps 10 --warmup-steps 10 --output-dir "$WORK/cosearch-bad"
 expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
   --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"
@@ -382,6 +385,9 @@ expect "experiment options lists relax.polish" 0 "relax.polish \(text, default \
 expect_one_line_error "search --option: an unknown option is named" \
   "relax.iteratons = \"3\": unknown option" -- \
   "$STRATOS" search --algo relax --option relax.iteratons=3 --output-dir "$WORK/opt"
+expect_one_line_error "search --option: a bad value names the option as written" \
+  "command line: relax.iterations = 0: must be >= 1" -- \
+  "$STRATOS" search --algo relax --option relax.iterations=0 --output-dir "$WORK/opt"
 expect "search --option reaches the searcher and is recorded" 0 '"relax.polish": "none"' -- \
   sh -c '"$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo relax --option relax.polish=none --no-progress --output-dir "$1" >/dev/null && cat "$1/summary.json"' \
   "$STRATOS" "$WORK/opt"

@@ -158,7 +158,7 @@ TEST_CASE("experiment spec: errors name the file, the key, the value and the rul
   CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"relax\"\noptions = { iterations = 2.5 }\n") ==
         "spec.toml: searcher[0].options: relax.iterations = \"2.5\": must be an integer");
   CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"relax\"\noptions = { iterations = 0 }\n") ==
-        "spec.toml: searcher[0].options: RelaxOptions: iterations = 0: must be >= 1");
+        "spec.toml: searcher[0].options: relax.iterations = 0: must be >= 1");
   CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"dp\"\noptions = { space = { "
                            "min_stages = 0 } }\n")
             .find("spec.toml: searcher[0].options: ") == 0);
@@ -212,7 +212,21 @@ TEST_CASE("searcher options by name: every field is settable, typed, validated a
         "w: relax.gumbel_noise = \"yes\": must be true or false");
   CHECK(ErrorOf([&] { relax.Set("mcmc.beta", "3", "w"); }).find("w: mcmc.beta = \"3\": unknown option") == 0);
   relax.Set("relax.restarts", "0", "w");
-  CHECK(ErrorOf([&] { relax.Validate("w"); }) == "w: RelaxOptions: restarts = 0: must be >= 1");
+  CHECK(ErrorOf([&] { relax.Validate("w"); }) == "w: relax.restarts = 0: must be >= 1");
+
+  // Every option struct's rules name the option as it is written here.
+  SearcherSetup dp("dp");
+  dp.Set("space.min_stages", "0", "w");
+  CHECK(ErrorOf([&] { dp.Validate("command line"); }) ==
+        "command line: space.min_stages = 0: must be >= 1");
+  SearcherSetup mcmc("mcmc");
+  mcmc.Set("search.threads", "0", "w");
+  CHECK(ErrorOf([&] { mcmc.Validate("command line"); }) ==
+        "command line: search.threads = 0: must be >= 1");
+  mcmc.Set("search.threads", "1", "w");
+  mcmc.Set("mcmc.restart_patience", "0", "w");
+  CHECK(ErrorOf([&] { mcmc.Validate("command line"); }) ==
+        "command line: mcmc.restart_patience = 0: must be >= 1");
 
   SearcherSetup local("local");
   local.Set("local.starts", "3", "t");

@@ -6,9 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <optional>
-#include <limits>
 
 namespace stratos::cli {
 
@@ -49,7 +47,7 @@ CLI::Validator IntIn(long long min, long long max) {
         if (value > max) return Broken(text, bounded ? rule : fmt::format("must be <= {}", max));
         return "";
       },
-      bounded ? fmt::format("INT in [{}, {}]", min, max) : fmt::format("INT >= {}", min));
+      bounded ? fmt::format("in [{}, {}]", min, max) : fmt::format(">= {}", min));
 }
 
 CLI::Validator IntAtLeast(long long min) { return IntIn(min, INT_MAX); }
@@ -62,7 +60,7 @@ CLI::Validator NumberAbove(double min) {
         if (!(*value > min)) return Broken(text, fmt::format("must be > {}", Number(min)));
         return "";
       },
-      fmt::format("NUMBER > {}", Number(min)));
+      fmt::format("> {}", Number(min)));
 }
 
 CLI::Validator NumberIn(double min, double max) {
@@ -76,8 +74,8 @@ CLI::Validator NumberIn(double min, double max) {
         if (!(*value >= min && *value <= max)) return Broken(text, rule);
         return "";
       },
-      std::isinf(max) ? fmt::format("NUMBER >= {}", Number(min))
-                      : fmt::format("NUMBER in [{}, {}]", Number(min), Number(max)));
+      std::isinf(max) ? fmt::format(">= {}", Number(min))
+                      : fmt::format("in [{}, {}]", Number(min), Number(max)));
 }
 
 CLI::Validator NumberInterval(double min, double max, const std::string& interval) {
@@ -92,7 +90,7 @@ CLI::Validator NumberInterval(double min, double max, const std::string& interva
         if (!above || !below) return Broken(text, "must be in " + interval);
         return "";
       },
-      "NUMBER in " + interval);
+      "in " + interval);
 }
 
 CLI::Validator OneOf(const std::vector<std::string>& names) {

@@ -5,8 +5,8 @@
 //   command->add_option("--nodes", args.nodes, "nodes")->check(cli::IntAtLeast(1));
 //   stratos search --nodes 0   ->   stratos: error: command line: --nodes = 0: must be >= 1
 // (CLI11 reports a failed validator as "<flag>: <message>"; these validators' messages read
-// "= <value>: <rule>", which main() joins to the flag.) The description ("INT >= 1") shows in
-// --help beside the flag.
+// "= <value>: <rule>", which main() joins to the flag.) The rule shows in --help beside the
+// flag's type ("INT:>= 1").
 #include <CLI/CLI.hpp>
 
 #include <climits>

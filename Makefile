@@ -1,5 +1,6 @@
 # stratos: `make run` runs the main job on the built-in default problem, `make test` runs every
 # test. Both install missing Debian packages first (apt-get; run as root or with sudo).
+# `make install [PREFIX=/usr/local] [DESTDIR=...]` installs the binary and the data it reads.
 DEBIAN_PACKAGES := build-essential cmake pkg-config libtorch-dev libgloo-dev libeigen3-dev \
                    libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev doctest-dev \
                    libfccp-dev coinor-libcbc-dev python3-matplotlib
@@ -7,8 +8,9 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STRATOS := $(BUILD_DIR)/stratos
+PREFIX ?= /usr/local
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test bench install clean
 
 all: build
 
@@ -38,6 +40,11 @@ test: build
 
 bench: build
 	$(STRATOS) bench ladder
+
+# Only the binary is built for it; the data goes to $(DESTDIR)$(PREFIX)/share/stratos.
+install: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target stratos
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD_DIR) --prefix "$(PREFIX)"
 
 clean:
 	rm -rf $(BUILD_DIR)

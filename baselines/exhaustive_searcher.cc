@@ -70,10 +70,10 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
   const double cap = options.max_evaluations > 0 ? static_cast<double>(options.max_evaluations)
                                                  : static_cast<double>(kDefaultMaxPlans);
   if (num_plans > cap) {
-    summary.termination = TerminationType::kInfeasible;
+    summary.termination = TerminationType::kDeclined;
     summary.message = fmt::format(
         "problem too large for exhaustive search: {:.0f} plans (limit {:.0f}; raise "
-        "SearchOptions.max_evaluations or shrink the space)",
+        "search.max_evaluations or shrink the space)",
         num_plans, cap);
     summary.wall_seconds = SecondsSince(start);
     return result;

@@ -5,8 +5,8 @@
 // rejects for m and tuples over the device budget), prices each complete plan with Evaluate()
 // and keeps the best that fits in memory. Nothing clever, so it checks DP, ILP and relax.
 //
-// Refuses, before any work, problems with more plans than options.max_evaluations (5e6 when
-// 0): TerminationType::kInfeasible with "problem too large for exhaustive search: N plans ...".
+// Declines, before any work, problems with more plans than options.max_evaluations (5e6 when
+// 0): TerminationType::kDeclined with "problem too large for exhaustive search: N plans ...".
 // SearchSummary: algorithm "exhaustive"; evaluations = plans Evaluate()d; iterations = (m,
 // stage count) pairs; termination kOptimal (lower_bound_seconds = best), kTimeLimit, or
 // kInfeasible with the memory violation of the least memory-hungry plan.

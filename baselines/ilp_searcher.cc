@@ -653,7 +653,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
 #ifndef STRATOS_HAVE_CBC
   (void)cost_model;
   (void)max_stages;
-  summary.termination = TerminationType::kInfeasible;
+  summary.termination = TerminationType::kDeclined;
   summary.message =
       "built without COIN-OR CBC: the ILP baseline needs Debian's coinor-libcbc-dev at build time";
   summary.wall_seconds = SecondsSince(start);

@@ -46,8 +46,8 @@
 // termination kOptimal (every m proven; lower_bound_seconds = best), kTimeLimit (best plan so far
 // with lower_bound_seconds = min over m of their bounds, and the gap in the message),
 // kEvaluationLimit (SearchOptions::max_evaluations MILPs), or kInfeasible with the reason (the
-// layer that fits on no configuration, by how much), or "built without COIN-OR CBC" when stratos
-// was compiled without it.
+// layer that fits on no configuration, by how much); kDeclined with "built without COIN-OR CBC"
+// when stratos was compiled without it.
 #include <optional>
 #include <utility>
 
@@ -75,7 +75,7 @@ class IlpSearcher : public Searcher {
   void set_warm_start(std::optional<Plan> plan) { ilp_options_.warm_start = std::move(plan); }
   const IlpOptions& ilp_options() const { return ilp_options_; }
 
-  // Whether this build links COIN-OR CBC (otherwise Search() reports kInfeasible).
+  // Whether this build links COIN-OR CBC (otherwise Search() reports kDeclined).
   static bool Available();
 
  private:

@@ -14,9 +14,10 @@
 namespace stratos {
 
 void LocalOptions::Validate() const {
-  const std::string where = "LocalOptions";
-  if (starts < 0) ThrowInputError(where, "starts", starts, "must be >= 0 (0 = until the time limit)");
-  if (kicks < 0) ThrowInputError(where, "kicks", kicks, "must be >= 0");
+  // Named as in specs and --option (experiments/searchers.h).
+  if (starts < 0)
+    ThrowOptionError("local.starts", starts, "must be >= 0 (0 = until the time limit)");
+  if (kicks < 0) ThrowOptionError("local.kicks", kicks, "must be >= 0");
 }
 
 namespace {

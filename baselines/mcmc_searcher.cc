@@ -19,22 +19,20 @@
 namespace stratos {
 
 void McmcOptions::Validate() const {
-  const std::string where = "McmcOptions";
+  // Named as in specs and --option (experiments/searchers.h).
   if (!(beta > 0) || !std::isfinite(beta))
-    ThrowInputError(where, "McmcOptions.beta", beta, "must be > 0 and finite");
+    ThrowOptionError("mcmc.beta", beta, "must be > 0 and finite");
   if (max_boundary_shift < 0)
-    ThrowInputError(where, "McmcOptions.max_boundary_shift", max_boundary_shift,
-                    "must be >= 0 (0 = num_layers / 8)");
+    ThrowOptionError("mcmc.max_boundary_shift", max_boundary_shift,
+                     "must be >= 0 (0 = num_layers / 8)");
   if (restart_patience < 1)
-    ThrowInputError(where, "McmcOptions.restart_patience", restart_patience, "must be >= 1");
+    ThrowOptionError("mcmc.restart_patience", restart_patience, "must be >= 1");
   if (convergence_patience < 0)
-    ThrowInputError(where, "McmcOptions.convergence_patience", convergence_patience,
-                    "must be >= 0 (0 = never)");
+    ThrowOptionError("mcmc.convergence_patience", convergence_patience, "must be >= 0 (0 = never)");
   if (!(memory_penalty >= 0) || !std::isfinite(memory_penalty))
-    ThrowInputError(where, "McmcOptions.memory_penalty", memory_penalty, "must be >= 0");
+    ThrowOptionError("mcmc.memory_penalty", memory_penalty, "must be >= 0");
   if (max_initial_evaluations < 1)
-    ThrowInputError(where, "McmcOptions.max_initial_evaluations", max_initial_evaluations,
-                    "must be >= 1");
+    ThrowOptionError("mcmc.max_initial_evaluations", max_initial_evaluations, "must be >= 1");
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "calibrate/csv_reading.h"
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 
 namespace stratos {
@@ -124,14 +125,13 @@ struct RawRow {
 }  // namespace
 
 std::string DefaultAlpaProfilePath() {
-  return std::string(STRATOS_SOURCE_DIR) +
-         "/../shared/data/alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv";
+  return SharedDataPath("alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv");
 }
 
 std::string PathForDisplay(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;
-  const fs::path source = fs::weakly_canonical(STRATOS_SOURCE_DIR, error);
+  const fs::path source = fs::weakly_canonical(DataDir(), error);
   const fs::path absolute = fs::weakly_canonical(fs::absolute(path, error), error);
   if (error) return path;
   const fs::path relative = absolute.lexically_relative(source);

@@ -10,6 +10,7 @@
 
 #include "calibrate/csv_reading.h"
 #include "costmodel/error.h"
+#include "costmodel/json_reader.h"
 
 namespace stratos {
 
@@ -161,15 +162,7 @@ std::vector<LayerRow> ReadLayers(const std::string& path) {
 }
 
 ProfileInfo ReadInfo(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(buffer.str());
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(fmt::format("{}: JSON parse error: {}", path, error.what()));
-  }
+  const nlohmann::json json = ReadJsonInputFile(path, "profile metadata");
   if (!json.is_object()) throw InputError(fmt::format("{}: must be a JSON object", path));
   for (const auto& [key, value] : json.items()) {
     if (key != "schema" && key != "device" && key != "backend" && key != "produced_by" &&

@@ -1,9 +1,10 @@
 #pragma once
 // Errors of stratos.
 //
-// InputError: bad user input (files, flags, plans). Its message names the file, the key path,
-// the value and the rule broken, e.g.
-//   "cluster.toml: node_group[1].gpus_per_node = 0: must be >= 1".
+// InputError: bad user input (files, flags, plans, options). Its message names the file, the key
+// path, the value and the rule broken, e.g.
+//   "cluster.toml: node_group[1].gpus_per_node = 0: must be >= 1",
+// and options by the names users write ("relax.iterations = 0: must be >= 1").
 // InternalError: a broken invariant inside stratos (a bug), thrown by STRATOS_CHECK.
 #include <fmt/format.h>
 
@@ -27,6 +28,15 @@ template <typename Value>
 [[noreturn]] void ThrowInputError(const std::string& where, const std::string& key,
                                   const Value& value, const std::string& rule) {
   throw InputError(fmt::format("{}: {} = {}: {}", where, key, value, rule));
+}
+
+// Throws InputError("<name> = <value>: <rule>") for an option named as users write it in a
+// spec or with --option ("relax.iterations", "space.max_stages"); whoever knows where the value
+// came from prefixes that ("command line: ", "spec.toml: searcher[0].options: ").
+template <typename Value>
+[[noreturn]] void ThrowOptionError(const std::string& name, const Value& value,
+                                   const std::string& rule) {
+  throw InputError(fmt::format("{} = {}: {}", name, value, rule));
 }
 
 }  // namespace stratos

@@ -10,14 +10,14 @@
 namespace stratos {
 
 void NonUniformModelOptions::Validate() const {
-  const std::string where = "NonUniformModelOptions";
+  // Named as the keys of a spec's nonuniform family (experiments/experiment_spec.h).
   if (num_layers < 1 || num_layers > (1 << 20))
-    ThrowInputError(where, "num_layers", num_layers, "must be in [1, 1048576]");
+    ThrowOptionError("layers", num_layers, "must be in [1, 1048576]");
   if (!(spread_decades >= 0 && spread_decades <= 12))
-    ThrowInputError(where, "spread_decades", spread_decades, "must be in [0, 12]");
+    ThrowOptionError("spread_decades", spread_decades, "must be in [0, 12]");
   if (hidden_size < 128 || hidden_size % 128 != 0)
-    ThrowInputError(where, "hidden_size", hidden_size, "must be a multiple of 128, >= 128");
-  if (seq_length < 1) ThrowInputError(where, "seq_length", seq_length, "must be >= 1");
+    ThrowOptionError("hidden_size", hidden_size, "must be a multiple of 128, >= 128");
+  if (seq_length < 1) ThrowOptionError("seq_length", seq_length, "must be >= 1");
 }
 
 ModelSpec MakeNonUniformModel(const NonUniformModelOptions& options, std::uint64_t seed) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "costmodel/error.h"
+#include "costmodel/json_reader.h"
 #include "costmodel/toml_reader.h"
 
 namespace stratos {
@@ -189,13 +190,9 @@ class HfReader {
     const char* key = FindKey(keys);
     if (key == nullptr) return std::nullopt;
     const nlohmann::json& value = json_.at(key);
-    if (!value.is_number_integer())
-      ThrowInputError(where_, key, value.dump(), "must be an integer");
-    if (value.get<long long>() < 1) ThrowInputError(where_, key, value.dump(), "must be >= 1");
-    if (value.get<long long>() > INT_MAX) {
-      ThrowInputError(where_, key, value.dump(), fmt::format("must be <= {}", INT_MAX));
-    }
-    return value.get<int>();
+    const int number = JsonNumber<int>(value, where_, key);
+    if (number < 1) ThrowInputError(where_, key, value.dump(), "must be >= 1");
+    return number;
   }
   int RequireInt(std::initializer_list<const char*> keys) const {
     std::optional<int> value = Int(keys);
@@ -215,12 +212,7 @@ class HfReader {
 
 ModelSpec ParseHfConfigJson(std::string_view text, const std::string& where,
                             int seq_length_override) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(fmt::format("{}: JSON parse error: {}", where, error.what()));
-  }
+  const nlohmann::json json = ParseJsonText(text, where);
   if (!json.is_object()) {
     throw InputError(fmt::format("{}: JSON parse error: top level must be an object", where));
   }

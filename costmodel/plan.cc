@@ -1,12 +1,10 @@
 #include "costmodel/plan.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
-#include <sstream>
 
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
+#include "costmodel/json_reader.h"
 
 namespace stratos {
 
@@ -121,73 +119,17 @@ json PlanToJson(const Plan& plan) {
           {"stages", stages}};
 }
 
-namespace {
-
-// Reads JSON objects strictly: unknown keys, missing keys and wrong types are InputErrors that
-// name the file and the key path.
-class StrictObject {
- public:
-  StrictObject(const json& object, std::string where, std::string path)
-      : object_(object), where_(std::move(where)), path_(std::move(path)) {
-    if (!object_.is_object())
-      ThrowInputError(where_, path_.empty() ? "(top level)" : path_, object_.dump(),
-                      "must be a JSON object");
-  }
-
-  const json& Get(const std::string& key) {
-    seen_.insert(key);
-    if (!object_.contains(key)) throw InputError(fmt::format("{}: {}: missing required key", where_, Key(key)));
-    return object_.at(key);
-  }
-  bool Has(const std::string& key) const { return object_.contains(key); }
-
-  int Int(const std::string& key) {
-    const json& value = Get(key);
-    if (!value.is_number_integer()) ThrowInputError(where_, Key(key), value.dump(), "must be an integer");
-    return value.get<int>();
-  }
-  std::string String(const std::string& key) {
-    const json& value = Get(key);
-    if (!value.is_string()) ThrowInputError(where_, Key(key), value.dump(), "must be a string");
-    return value.get<std::string>();
-  }
-  double Number(const std::string& key) {
-    const json& value = Get(key);
-    if (!value.is_number()) ThrowInputError(where_, Key(key), value.dump(), "must be a number");
-    return value.get<double>();
-  }
-  std::string Key(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-
-  // Throws for any key not read.
-  void RejectUnknown(const std::set<std::string>& also_allowed = {}) const {
-    for (const auto& item : object_.items()) {
-      if (seen_.count(item.key()) || also_allowed.count(item.key())) continue;
-      std::string known;
-      for (const std::string& k : seen_) known += (known.empty() ? "" : ", ") + k;
-      throw InputError(fmt::format("{}: {}: unknown key (known keys: {})", where_, Key(item.key()), known));
-    }
-  }
-
- private:
-  const json& object_;
-  std::string where_;
-  std::string path_;
-  std::set<std::string> seen_;
-};
-
-}  // namespace
-
 CompressionSpec CompressionFromJson(const json& j, const std::string& where,
                                     const std::string& key) {
   CompressionSpec spec;
   if (j.is_string()) {
     spec.kind = ParseGradCompression(j.get<std::string>(), where, key);
   } else if (j.is_object()) {
-    StrictObject object(j, where, key);
+    JsonObjectReader object(j, where, key);
     spec.kind = ParseGradCompression(object.String("kind"), where, object.Key("kind"));
     if (spec.kind == GradCompression::kTopK) {
-      if (object.Has("density")) spec.topk_density = object.Number("density");
-      if (object.Has("momentum")) spec.topk_momentum = object.Number("momentum");
+      if (object.Has("density")) spec.topk_density = object.Double("density");
+      if (object.Has("momentum")) spec.topk_momentum = object.Double("momentum");
     }
     if (spec.kind == GradCompression::kPowerSgd && object.Has("rank"))
       spec.powersgd_rank = object.Int("rank");
@@ -202,7 +144,7 @@ CompressionSpec CompressionFromJson(const json& j, const std::string& where,
 }
 
 Plan PlanFromJson(const json& j, const std::string& where) {
-  StrictObject top(j, where, "");
+  JsonObjectReader top(j, where, "");
   const std::string schema = top.String("schema");
   if (schema != "stratos.plan/1")
     ThrowInputError(where, "schema", fmt::format("\"{}\"", schema), "must be \"stratos.plan/1\"");
@@ -213,17 +155,16 @@ Plan PlanFromJson(const json& j, const std::string& where) {
   const json& stages = top.Get("stages");
   if (!stages.is_array()) ThrowInputError(where, "stages", stages.dump(), "must be an array");
   for (size_t s = 0; s < stages.size(); ++s) {
-    StrictObject stage(stages[s], where, fmt::format("stages[{}]", s));
+    JsonObjectReader stage(stages[s], where, fmt::format("stages[{}]", s));
     StagePlan sp;
     sp.first_layer = stage.Int("first_layer");
     sp.last_layer = stage.Int("last_layer");
     const json& mesh = stage.Get("mesh");
-    if (!mesh.is_array() || mesh.size() != 2 || !mesh[0].is_number_integer() ||
-        !mesh[1].is_number_integer())
+    if (!mesh.is_array() || mesh.size() != 2)
       ThrowInputError(where, stage.Key("mesh"), mesh.dump(),
                       "must be [nodes, gpus_per_node], two integers");
-    sp.config.mesh_nodes = mesh[0].get<int>();
-    sp.config.mesh_gpus_per_node = mesh[1].get<int>();
+    sp.config.mesh_nodes = JsonNumber<int>(mesh[0], where, stage.Key("mesh[0]"));
+    sp.config.mesh_gpus_per_node = JsonNumber<int>(mesh[1], where, stage.Key("mesh[1]"));
     sp.config.data_parallel = stage.Int("data_parallel");
     sp.config.tensor_parallel = stage.Int("tensor_parallel");
     sp.config.zero_stage = stage.Int("zero_stage");
@@ -240,17 +181,7 @@ Plan PlanFromJson(const json& j, const std::string& where) {
 }
 
 Plan ReadPlanFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open plan file", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("{}: JSON parse error: {}", path, e.what()));
-  }
-  return PlanFromJson(j, path);
+  return PlanFromJson(ReadJsonInputFile(path, "plan file"), path);
 }
 
 }  // namespace stratos

@@ -7,28 +7,30 @@
 namespace stratos {
 
 void SpaceOptions::Validate() const {
-  const std::string where = "SpaceOptions";
-  if (min_stages < 1) ThrowInputError(where, "min_stages", min_stages, "must be >= 1");
-  if (max_stages < 0) ThrowInputError(where, "max_stages", max_stages, "must be >= 0 (0 = auto)");
+  // Named as in specs and --option (experiments/searchers.h).
+  const auto fail = [](const char* field, const auto& value, const std::string& rule) {
+    ThrowOptionError(std::string("space.") + field, value, rule);
+  };
+  if (min_stages < 1) fail("min_stages", min_stages, "must be >= 1");
+  if (max_stages < 0) fail("max_stages", max_stages, "must be >= 0 (0 = auto)");
   if (max_stages > 0 && min_stages > max_stages)
-    ThrowInputError(where, "min_stages", min_stages,
-                    fmt::format("must be <= max_stages = {}", max_stages));
+    fail("min_stages", min_stages, fmt::format("must be <= space.max_stages = {}", max_stages));
   if (max_tensor_parallel < 0)
-    ThrowInputError(where, "max_tensor_parallel", max_tensor_parallel, "must be >= 0 (0 = auto)");
+    fail("max_tensor_parallel", max_tensor_parallel, "must be >= 0 (0 = auto)");
   if (max_data_parallel < 0)
-    ThrowInputError(where, "max_data_parallel", max_data_parallel, "must be >= 0 (0 = auto)");
-  if (recompute.empty()) ThrowInputError(where, "recompute", "[]", "must list at least one mode");
+    fail("max_data_parallel", max_data_parallel, "must be >= 0 (0 = auto)");
+  if (recompute.empty()) fail("recompute", "[]", "must list at least one mode");
   for (int m : num_microbatches)
-    if (m < 1) ThrowInputError(where, "num_microbatches", m, "every entry must be >= 1");
+    if (m < 1) fail("num_microbatches", m, "every entry must be >= 1");
   bool has_none = false;
   for (const CompressionSpec& spec : grad_compressions) {
     const std::string rule = CheckCompressionSpec(spec);
-    if (!rule.empty()) ThrowInputError(where, "grad_compressions", spec.Label(), rule);
+    if (!rule.empty()) fail("grad_compressions", spec.Label(), rule);
     has_none = has_none || spec.kind == GradCompression::kNone;
   }
   if (!has_none)
-    ThrowInputError(where, "grad_compressions", grad_compressions.size(),
-                    "must include none (stages without data parallelism have nothing to compress)");
+    fail("grad_compressions", grad_compressions.size(),
+         "must include none (stages without data parallelism have nothing to compress)");
 }
 
 SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& options) {
@@ -49,8 +51,8 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
                          : std::min({problem.NumLayers(), space.num_devices, 16});
   space.max_stages = std::min(space.max_stages, problem.NumLayers());
   if (space.min_stages > space.max_stages)
-    ThrowInputError("SpaceOptions", "min_stages", space.min_stages,
-                    fmt::format("exceeds the {} stages this problem allows", space.max_stages));
+    ThrowOptionError("space.min_stages", space.min_stages,
+                     fmt::format("exceeds the {} stages this problem allows", space.max_stages));
 
   // Meshes (Alpa's submesh shapes restricted to powers of two).
   std::vector<std::pair<int, int>> meshes;
@@ -91,8 +93,8 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
   std::sort(space.num_microbatches.begin(), space.num_microbatches.end());
   for (int m : space.num_microbatches)
     if (batch % m != 0)
-      ThrowInputError("SpaceOptions", "num_microbatches", m,
-                      fmt::format("must divide the global batch {}", batch));
+      ThrowOptionError("space.num_microbatches", m,
+                       fmt::format("must divide the global batch {}", batch));
   if (space.configs.empty())
     throw InputError(fmt::format("{}: no stage configuration is valid on cluster {} (check "
                                  "max_tensor_parallel and the model's attention heads)",

@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 
 namespace stratos {
@@ -48,7 +49,7 @@ SeedCase MakeSeedPartitionCase(int num_layers, int num_stages, int num_microbatc
 }
 
 std::string DefaultSeedCasesPath() {
-  return std::string(STRATOS_SOURCE_DIR) + "/../shared/data/seed_pipeline_partition_cases.csv";
+  return SharedDataPath("seed_pipeline_partition_cases.csv");
 }
 
 std::vector<SeedCaseRow> ReadSeedPartitionCases(const std::string& path) {

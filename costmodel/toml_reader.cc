@@ -6,6 +6,7 @@
 #include <sstream>
 #include <utility>
 
+#include "costmodel/checked_number.h"
 #include "costmodel/error.h"
 
 namespace stratos {
@@ -34,8 +35,21 @@ toml::table ParseTomlText(std::string_view text, const std::string& where) {
   try {
     return toml::parse(text, where);
   } catch (const toml::parse_error& error) {
-    throw InputError(fmt::format("{}:{}:{}: TOML parse error: {}", where, error.source().begin.line,
-                                 error.source().begin.column, error.description()));
+    // TOML++ refuses a number that does not fit 64 bits while parsing, before any key is
+    // known: the line it is on, quoted, shows the key and the value.
+    const auto line_number = error.source().begin.line;
+    std::string_view line = text;
+    for (toml::source_index i = 1; i < line_number && !line.empty(); ++i) {
+      const size_t newline = line.find('\n');
+      line = newline == std::string_view::npos ? std::string_view() : line.substr(newline + 1);
+    }
+    line = line.substr(0, line.find('\n'));
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    throw InputError(fmt::format("{}:{}:{}: TOML parse error: {}{}", where, line_number,
+                                 error.source().begin.column, error.description(),
+                                 line.empty() || line.size() > 120
+                                     ? std::string()
+                                     : fmt::format(" (in `{}`)", line)));
   }
 }
 
@@ -63,6 +77,10 @@ void TomlTableReader::Fail(std::string_view key, const std::string& rule) const 
   ThrowInputError(where_, KeyPath(key), Repr(*Find(key)), rule);
 }
 
+NumberSource TomlTableReader::Source(std::string_view key) const {
+  return {where_, KeyPath(key), Repr(*Find(key))};
+}
+
 void TomlTableReader::Missing(std::string_view key) const {
   throw InputError(fmt::format("{}: {}: missing required key", where_, KeyPath(key)));
 }
@@ -72,7 +90,7 @@ std::optional<long long> TomlTableReader::Int(std::string_view key, long long mi
   const toml::node* node = Find(key);
   if (node == nullptr) return std::nullopt;
   if (!node->is_integer()) Fail(key, "must be an integer");
-  const long long value = node->as_integer()->get();
+  const long long value = CheckedInteger<long long>(node->as_integer()->get(), Source(key));
   if (value < min) Fail(key, fmt::format("must be >= {}", min));
   if (value > max) Fail(key, fmt::format("must be <= {}", max));
   return value;
@@ -87,7 +105,8 @@ std::optional<double> TomlTableReader::Number(std::string_view key) const {
   const toml::node* node = Find(key);
   if (node == nullptr) return std::nullopt;
   if (!node->is_number()) Fail(key, "must be a number");
-  return node->value<double>().value();
+  if (node->is_integer()) return CheckedInteger<double>(node->as_integer()->get(), Source(key));
+  return CheckedFloat<double>(node->as_floating_point()->get(), Source(key));
 }
 
 std::optional<double> TomlTableReader::Number(std::string_view key, double min) const {

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "costmodel/checked_number.h"
+
 namespace stratos {
 
 // Parses `text` as TOML; `where` (a file name) names the source in errors. Throws InputError
@@ -54,7 +56,8 @@ class TomlTableReader {
   // As Int, but the key is required; the value as an int.
   int RequireInt(std::string_view key, long long min, long long max = INT_MAX) const;
 
-  // An integer or float, as a double; otherwise throws with rule "must be a number".
+  // An integer or float, as a double; otherwise throws with rule "must be a number", and with
+  // "must be a finite number" for inf and nan (costmodel/checked_number.h).
   std::optional<double> Number(std::string_view key) const;
   // As Number, also >= `min` (inclusive; NaN fails), else rule "must be >= <min>".
   std::optional<double> Number(std::string_view key, double min) const;
@@ -84,6 +87,9 @@ class TomlTableReader {
   int OneOf(std::string_view first, std::string_view second, bool required) const;
 
  private:
+  // Where the value at `key` (present) came from, for costmodel/checked_number.h.
+  NumberSource Source(std::string_view key) const;
+
   const toml::table& table_;
   std::string path_;
   std::string where_;

@@ -8,6 +8,7 @@
 #include <map>
 #include <system_error>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 
 namespace stratos {
@@ -16,9 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kModelsDir = STRATOS_SOURCE_DIR "/data/models";
-const char* kClustersDir = STRATOS_SOURCE_DIR "/data/clusters";
-const char* kHfConfigsDir = STRATOS_SOURCE_DIR "/../shared/data/hf_configs";
+std::string ModelsDir() { return DataPath("data/models"); }
+std::string ClustersDir() { return DataPath("data/clusters"); }
+std::string HfConfigsDir() { return SharedDataPath("hf_configs"); }
 
 // Zoo names served by a HuggingFace config.json (golden parameter counts in the data README).
 const std::map<std::string, std::string>& HfConfigs() {
@@ -50,24 +51,24 @@ std::vector<std::string> TomlStems(const std::string& dir) {
 }  // namespace
 
 std::vector<std::string> ZooModels() {
-  std::vector<std::string> names = TomlStems(kModelsDir);
+  std::vector<std::string> names = TomlStems(ModelsDir());
   for (const auto& [name, file] : HfConfigs()) {
-    if (IsFile(fmt::format("{}/{}", kHfConfigsDir, file))) names.push_back(name);
+    if (IsFile(fmt::format("{}/{}", HfConfigsDir(), file))) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
 }
 
-std::vector<std::string> ZooClusters() { return TomlStems(kClustersDir); }
+std::vector<std::string> ZooClusters() { return TomlStems(ClustersDir()); }
 
 std::string ResolveModelPath(const std::string& name_or_path) {
   if (IsFile(name_or_path)) return name_or_path;
-  const std::string toml = fmt::format("{}/{}.toml", kModelsDir, name_or_path);
+  const std::string toml = fmt::format("{}/{}.toml", ModelsDir(), name_or_path);
   if (IsFile(toml)) return toml;
   const auto hf = HfConfigs().find(name_or_path);
   if (hf != HfConfigs().end()) {
-    const std::string json = fmt::format("{}/{}", kHfConfigsDir, hf->second);
+    const std::string json = fmt::format("{}/{}", HfConfigsDir(), hf->second);
     if (IsFile(json)) return json;
   }
   throw InputError(fmt::format("--model = {}: not a file and not a zoo model (zoo: {})",
@@ -76,7 +77,7 @@ std::string ResolveModelPath(const std::string& name_or_path) {
 
 std::string ResolveClusterPath(const std::string& name_or_path) {
   if (IsFile(name_or_path)) return name_or_path;
-  const std::string toml = fmt::format("{}/{}.toml", kClustersDir, name_or_path);
+  const std::string toml = fmt::format("{}/{}.toml", ClustersDir(), name_or_path);
   if (IsFile(toml)) return toml;
   throw InputError(fmt::format("--cluster = {}: not a file and not a zoo cluster (zoo: {})",
                                name_or_path, fmt::join(ZooClusters(), ", ")));

@@ -116,9 +116,7 @@ RunRecord RunIsolated(const Problem& problem, const std::string& algorithm, doub
 }  // namespace
 
 int RunBenchLadder(const BenchArgs& args) {
-  if (args.time_limit_seconds <= 0)
-    ThrowInputError("command line", "--time-limit", args.time_limit_seconds, "must be > 0");
-  const std::vector<std::string> algorithms = ParseAlgorithmList(args.algorithms);
+  const std::vector<std::string> algorithms = ExpandAlgorithms(args.algorithms);
   const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(args.cluster));
   EnsureDirectory(args.output_dir);
   fmt::print("ladder on {} nodes of {} GPUs, time limit {} s per run\n", cluster.name,
@@ -160,7 +158,7 @@ int RunBenchLadder(const BenchArgs& args) {
   WriteFileAtomically(args.output_dir + "/ladder.csv", csv);
   WriteJsonAtomically(args.output_dir + "/ladder.json", {{"rows", rows}});
   fmt::print("wrote {}/ladder.csv and ladder.json\n", args.output_dir);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

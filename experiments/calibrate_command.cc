@@ -12,6 +12,7 @@
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
 #include "experiments/calibration_report.h"
+#include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
 
@@ -40,9 +41,6 @@ int RunCalibrate(const CalibrateArgs& args) {
   if (!args.profile_dir.empty() && !args.alpa_csv.empty()) {
     throw InputError("command line: give --profile DIR or --alpa-csv FILE, not both");
   }
-  if (args.ring_links < -1) {
-    ThrowInputError("command line", "--ring-links", args.ring_links, "must be >= 0");
-  }
   const LoadedProfile loaded = LoadProfile(args.profile_dir, args.alpa_csv);
   const ClusterSpec base = ReadClusterFile(ResolveClusterPath(args.cluster));
   CalibrateOptions options;
@@ -70,7 +68,7 @@ int RunCalibrate(const CalibrateArgs& args) {
   if (!parent.empty()) EnsureDirectory(parent.string());
   WriteClusterFile(result.cluster, args.output, header);
   fmt::print("\nwrote {}\n", args.output);
-  return 0;
+  return kExitSuccess;
 }
 
 void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationCommands& commands) {
@@ -85,8 +83,8 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                                                         "profile.json)");
   commands.calibrate
       ->add_option("--alpa-csv", c.alpa_csv,
-                   "Alpa profile CSV (default, without --profile: "
-                   "../shared/data/alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv)")
+                   "Alpa profile CSV (default, without --profile: the shared data's "
+                   "alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv)")
       ->excludes(profile);
   commands.calibrate->add_option("--cluster", c.cluster, "base cluster: zoo name or .toml file")
       ->capture_default_str();
@@ -95,10 +93,11 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "rows not fitted, only predicted: comma list of NxG[/gS][/local|/cross], "
                    "gemm>D, or none")
       ->capture_default_str();
-  commands.calibrate->add_option(
-      "--ring-links", c.ring_links,
-      "NVLink links per GPU of a switchless intra-node topology (V100 SXM2: 6; 0: bandwidth per "
-      "GPU); default: the base cluster's");
+  commands.calibrate
+      ->add_option("--ring-links", c.ring_links,
+                   "NVLink links per GPU of a switchless intra-node topology (V100 SXM2: 6; 0: "
+                   "bandwidth per GPU); default: the base cluster's")
+      ->check(cli::IntAtLeast(0));
   commands.calibrate->add_option("--name", c.name,
                                  "name of the calibrated cluster (default: <base>-calibrated)");
   commands.calibrate->add_option("--output", c.output, "calibrated cluster file (.toml)")
@@ -114,6 +113,7 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
       ->capture_default_str();
   commands.validate_alpa_comm
       ->add_option("--ring-links", v.ring_links, "NVLink links per GPU (V100 SXM2: 6)")
+      ->check(cli::IntAtLeast(0))
       ->capture_default_str();
   commands.validate_alpa_comm->add_option("--output-dir", v.output_dir, "where outputs go")
       ->capture_default_str();

@@ -1,6 +1,6 @@
 #pragma once
 // The subcommands of `stratos` (DESIGN.md §10). Each returns the process exit code; bad input
-// throws InputError, which main() prints as one line and turns into exit code 2.
+// throws InputError, which main() prints as one line and turns into kExitInputError.
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,12 +13,26 @@ class App;
 
 namespace stratos {
 
+// Exit codes of `stratos` (listed by `stratos --help` and in README.md).
+inline constexpr int kExitSuccess = 0;
+// The work ran and has no result: no feasible plan, a plan that does not fit memory, workers
+// that failed, an experiment run stopped before every cell finished; the reason is printed.
+inline constexpr int kExitNoResult = 1;
+// Bad input (command line or file): one line on stderr naming the file or flag, the key, the
+// value and the rule broken.
+inline constexpr int kExitInputError = 2;
+// A bug in stratos (a broken invariant or an unexpected exception).
+inline constexpr int kExitInternalError = 3;
+// Every searcher asked declined the problem (exhaustive search over its plan limit, the ILP
+// without CBC): nothing was searched, which says nothing about whether a plan exists.
+inline constexpr int kExitDeclined = 4;
+
 struct SearchArgs {
   ProblemArgs problem;
-  std::string algorithms = "all";  // comma list or "all"
+  std::vector<std::string> algorithms = {"all"};  // SearcherNames() or "all" (ExpandAlgorithms)
   double time_limit_seconds = 60;  // per searcher
   int seed = 0;
-  int max_stages = 0;              // 0: automatic
+  int max_stages = 0;              // 0: automatic (the flag takes >= 1)
   std::string grad_compressions = "none";  // comma list: per-stage options of the space
   std::string output_dir = "out/search";
   bool progress = true;
@@ -26,9 +40,18 @@ struct SearchArgs {
   std::vector<std::string> option_assignments;
 };
 
+// The flags of `search` and `compare`, one spelling for both, bound to `args` (whose values when
+// called are the defaults --help shows): the problem (AddProblemFlags), --algo (AddAlgorithmFlag),
+// --time-limit, --seed, --max-stages, --grad-compressions, --output-dir, --no-progress, --option.
+void AddSearchFlags(CLI::App* command, SearchArgs& args);
+// --algo: searcher names or `all`, as a comma list or repeated (--algo relax,dp = --algo relax
+// --algo dp); an unknown name is refused while parsing.
+void AddAlgorithmFlag(CLI::App* command, std::vector<std::string>& algorithms);
+
 // `stratos search`: runs the searchers, prints each report and a comparison table, writes
 // DIR/summary.json, DIR/plans/<algorithm>.json and DIR/traces/<algorithm>.trace.json.
-// Returns 0 if some searcher found a plan, 1 if none did (the reasons are printed).
+// Returns kExitSuccess if some searcher found a plan, kExitDeclined if every searcher declined
+// the problem, kExitNoResult otherwise (the reasons are printed).
 int RunSearch(const SearchArgs& args);
 
 struct EvaluateArgs {
@@ -56,7 +79,7 @@ struct BenchArgs {
   std::string output_dir = "out/bench";
   double time_limit_seconds = 900;  // per searcher and rung
   int max_rungs = 0;                // 0: all
-  std::string algorithms = "dp,relax";
+  std::vector<std::string> algorithms = {"dp", "relax"};
   std::string cluster = "dgx-a100-80gb";  // zoo name or file; 8 GPUs per node expected
 };
 

@@ -13,6 +13,7 @@
 
 #include "cosearch/cosearcher.h"
 #include "costmodel/error.h"
+#include "experiments/commands.h"
 #include "experiments/output.h"
 #include "search/relax_searcher.h"
 
@@ -23,9 +24,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::vector<CompressionSpec> ParseCompressions(const std::string& list) {
-  std::vector<CompressionSpec> specs = ParseCompressionList(list, "command line", "--compressions");
+  std::vector<CompressionSpec> specs =
+      ParseCompressionList(list, "command line", "--grad-compressions");
   if (specs.front().kind != GradCompression::kNone)
-    ThrowInputError("command line", "--compressions", list, "must start with none");
+    ThrowInputError("command line", "--grad-compressions", list, "must start with none");
   return specs;
 }
 
@@ -51,15 +53,15 @@ struct FixedPlanResult {
 int RunCoSearch(const CoSearchArgs& args) {
   torch::set_num_threads(args.threads > 0 ? args.threads
                                           : std::max(1u, std::thread::hardware_concurrency()));
-  if (args.eval_steps < 1) ThrowInputError("command line", "--eval-steps", args.eval_steps, "must be >= 1");
-  if (args.eval_every < 1) ThrowInputError("command line", "--eval-every", args.eval_every, "must be >= 1");
   CoSearchOptions options;
   options.model = args.proxy_model;
   options.batch_size = args.batch_size;
   options.learning_rate = args.learning_rate;
   options.alpha_learning_rate = args.alpha_learning_rate;
-  if (args.seed < 0) ThrowInputError("command line", "--seed", args.seed, "must be >= 0");
   options.seed = static_cast<uint64_t>(args.seed);
+  if (args.warmup_steps >= args.search_steps)  // one rule over two flags
+    ThrowInputError("command line", "--warmup-steps", args.warmup_steps,
+                    fmt::format("must be < --search-steps = {}", args.search_steps));
   options.search_steps = args.search_steps;
   options.warmup_steps = args.warmup_steps;
   options.second_order = !args.first_order;
@@ -76,7 +78,7 @@ int RunCoSearch(const CoSearchArgs& args) {
   options.checkpoint_every = args.checkpoint_every;
   options.resume = args.resume;
   options.Validate();
-  const std::vector<CompressionSpec> compressions = ParseCompressions(args.compressions);
+  const std::vector<CompressionSpec> compressions = ParseCompressions(args.grad_compressions);
   EnsureDirectory(args.output_dir);
 
   // 1. The base plan: throughput only, no compression.
@@ -89,7 +91,7 @@ int RunCoSearch(const CoSearchArgs& args) {
   if (!base.plan) {
     fmt::print(stderr, "stratos cosearch: the target problem has no feasible plan: {}\n",
                base.summary.message);
-    return 1;
+    return kExitNoResult;
   }
   const CompressionTimeSurrogate surrogate(problem, *base.plan, compressions);
   fmt::print("target: {} on {} ({} devices), global batch {}\n", problem.model.name,
@@ -270,7 +272,7 @@ int RunCoSearch(const CoSearchArgs& args) {
         {"seed", args.seed}}}};
   WriteJsonAtomically(args.output_dir + "/summary.json", summary);
   fmt::print("wrote {0}/summary.json, {0}/curves.csv, {0}/alpha.csv\n", args.output_dir);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

@@ -13,7 +13,8 @@ struct CoSearchArgs {
   // (128 V100, 25 Gb/s between nodes: data-parallel communication matters).
   ProblemArgs target = {"gpt3-2.7b", "p3.16xlarge-calibrated", 16, 512};
   std::string proxy_model = "gpt-tiny";
-  std::string compressions = "none,bf16,powersgd,topk,terngrad,sign";
+  // Gradient compression options of every stage (DESIGN.md §1), a comma list starting with none.
+  std::string grad_compressions = "none,bf16,powersgd,topk,terngrad,sign";
   int search_steps = 250;
   int warmup_steps = 50;
   int batch_size = 8;
@@ -26,8 +27,9 @@ struct CoSearchArgs {
   int eval_every = 50;
   int eval_windows = 128;
   double target_loss = 0;           // 0: the no-compression plan's loss at 3/4 of its budget
+                                    // (the flag takes > 0)
   int seed = 1234;
-  int threads = 0;                  // 0: this machine's hardware threads
+  int threads = 0;                  // 0: this machine's hardware threads (the flag takes >= 1)
   std::string output_dir = "out/cosearch";
   int checkpoint_every = 100;
   bool resume = false;

@@ -14,12 +14,9 @@ namespace {
 // A Megatron-style plan: PP uniform stages, each a mesh of DP x TP devices.
 Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
   const std::string where = "command line";
-  if (args.tensor_parallel < 1) ThrowInputError(where, "--tp", args.tensor_parallel, "must be >= 1");
-  if (args.pipeline_parallel < 1)
-    ThrowInputError(where, "--pp", args.pipeline_parallel, "must be >= 1");
-  if (args.data_parallel < 1) ThrowInputError(where, "--dp", args.data_parallel, "must be >= 1");
-  if (args.micro_batch_size < 1)
-    ThrowInputError(where, "--micro-batch", args.micro_batch_size, "must be >= 1");
+  // --tp/--pp/--dp/--micro-batch are >= 1 (checked while parsing); --tp needs the others.
+  if (args.pipeline_parallel < 1 || args.data_parallel < 1 || args.micro_batch_size < 1)
+    throw InputError("command line: a uniform plan needs --tp, --pp, --dp and --micro-batch");
   const int batch = problem.training.global_batch_size;
   const int per_microbatch = args.micro_batch_size * args.data_parallel;
   if (batch % per_microbatch != 0)
@@ -84,9 +81,9 @@ int RunEvaluate(const EvaluateArgs& args) {
   }
   if (!estimate.Fits()) {
     fmt::print(stderr, "stratos: plan does not fit: {}\n", estimate.MemoryViolation());
-    return 1;
+    return kExitNoResult;
   }
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

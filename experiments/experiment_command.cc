@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "experiments/cli_rules.h"
+#include "experiments/commands.h"
 #include "experiments/searchers.h"
 
 namespace stratos {
@@ -13,17 +15,19 @@ void AddExperimentCommands(CLI::App& app, ExperimentCommands& c) {
   experiment->require_subcommand(1);
   c.run = experiment->add_subcommand(
       "run", "run the cells of an experiment spec (TOML), each in its own process; resumable");
-  c.run->add_option("spec", c.run_options.spec_path, "experiment spec (.toml)")->required();
+  c.run->add_option("spec", c.run_options.spec_path,
+                    "experiment spec (.toml), or a shipped one by name: ladder, ablation-relax, scale")
+      ->required();
   c.run->add_option("--output-dir", c.run_options.output_dir,
                     "where results go (default out/experiments/<spec name>)");
   c.run->add_option("--jobs", c.run_options.jobs, "cells run at once")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::IntAtLeast(1))
       ->capture_default_str();
   c.run->add_flag("--extend", c.run_options.extend,
                   "the spec changed: keep the finished cells it still has, run the rest");
   c.run->add_option("--max-cells", c.run_options.max_cells,
                     "stop after running this many cells (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::IntAtLeast(0));
   c.run->add_flag("--rerun-errors", c.run_options.rerun_errors,
                   "cells that ended in error (a crash, a failed start) run again");
   c.run->add_flag("!--no-progress", c.run_options.progress, "no progress lines on stderr");
@@ -36,7 +40,10 @@ void AddExperimentCommands(CLI::App& app, ExperimentCommands& c) {
 
   c.options = experiment->add_subcommand(
       "options", "list every searcher option settable by name (specs, --option)");
+  std::vector<std::string> names = SearcherNames();
+  names.push_back("all");
   c.options->add_option("algorithm", c.options_algorithm, "one algorithm, or all")
+      ->check(cli::OneOf(names))
       ->capture_default_str();
 
   c.cell = experiment->add_subcommand("cell", "internal: run one cell (started by `run`)");
@@ -67,7 +74,7 @@ std::optional<int> RunExperimentCommands(const ExperimentCommands& c) {
       }
       first = false;
     }
-    return 0;
+    return kExitSuccess;
   }
   return std::nullopt;
 }

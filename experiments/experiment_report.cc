@@ -10,7 +10,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
+#include "experiments/commands.h"
 #include "experiments/output.h"
 
 namespace stratos {
@@ -122,15 +124,20 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
     }
     md += fmt::format("## {}\n\n{} instances ({} with a proven optimum), {} cells\n\n", family,
                       instances.size(), instances_with_optimum.size(), fam.size());
-    md += "| variant | cells | plans | median gap to best | worst gap to best | median gap to "
-          "optimum | worst gap to optimum | within 0.1% / 1% of optimum | median wall s | max "
-          "wall s |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    md += "| variant | cells | plans | declined | median gap to best | worst gap to best | median "
+          "gap to optimum | worst gap to optimum | within 0.1% / 1% of optimum | median wall s | "
+          "max wall s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const std::string& searcher : searchers) {
       std::vector<double> gb, go, wall;
-      int cells = 0, plans = 0, within01 = 0, within1 = 0;
+      int cells = 0, plans = 0, declined = 0, within01 = 0, within1 = 0;
       for (const Row* r : fam) {
         if (r->searcher != searcher) continue;
         ++cells;
+        // A declined cell was not searched: it counts, but not in the gaps and times.
+        if (r->status == "declined") {
+          ++declined;
+          continue;
+        }
         if (std::isfinite(r->seconds)) ++plans;
         gb.push_back(r->gap_best);
         wall.push_back(r->wall_seconds);
@@ -141,13 +148,14 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
         }
       }
       if (cells == 0) continue;
-      const double worst_best = *std::max_element(gb.begin(), gb.end());
+      const double worst_best = gb.empty() ? NAN : *std::max_element(gb.begin(), gb.end());
       const double worst_opt = go.empty() ? NAN : *std::max_element(go.begin(), go.end());
-      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", searcher, cells,
-                        plans, Percent(Median(gb)), Percent(worst_best), Percent(Median(go)),
-                        Percent(worst_opt),
+      const double max_wall = wall.empty() ? NAN : *std::max_element(wall.begin(), wall.end());
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", searcher,
+                        cells, plans, declined, Percent(Median(gb)), Percent(worst_best),
+                        Percent(Median(go)), Percent(worst_opt),
                         go.empty() ? std::string("-") : fmt::format("{} / {} of {}", within01, within1, go.size()),
-                        Seconds(Median(wall)), Seconds(*std::max_element(wall.begin(), wall.end())));
+                        Seconds(Median(wall)), Seconds(max_wall));
       auto finite_or_null = [](double x) {
         return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
       };
@@ -155,6 +163,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
                          {"variant", searcher},
                          {"cells", cells},
                          {"plans", plans},
+                         {"declined", declined},
                          {"median_gap_to_best", finite_or_null(Median(gb))},
                          {"worst_gap_to_best", finite_or_null(worst_best)},
                          {"median_gap_to_optimum", finite_or_null(Median(go))},
@@ -162,15 +171,16 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
                          {"cells_with_optimum", go.size()},
                          {"within_0.1pct_of_optimum", within01},
                          {"within_1pct_of_optimum", within1},
-                         {"median_wall_seconds", Median(wall)},
-                         {"max_wall_seconds", *std::max_element(wall.begin(), wall.end())}});
+                         {"median_wall_seconds", finite_or_null(Median(wall))},
+                         {"max_wall_seconds", finite_or_null(max_wall)}});
     }
     // Win / tie / loss of the row variant against the column variant.
     std::map<std::string, double> value;  // instance \n seed \n searcher -> seconds
     for (const Row* r : fam)
-      value[fmt::format("{}\n{}\n{}", instance_key(*r), r->seed, r->searcher)] = r->seconds;
+      if (r->status != "declined")
+        value[fmt::format("{}\n{}\n{}", instance_key(*r), r->seed, r->searcher)] = r->seconds;
     md += "\nWin / tie / loss of the row variant against the column variant (same instance "
-          "and seed):\n\n| |";
+          "and seed; cells a variant declined are left out):\n\n| |";
     for (const std::string& s : searchers) md += " " + s + " |";
     md += "\n|---|";
     for (size_t i = 0; i < searchers.size(); ++i) md += "---|";
@@ -184,7 +194,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
         }
         int win = 0, tie = 0, loss = 0;
         for (const Row* r : fam) {
-          if (r->searcher != a) continue;
+          if (r->searcher != a || r->status == "declined") continue;
           const auto other = value.find(fmt::format("{}\n{}\n{}", instance_key(*r), r->seed, b));
           if (other == value.end()) continue;
           const double x = r->seconds, y = other->second;
@@ -232,7 +242,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
                                              {"summary", summary}});
 
   if (options.plots) {
-    const std::string script = std::string(STRATOS_SOURCE_DIR) + "/experiments/plot.py";
+    const std::string script = DataPath("experiments/plot.py");
     // The first python3 on PATH may lack matplotlib (a pyenv or venv); Debian's has it.
     bool plotted = false;
     for (const char* python : {"python3", "/usr/bin/python3"}) {
@@ -257,7 +267,7 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
   WriteFileAtomically(dir + "/report.md", md);
   fmt::print("{}", md);
   fmt::print("wrote {}/report.md, report.json, rows.csv, anytime.csv\n", dir);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

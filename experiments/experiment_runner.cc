@@ -22,6 +22,7 @@
 
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "experiments/commands.h"
 #include "experiments/experiment_spec.h"
 #include "experiments/output.h"
 #include "experiments/searchers.h"
@@ -149,7 +150,9 @@ int RunExperimentCell(const std::string& spec_path, int cell_id, const std::stri
       out["plan_summary"] = result.plan->Summary();
       out["plan"] = PlanToJson(*result.plan);
     } else {
-      out["status"] = "no_plan";
+      // A searcher that declined the problem did not search: its cell is not a failure to
+      // find a plan.
+      out["status"] = s.termination == TerminationType::kDeclined ? "declined" : "no_plan";
       out["proven_optimal"] = false;
     }
   } catch (const std::bad_alloc&) {
@@ -160,14 +163,15 @@ int RunExperimentCell(const std::string& spec_path, int cell_id, const std::stri
     out["message"] = e.what();
   }
   WriteJsonAtomically(output_file, out);
-  return 0;
+  return kExitSuccess;
 }
 
 int RunExperiment(const ExperimentRunOptions& options) {
   if (options.jobs < 1) ThrowInputError("command line", "--jobs", options.jobs, "must be >= 1");
   if (options.max_cells < 0)
     ThrowInputError("command line", "--max-cells", options.max_cells, "must be >= 0");
-  const ExperimentSpec spec = ReadExperimentSpec(options.spec_path);
+  const std::string spec_path = ResolveSpecPath(options.spec_path);
+  const ExperimentSpec spec = ReadExperimentSpec(spec_path);
   const std::string dir =
       options.output_dir.empty() ? "out/experiments/" + spec.name : options.output_dir;
   const std::vector<ExperimentCell> cells = spec.Expand();
@@ -193,7 +197,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
     if (!by_hash.emplace(h, &cell).second)
       throw InputError(fmt::format("{}: cells {} and {} are identical (same family, problem, "
                                    "searcher and seed)",
-                                   options.spec_path, by_hash[h]->id, cell.id));
+                                   spec_path, by_hash[h]->id, cell.id));
     manifest_cells.push_back({{"id", cell.id}, {"hash", h}, {"family", cell.family},
                               {"instance", cell.instance}, {"searcher", cell.searcher},
                               {"algorithm", cell.algorithm}, {"seed", cell.seed}});
@@ -202,11 +206,11 @@ int RunExperiment(const ExperimentRunOptions& options) {
   for (const ExperimentSearcher& s : spec.searchers) searcher_order.push_back(s.name);
   std::vector<std::string> family_order;
   for (const ExperimentFamily& f : spec.families) family_order.push_back(f.name);
-  WriteFileAtomically(dir + "/spec.toml", ReadTextFile(options.spec_path));
+  WriteFileAtomically(dir + "/spec.toml", ReadTextFile(spec_path));
   WriteJsonAtomically(manifest_path, {{"schema", "stratos.experiment/1"},
                                       {"name", spec.name},
                                       {"description", spec.description},
-                                      {"spec_source", options.spec_path},
+                                      {"spec_source", spec_path},
                                       {"spec_hash", hash},
                                       {"families", family_order},
                                       {"searchers", searcher_order},
@@ -327,7 +331,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
       }
       fmt::print(stderr, "experiment interrupted: {} cells finished this run; the cells in "
                          "flight will run again when the same command is repeated\n", done_now);
-      return 1;
+      return kExitNoResult;
     }
     while (!queue.empty() && static_cast<int>(running.size()) < options.jobs) {
       launch(queue.front());
@@ -360,7 +364,7 @@ int RunExperiment(const ExperimentRunOptions& options) {
     fmt::print(stderr, "experiment {}: {} of {} cells finished; results in {}/results.csv "
                        "(stratos experiment report {})\n",
                spec.name, complete, cells.size(), dir, dir);
-  return complete == static_cast<int>(cells.size()) ? 0 : 1;
+  return complete == static_cast<int>(cells.size()) ? kExitSuccess : kExitNoResult;
 }
 
 namespace {

@@ -9,7 +9,10 @@
 //                      finished iff its file exists, so a killed run loses at most the cells
 //                      in flight and never redoes a finished one)
 //   D/results.csv      one row per finished cell (appended as cells finish; rewritten in cell
-//                      order from D/cells at the start and the end of a run)
+//                      order from D/cells at the start and the end of a run); its status is
+//                      ok (a plan), no_plan (the searcher found none), declined (the searcher
+//                      does not take the problem: exhaustive over its plan limit, ILP without
+//                      CBC), timeout, out_of_memory or error
 //
 // A run of a directory that holds another spec's cells (a different hash) is refused unless
 // `extend` is set: then the finished cells that the new spec still has are kept and the rest of
@@ -22,7 +25,7 @@
 namespace stratos {
 
 struct ExperimentRunOptions {
-  std::string spec_path;
+  std::string spec_path;   // a spec file, or a shipped spec by name (ResolveSpecPath)
   std::string output_dir;  // "": out/experiments/<spec name>
   int jobs = 1;            // cells run at once, >= 1
   bool extend = false;     // accept a changed spec, keeping the finished cells it still has

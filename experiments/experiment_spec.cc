@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "costmodel/generators.h"
 #include "costmodel/model_io.h"
@@ -398,6 +399,16 @@ ExperimentSpec ParseExperimentSpec(std::string_view text, const std::string& whe
 
 ExperimentSpec ReadExperimentSpec(const std::string& path) {
   return ParseExperimentSpec(ReadTextFile(path), path);
+}
+
+std::string ResolveSpecPath(const std::string& name_or_path) {
+  std::error_code error;
+  if (std::filesystem::is_regular_file(name_or_path, error)) return name_or_path;
+  const std::string shipped = DataPath("experiments/specs/" + name_or_path + ".toml");
+  if (name_or_path.find('/') == std::string::npos &&
+      std::filesystem::is_regular_file(shipped, error))
+    return shipped;
+  return name_or_path;
 }
 
 }  // namespace stratos

@@ -116,6 +116,10 @@ struct ExperimentSpec {
 // Reads and checks a spec (every searcher option is applied to a SearcherSetup, every instance
 // built once). Throws InputError "<file>: <key path> = <value>: <rule>".
 ExperimentSpec ReadExperimentSpec(const std::string& path);
+// `name_or_path` when it is a file; else the shipped spec of that name,
+// experiments/specs/<name>.toml in the data directory (costmodel/data_dir.h), when there is one
+// ("ablation-relax"); else `name_or_path` unchanged (reading it then names it).
+std::string ResolveSpecPath(const std::string& name_or_path);
 ExperimentSpec ParseExperimentSpec(std::string_view text, const std::string& where);
 
 // The problem of a cell, and the search space options its instance fixes (seed cases fix the

@@ -93,7 +93,7 @@ def plot_experiment(directory, _output):
                 pts = [(int(r["devices"]) * (1 + 0.04 * (i - len(searchers) / 2)),
                         float(r[column]) * (100 if column.startswith("gap") else 1))
                        for r in rows if r["searcher"] == searcher and r["family"] == family
-                       and r[column] not in ("", "nan")]
+                       and r["status"] != "declined" and r[column] not in ("", "nan")]
                 if pts:
                     ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, alpha=0.7,
                                color=colors[i % len(colors)], marker=markers[j % len(markers)],

@@ -1,20 +1,39 @@
 #include "experiments/problem_loader.h"
 
+#include <CLI/CLI.hpp>
+
 #include "costmodel/cluster_io.h"
 #include "costmodel/error.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
+#include "experiments/cli_rules.h"
 
 namespace stratos {
 
+void AddProblemFlags(CLI::App* command, ProblemArgs& args) {
+  command->add_option("--model", args.model, "zoo model name or file (.toml, HF config.json)")
+      ->capture_default_str();
+  command->add_option("--cluster", args.cluster, "zoo cluster name or .toml file")
+      ->capture_default_str();
+  command->add_option("--nodes", args.nodes, "number of nodes (default: as in the cluster file)")
+      ->check(cli::IntAtLeast(1));
+  command->add_option("--global-batch", args.global_batch_size, "global batch size, sequences")
+      ->check(cli::IntAtLeast(1))
+      ->capture_default_str();
+  command->add_option("--seq-length", args.seq_length, "sequence length (default: the model's)")
+      ->check(cli::IntAtLeast(1));
+  command->add_option("--schedule", args.schedule, "pipeline schedule")
+      ->check(cli::OneOf({"1f1b", "gpipe"}))
+      ->capture_default_str();
+  command->add_option("--dp-overlap", args.dp_overlap,
+                      "share of the DP gradient sync hidden behind backward")
+      ->check(cli::NumberIn(0, 1))
+      ->capture_default_str();
+}
+
 Problem LoadProblem(const ProblemArgs& args) {
-  if (args.global_batch_size < 1)
-    ThrowInputError("command line", "--global-batch", args.global_batch_size, "must be >= 1");
-  if (args.nodes < 0) ThrowInputError("command line", "--nodes", args.nodes, "must be >= 1");
-  if (args.seq_length < 0)
-    ThrowInputError("command line", "--seq-length", args.seq_length, "must be >= 1");
-  if (args.dp_overlap < 0 || args.dp_overlap > 1)
-    ThrowInputError("command line", "--dp-overlap", args.dp_overlap, "must be in [0, 1]");
+  // The flags' values are checked while parsing (AddProblemFlags); the libraries check the rest
+  // (ClusterSpec::WithNodes, ReadModelFile, ValidateTrainingSpec).
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath(args.model), args.seq_length);
   problem.cluster = ReadClusterFile(ResolveClusterPath(args.cluster));

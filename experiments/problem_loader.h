@@ -4,6 +4,10 @@
 
 #include "costmodel/problem.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace stratos {
 
 struct ProblemArgs {
@@ -16,7 +20,11 @@ struct ProblemArgs {
   double dp_overlap = 0.0;                // share of DP sync hidden behind backward
 };
 
-// Throws InputError naming the flag or file for bad values.
+// Adds --model, --cluster, --nodes, --global-batch, --seq-length, --schedule and --dp-overlap to
+// `command`, bound to `args`, each value checked while parsing (experiments/cli_rules.h).
+void AddProblemFlags(CLI::App* command, ProblemArgs& args);
+
+// Throws InputError naming the file for a bad model or cluster file, or the rule a value breaks.
 Problem LoadProblem(const ProblemArgs& args);
 
 }  // namespace stratos

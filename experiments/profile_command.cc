@@ -4,12 +4,13 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <sstream>
 #include <thread>
 
 #include "calibrate/profile.h"
 #include "costmodel/error.h"
+#include "experiments/commands.h"
 #include "experiments/output.h"
 #include "runtime/communicator.h"
 #include "runtime/device_info.h"
@@ -21,6 +22,9 @@ namespace stratos {
 namespace {
 
 ProfileOptions OptionsFromArgs(const ProfileArgs& args) {
+  if (args.device == "cpu" && args.dtype != "f32")  // one rule over two flags
+    ThrowInputError("command line", "--dtype", fmt::format("\"{}\"", args.dtype),
+                    "the CPU profile is f32 only (bf16 and f16 need --device cuda)");
   ProfileOptions options;
   options.device = args.device;
   options.dtype = args.dtype;
@@ -41,12 +45,8 @@ std::string CollectivePartDir(const std::string& output_dir) {
   return output_dir + "/collective-workers";
 }
 
-bool HasPart(const std::string& parts, const std::string& part) {
-  std::stringstream stream(parts);
-  std::string item;
-  while (std::getline(stream, item, ','))
-    if (item == part) return true;
-  return false;
+bool HasPart(const std::vector<std::string>& parts, const std::string& part) {
+  return std::find(parts.begin(), parts.end(), part) != parts.end();
 }
 
 int RunCollectiveWorker(const ProfileArgs& args) {
@@ -60,22 +60,13 @@ int RunCollectiveWorker(const ProfileArgs& args) {
   part.collectives = ProfileCollectives(options, groups);
   if (groups.Rank() == 0) WriteProfileDir(part, CollectivePartDir(args.output_dir));
   groups.World().Barrier();
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace
 
 int RunProfile(const ProfileArgs& args) {
   if (args.collective_worker) return RunCollectiveWorker(args);
-  {
-    std::stringstream stream(args.parts);
-    std::string item;
-    while (std::getline(stream, item, ','))
-      if (item != "matmul" && item != "layer" && item != "collective")
-        ThrowInputError("command line", "--parts", item, "must list matmul, layer, collective");
-  }
-  if (args.nproc < 2) ThrowInputError("command line", "--nproc", args.nproc, "must be >= 2");
-  if (args.threads < 1) ThrowInputError("command line", "--threads", args.threads, "must be >= 1");
   const ProfileOptions options = OptionsFromArgs(args);
   torch::set_num_threads(args.threads);
   EnsureDirectory(args.output_dir);
@@ -126,14 +117,14 @@ int RunProfile(const ProfileArgs& args) {
     if (!result.Succeeded()) {
       fmt::print(stderr, "stratos profile: collective workers failed: {} (logs in {}/logs)\n",
                  result.Summary(), args.output_dir);
-      return 1;
+      return kExitNoResult;
     }
     profile.collectives = ReadProfileDir(CollectivePartDir(args.output_dir)).collectives;
     std::filesystem::remove_all(CollectivePartDir(args.output_dir));
   }
   WriteProfileDir(profile, args.output_dir);
   fmt::print("wrote the profile database to {}/\n", args.output_dir);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

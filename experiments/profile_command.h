@@ -2,6 +2,7 @@
 // `stratos profile` (issue 6): measures this machine's device and network through the runtime
 // and writes a profile database that `stratos calibrate` fits the cost model's constants from.
 #include <string>
+#include <vector>
 
 namespace stratos {
 
@@ -9,7 +10,7 @@ struct ProfileArgs {
   std::string output_dir = "out/profile";
   std::string device = "cpu";     // cpu | cuda
   std::string dtype = "f32";      // f32 | bf16 | f16 (bf16, f16: cuda)
-  std::string parts = "matmul,layer,collective";
+  std::vector<std::string> parts = {"matmul", "layer", "collective"};  // what to profile
   int nproc = 4;                  // worker processes for the collective sweep (>= 2)
   int repeats = 5;
   int threads = 1;                // intra-op threads (per worker in the collective sweep)

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "costmodel/error.h"
+#include "costmodel/json_reader.h"
+#include "experiments/commands.h"
 #include "experiments/run_commands.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
@@ -22,7 +24,6 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   options.seq_length = flags.seq_length;
   options.steps = flags.steps;
   options.learning_rate = flags.learning_rate;
-  if (flags.seed < 0) ThrowInputError("command line", "--seed", flags.seed, "must be >= 0");
   options.seed = static_cast<uint64_t>(flags.seed);
   options.data_path = flags.data_path;
   options.output_dir = flags.output_dir;
@@ -60,18 +61,13 @@ std::string ReadText(const std::string& path) {
 
 CompressionSpec CompressionFromCommandLine(const std::string& name, double topk_density,
                                           double topk_momentum, int powersgd_rank) {
-  const std::string where = "command line";
+  // The flags' ranges are checked while parsing (experiments/main.cc); the plan's validation
+  // checks the spec again with the stage it belongs to.
   CompressionSpec spec;
-  spec.kind = ParseGradCompression(name, where, "--grad-compression");
+  spec.kind = ParseGradCompression(name, "command line", "--grad-compression");
   spec.topk_density = topk_density;
   spec.topk_momentum = topk_momentum;
   spec.powersgd_rank = powersgd_rank;
-  if (!(spec.topk_density > 0 && spec.topk_density <= 1))
-    ThrowInputError(where, "--topk-density", spec.topk_density, "must be in (0, 1]");
-  if (!(spec.topk_momentum >= 0 && spec.topk_momentum < 1))
-    ThrowInputError(where, "--topk-momentum", spec.topk_momentum, "must be in [0, 1)");
-  if (spec.powersgd_rank < 1)
-    ThrowInputError(where, "--powersgd-rank", spec.powersgd_rank, "must be >= 1");
   return spec;
 }
 
@@ -98,7 +94,7 @@ int RunRun(const RunArgs& args) {
     if (std::filesystem::exists(errors))
       for (const auto& entry : std::filesystem::directory_iterator(errors))
         fmt::print(stderr, "  {}", ReadText(entry.path().string()));
-    return 1;
+    return kExitNoResult;
   }
   const auto measurement =
       nlohmann::json::parse(ReadText(options.output_dir + "/measurement.json"));
@@ -120,21 +116,14 @@ int RunRun(const RunArgs& args) {
                stage.at("idle_seconds").get<double>());
   fmt::print("wrote {0}/measurement.json, {0}/trace.json, {0}/predicted_vs_measured.json\n",
              options.output_dir);
-  return 0;
+  return kExitSuccess;
 }
 
 int RunWorker(const WorkerArgs& args) {
   TrainOptions options;
   if (!args.config_file.empty()) {
-    std::ifstream in(args.config_file);
-    if (!in) throw InputError(fmt::format("{}: cannot open run options", args.config_file));
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InputError(fmt::format("{}: JSON parse error: {}", args.config_file, e.what()));
-    }
-    options = TrainOptionsFromJson(json, args.config_file);
+    options = TrainOptionsFromJson(ReadJsonInputFile(args.config_file, "run options"),
+                                   args.config_file);
   } else {
     options = OptionsFromFlags(args.flags);
   }

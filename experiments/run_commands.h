@@ -30,7 +30,7 @@ struct RunFlags {
   int steps = 20;
   double learning_rate = 1e-3;
   int seed = 1234;
-  std::string data_path;           // empty: ../shared/data/tinyshakespeare.txt
+  std::string data_path;           // empty: tinyshakespeare.txt of the shared data
   std::string output_dir = "out/run";
   std::string checkpoint_dir;      // empty: no checkpoints
   int checkpoint_every = 0;        // steps; 0: at the end only
@@ -40,8 +40,9 @@ struct RunFlags {
   int threads = 1;                 // intra-op threads per worker
 };
 
-// --grad-compression NAME with --topk-density, --topk-momentum, --powersgd-rank, checked; throws
-// InputError "command line: --flag = value: rule".
+// --grad-compression NAME with --topk-density, --topk-momentum, --powersgd-rank (their ranges are
+// checked while parsing); throws InputError "command line: --grad-compression = ..." for an
+// unknown name.
 CompressionSpec CompressionFromCommandLine(const std::string& name, double topk_density,
                                           double topk_momentum, int powersgd_rank);
 

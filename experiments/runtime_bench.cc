@@ -199,8 +199,6 @@ PlainResult RunPlain(const BenchRuntimeArgs& args) {
 }  // namespace
 
 int RunBenchRuntime(const BenchRuntimeArgs& args) {
-  if (args.steps < 2)
-    ThrowInputError("command line", "--steps", args.steps, "must be >= 2 (the first is warm-up)");
   if (args.micro_batch_size < 1)
     ThrowInputError("command line", "micro_batch_size", args.micro_batch_size, "must be >= 1");
   if (args.global_batch_size < 1 || args.global_batch_size % (2 * args.micro_batch_size) != 0)
@@ -233,7 +231,7 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
   try {
     ProfileArgs profile_args;
     profile_args.output_dir = dir + "/profile";
-    profile_args.parts = "collective";
+    profile_args.parts = {"collective"};
     profile_args.nproc = 4;
     fmt::print("profiling collectives for the calibrated cluster description ...\n");
     std::fflush(stdout);

@@ -1,3 +1,5 @@
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -6,6 +8,7 @@
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/pipeline_sim.h"
+#include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
 #include "experiments/searchers.h"
@@ -47,10 +50,47 @@ nlohmann::json ProblemJson(const Problem& problem) {
 
 }  // namespace
 
+void AddAlgorithmFlag(CLI::App* command, std::vector<std::string>& algorithms) {
+  std::vector<std::string> names = SearcherNames();
+  names.push_back("all");
+  command
+      ->add_option("--algo", algorithms,
+                   "searchers, comma list or repeated (all: every one; stratos experiment "
+                   "options lists their options)")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(cli::OneOf(names))
+      ->capture_default_str();
+}
+
+void AddSearchFlags(CLI::App* command, SearchArgs& args) {
+  AddProblemFlags(command, args.problem);
+  AddAlgorithmFlag(command, args.algorithms);
+  command->add_option("--time-limit", args.time_limit_seconds, "seconds per searcher")
+      ->check(cli::NumberAbove(0))
+      ->capture_default_str();
+  command->add_option("--seed", args.seed, "random seed")
+      ->check(cli::IntAtLeast(0))
+      ->capture_default_str();
+  command->add_option("--max-stages", args.max_stages,
+                      "most pipeline stages (default: min(layers, devices, 16))")
+      ->check(cli::IntAtLeast(1));
+  command
+      ->add_option("--grad-compressions", args.grad_compressions,
+                   "per-stage gradient compression options, e.g. none,bf16,powersgd (changes the "
+                   "math of training; see stratos cosearch)")
+      ->capture_default_str();
+  command->add_option("--output-dir", args.output_dir, "where outputs go")->capture_default_str();
+  command->add_flag("!--no-progress", args.progress, "no progress lines on stderr");
+  command->add_option("--option", args.option_assignments,
+                      "a searcher option by name, repeatable: relax.iterations=60, "
+                      "space.max_stages=8, search.max_evaluations=1000 (list: stratos "
+                      "experiment options)")
+      ->allow_extra_args(false);
+}
+
 int RunSearch(const SearchArgs& args) {
-  if (args.time_limit_seconds <= 0)
-    ThrowInputError("command line", "--time-limit", args.time_limit_seconds, "must be > 0");
-  const std::vector<std::string> algorithms = ParseAlgorithmList(args.algorithms);
+  const std::vector<std::string> algorithms = ExpandAlgorithms(args.algorithms);
   // Every searcher's options: the flags first, then --option assignments by name.
   std::vector<std::unique_ptr<SearcherSetup>> setups;
   for (const std::string& name : algorithms) {
@@ -87,7 +127,11 @@ int RunSearch(const SearchArgs& args) {
       outcome.estimate = Evaluate(cost_model, *outcome.result.plan);
       fmt::print("{}", EstimateReport(*outcome.estimate, *outcome.result.plan));
     } else {
-      fmt::print("no feasible plan: {}\n", outcome.result.summary.message);
+      fmt::print("{}: {}\n",
+                 outcome.result.summary.termination == TerminationType::kDeclined
+                     ? "declined (not searched)"
+                     : "no feasible plan",
+                 outcome.result.summary.message);
     }
     outcomes.push_back(std::move(outcome));
   }
@@ -176,13 +220,23 @@ int RunSearch(const SearchArgs& args) {
              "chrome://tracing or Perfetto)\n",
              args.output_dir);
   if (!std::isfinite(best)) {
+    bool all_declined = true;
     std::string reasons;
-    for (const Outcome& o : outcomes)
-      reasons += fmt::format("\n  {}: {}", o.algorithm, o.result.summary.message);
+    for (const Outcome& o : outcomes) {
+      const SearchSummary& summary = o.result.summary;
+      all_declined = all_declined && summary.termination == TerminationType::kDeclined;
+      reasons += fmt::format("\n  {}: {}: {}", o.algorithm, TerminationTypeName(summary.termination),
+                             summary.message);
+    }
+    if (all_declined) {
+      fmt::print(stderr, "stratos: every searcher declined the problem (nothing was searched):{}\n",
+                 reasons);
+      return kExitDeclined;
+    }
     fmt::print(stderr, "stratos: no feasible plan:{}\n", reasons);
-    return 1;
+    return kExitNoResult;
   }
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

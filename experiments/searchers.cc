@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "baselines/dp_searcher.h"
@@ -20,18 +21,21 @@ std::unique_ptr<Searcher> MakeSearcher(const std::string& name) {
   return SearcherSetup(name).MakeSearcher();
 }
 
-std::vector<std::string> ParseAlgorithmList(const std::string& list) {
-  if (list == "all") return SearcherNames();
-  std::vector<std::string> names;
-  std::stringstream stream(list);
-  std::string name;
-  while (std::getline(stream, name, ',')) {
-    if (name.empty()) continue;
-    SearcherSetup check(name);  // validates
-    names.push_back(name);
+std::vector<std::string> ExpandAlgorithms(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  auto add = [&out](const std::string& name) {
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  };
+  for (const std::string& name : names) {
+    if (name == "all") {
+      for (const std::string& each : SearcherNames()) add(each);
+    } else if (!name.empty()) {
+      SearcherSetup check(name);  // validates
+      add(name);
+    }
   }
-  if (names.empty()) ThrowInputError("command line", "--algo", "\"" + list + "\"", "names no algorithm");
-  return names;
+  if (out.empty()) ThrowInputError("command line", "--algo", "\"\"", "names no algorithm");
+  return out;
 }
 
 namespace {

@@ -23,8 +23,10 @@ std::vector<std::string> SearcherNames();
 // ...)") for an unknown name.
 std::unique_ptr<Searcher> MakeSearcher(const std::string& name);
 
-// Splits "relax,dp" / "all" into names, validating each (InputError naming the bad one).
-std::vector<std::string> ParseAlgorithmList(const std::string& list);
+// The searchers that `names` asks for, in the order given, each once; "all" stands for every one
+// (SearcherNames() order). Throws InputError "command line: --algo = <name>: unknown algorithm"
+// for an unknown name and "... names no algorithm" for an empty list.
+std::vector<std::string> ExpandAlgorithms(const std::vector<std::string>& names);
 
 // One searcher with its options and the run's SearchOptions, every field settable by name:
 //   "<algorithm>.<field>"  the searcher's own options (RelaxOptions, McmcOptions, LocalOptions,

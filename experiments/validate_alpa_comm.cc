@@ -70,8 +70,6 @@ std::string Cell(const ErrorStats& e) {
 }  // namespace
 
 int RunValidateAlpaComm(const ValidateAlpaCommArgs& args) {
-  if (args.ring_links < 0)
-    ThrowInputError("command line", "--ring-links", args.ring_links, "must be >= 0");
   const LoadedProfile loaded = LoadProfile("", args.alpa_csv);
   const ClusterSpec base = ReadClusterFile(ResolveClusterPath(args.cluster));
   CalibrateOptions options;
@@ -237,7 +235,7 @@ int RunValidateAlpaComm(const ValidateAlpaCommArgs& args) {
       "\nwrote {0}/summary.json, {0}/residuals.csv, {0}/matmul_residuals.csv, "
       "{0}/calibrated.toml\n",
       args.output_dir);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

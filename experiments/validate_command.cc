@@ -12,8 +12,8 @@ namespace stratos {
 
 CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args) {
   CLI::App* validate = app.add_subcommand(
-      "validate", "the cost model against published measurements (tables in "
-                  "../shared/data/reference)");
+      "validate", "the cost model against published measurements (tables in the shared "
+                  "data's reference/)");
   validate->require_subcommand(1);
   for (const std::string& name : ValidationReportNames()) {
     CLI::App* report = validate->add_subcommand(name, ValidationReportDescription(name));
@@ -34,7 +34,7 @@ int RunValidate(const ValidateArgs& args) {
   WriteJsonAtomically(json, report.ToJson());
   WriteFileAtomically(csv, report.Csv());
   fmt::print("{}\nwrote {} and {}\n", report.Text(), json, csv);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace stratos

@@ -7,11 +7,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 
 namespace stratos {
 
-std::string DefaultDataPath() { return STRATOS_SOURCE_DIR "/../shared/data/tinyshakespeare.txt"; }
+std::string DefaultDataPath() { return SharedDataPath("tinyshakespeare.txt"); }
 
 CharDataset::CharDataset(const std::string& path, int seq_length, double train_fraction)
     : seq_length_(seq_length) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "costmodel/error.h"
+#include "costmodel/json_reader.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
 #include "runtime/compression.h"
@@ -81,27 +82,27 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
     const json& v = item.value();
     try {
       if (key == "model") o.model = v.get<std::string>();
-      else if (key == "seq_length") o.seq_length = v.get<int>();
+      else if (key == "seq_length") o.seq_length = JsonNumber<int>(v, where, key);
       else if (key == "plan") o.plan = PlanFromJson(v, where + ": plan");
-      else if (key == "steps") o.steps = v.get<int>();
-      else if (key == "learning_rate") o.learning_rate = v.get<double>();
-      else if (key == "adam_beta1") o.adam_beta1 = v.get<double>();
-      else if (key == "adam_beta2") o.adam_beta2 = v.get<double>();
-      else if (key == "adam_epsilon") o.adam_epsilon = v.get<double>();
-      else if (key == "seed") o.seed = v.get<uint64_t>();
+      else if (key == "steps") o.steps = JsonNumber<int>(v, where, key);
+      else if (key == "learning_rate") o.learning_rate = JsonNumber<double>(v, where, key);
+      else if (key == "adam_beta1") o.adam_beta1 = JsonNumber<double>(v, where, key);
+      else if (key == "adam_beta2") o.adam_beta2 = JsonNumber<double>(v, where, key);
+      else if (key == "adam_epsilon") o.adam_epsilon = JsonNumber<double>(v, where, key);
+      else if (key == "seed") o.seed = JsonNumber<uint64_t>(v, where, key);
       else if (key == "data_path") o.data_path = v.get<std::string>();
-      else if (key == "bucket_bytes") o.bucket_bytes = v.get<int64_t>();
+      else if (key == "bucket_bytes") o.bucket_bytes = JsonNumber<int64_t>(v, where, key);
       else if (key == "overlap_grad_sync") o.overlap_grad_sync = v.get<bool>();
       else if (key == "output_dir") o.output_dir = v.get<std::string>();
       else if (key == "checkpoint_dir") o.checkpoint_dir = v.get<std::string>();
-      else if (key == "checkpoint_every") o.checkpoint_every = v.get<int>();
+      else if (key == "checkpoint_every") o.checkpoint_every = JsonNumber<int>(v, where, key);
       else if (key == "resume") o.resume = v.get<bool>();
-      else if (key == "timeout_seconds") o.timeout_seconds = v.get<double>();
+      else if (key == "timeout_seconds") o.timeout_seconds = JsonNumber<double>(v, where, key);
       else if (key == "backend") o.backend = v.get<std::string>();
-      else if (key == "threads") o.threads = v.get<int>();
-      else if (key == "trace_steps") o.trace_steps = v.get<int>();
-      else if (key == "fault_rank") o.fault_rank = v.get<int>();
-      else if (key == "fault_step") o.fault_step = v.get<int>();
+      else if (key == "threads") o.threads = JsonNumber<int>(v, where, key);
+      else if (key == "trace_steps") o.trace_steps = JsonNumber<int>(v, where, key);
+      else if (key == "fault_rank") o.fault_rank = JsonNumber<int>(v, where, key);
+      else if (key == "fault_step") o.fault_step = JsonNumber<int>(v, where, key);
       else if (key == "fault_kind") o.fault_kind = v.get<std::string>();
       else throw InputError(fmt::format("{}: {}: unknown key", where, key));
     } catch (const json::exception& e) {

@@ -22,51 +22,48 @@
 namespace stratos {
 
 void RelaxOptions::Validate() const {
-  const std::string where = "RelaxOptions";
-  if (restarts < 1) ThrowInputError(where, "restarts", restarts, "must be >= 1");
-  if (price_starts < 1) ThrowInputError(where, "price_starts", price_starts, "must be >= 1");
+  // Named as in specs and --option (experiments/searchers.h).
+  const auto fail = [](const char* field, const auto& value, const std::string& rule) {
+    ThrowOptionError(std::string("relax.") + field, value, rule);
+  };
+  if (restarts < 1) fail("restarts", restarts, "must be >= 1");
+  if (price_starts < 1) fail("price_starts", price_starts, "must be >= 1");
   if (coarse_layers != 0 && coarse_layers < 2)
-    ThrowInputError(where, "coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
+    fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
   if (device_decode_max_cells < 0)
-    ThrowInputError(where, "device_decode_max_cells", device_decode_max_cells, "must be >= 0");
-  if (iterations < 1) ThrowInputError(where, "iterations", iterations, "must be >= 1");
-  if (!(learning_rate > 0)) ThrowInputError(where, "learning_rate", learning_rate, "must be > 0");
-  if (!(initial_temperature > 0))
-    ThrowInputError(where, "initial_temperature", initial_temperature, "must be > 0");
+    fail("device_decode_max_cells", device_decode_max_cells, "must be >= 0");
+  if (iterations < 1) fail("iterations", iterations, "must be >= 1");
+  if (!(learning_rate > 0)) fail("learning_rate", learning_rate, "must be > 0");
+  if (!(initial_temperature > 0)) fail("initial_temperature", initial_temperature, "must be > 0");
   if (!(final_temperature > 0) || final_temperature > initial_temperature)
-    ThrowInputError(where, "final_temperature", final_temperature,
-                    fmt::format("must be > 0 and <= initial_temperature = {}",
-                                initial_temperature));
+    fail("final_temperature", final_temperature,
+         fmt::format("must be > 0 and <= relax.initial_temperature = {}", initial_temperature));
   if (!(initial_smoothmax_tau >= 0))
-    ThrowInputError(where, "initial_smoothmax_tau", initial_smoothmax_tau, "must be >= 0");
+    fail("initial_smoothmax_tau", initial_smoothmax_tau, "must be >= 0");
   if (!(final_smoothmax_tau >= 0) || final_smoothmax_tau > initial_smoothmax_tau)
-    ThrowInputError(where, "final_smoothmax_tau", final_smoothmax_tau,
-                    fmt::format("must be >= 0 and <= initial_smoothmax_tau = {}",
-                                initial_smoothmax_tau));
+    fail(
+        "final_smoothmax_tau", final_smoothmax_tau,
+        fmt::format("must be >= 0 and <= relax.initial_smoothmax_tau = {}", initial_smoothmax_tau));
   if (!(memory_penalty_weight >= 0))
-    ThrowInputError(where, "memory_penalty_weight", memory_penalty_weight, "must be >= 0");
+    fail("memory_penalty_weight", memory_penalty_weight, "must be >= 0");
   if (!(device_penalty_weight >= 0))
-    ThrowInputError(where, "device_penalty_weight", device_penalty_weight, "must be >= 0");
+    fail("device_penalty_weight", device_penalty_weight, "must be >= 0");
   if (!(stage_count_penalty_weight >= 0))
-    ThrowInputError(where, "stage_count_penalty_weight", stage_count_penalty_weight,
-                    "must be >= 0");
+    fail("stage_count_penalty_weight", stage_count_penalty_weight, "must be >= 0");
   if (discretize_every < 0)
-    ThrowInputError(where, "discretize_every", discretize_every, "must be >= 0 (0 = only at the end)");
-  if (max_polish_starts < 1)
-    ThrowInputError(where, "max_polish_starts", max_polish_starts, "must be >= 1");
-  if (polish_kicks < 0) ThrowInputError(where, "polish_kicks", polish_kicks, "must be >= 0");
+    fail("discretize_every", discretize_every, "must be >= 0 (0 = only at the end)");
+  if (max_polish_starts < 1) fail("max_polish_starts", max_polish_starts, "must be >= 1");
+  if (polish_kicks < 0) fail("polish_kicks", polish_kicks, "must be >= 0");
   if (!(initial_gibbs_temperature > 0))
-    ThrowInputError(where, "initial_gibbs_temperature", initial_gibbs_temperature, "must be > 0");
+    fail("initial_gibbs_temperature", initial_gibbs_temperature, "must be > 0");
   if (!(final_gibbs_temperature > 0) || final_gibbs_temperature > initial_gibbs_temperature)
-    ThrowInputError(where, "final_gibbs_temperature", final_gibbs_temperature,
-                    fmt::format("must be > 0 and <= initial_gibbs_temperature = {}",
-                                initial_gibbs_temperature));
+    fail("final_gibbs_temperature", final_gibbs_temperature,
+         fmt::format("must be > 0 and <= relax.initial_gibbs_temperature = {}",
+                     initial_gibbs_temperature));
   if (!(prune_microbatch_ratio == 0 || prune_microbatch_ratio >= 1))
-    ThrowInputError(where, "prune_microbatch_ratio", prune_microbatch_ratio,
-                    "must be 0 (never) or >= 1");
+    fail("prune_microbatch_ratio", prune_microbatch_ratio, "must be 0 (never) or >= 1");
   if (!(min_config_probability >= 0 && min_config_probability < 1))
-    ThrowInputError(where, "min_config_probability", min_config_probability,
-                    "must be >= 0 and < 1");
+    fail("min_config_probability", min_config_probability, "must be >= 0 and < 1");
 }
 
 const char* RelaxPolishName(RelaxOptions::Polish polish) {

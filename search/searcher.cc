@@ -11,16 +11,15 @@
 namespace stratos {
 
 void SearchOptions::Validate() const {
-  const std::string where = "SearchOptions";
-  if (!(time_limit_seconds > 0) || std::isnan(time_limit_seconds)) {
-    ThrowInputError(where, "SearchOptions.time_limit_seconds", time_limit_seconds, "must be > 0");
+  // Named as in specs and --option (experiments/searchers.h).
+  if (!(time_limit_seconds > 0) || !std::isfinite(time_limit_seconds)) {
+    ThrowOptionError("search.time_limit_seconds", time_limit_seconds, "must be > 0 and finite");
   }
   if (max_evaluations < 0) {
-    ThrowInputError(where, "SearchOptions.max_evaluations", max_evaluations,
-                    "must be >= 0 (0 = unbounded)");
+    ThrowOptionError("search.max_evaluations", max_evaluations, "must be >= 0 (0 = unbounded)");
   }
   if (threads < 1) {
-    ThrowInputError(where, "SearchOptions.threads", threads, "must be >= 1");
+    ThrowOptionError("search.threads", threads, "must be >= 1");
   }
   space.Validate();
 }
@@ -37,6 +36,8 @@ const char* TerminationTypeName(TerminationType type) {
       return "evaluation_limit";
     case TerminationType::kInfeasible:
       return "infeasible";
+    case TerminationType::kDeclined:
+      return "declined";
   }
   return "unknown";
 }

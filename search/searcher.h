@@ -1,7 +1,8 @@
 #pragma once
 // One interface for every searcher, Ceres style (DESIGN.md §7):
 //   SearchResult result = searcher.Search(problem, options);
-// Infeasibility is a value (TerminationType::kInfeasible with a message), not an exception.
+// Infeasibility is a value (TerminationType::kInfeasible with a message), not an exception; so
+// is a searcher declining a problem it does not take (TerminationType::kDeclined).
 // No LibTorch in this header: baselines include it without paying for LibTorch headers.
 #include <chrono>
 #include <functional>
@@ -34,7 +35,19 @@ struct SearchOptions {
   void Validate() const;
 };
 
-enum class TerminationType { kOptimal, kConverged, kTimeLimit, kEvaluationLimit, kInfeasible };
+// How a search ended. kInfeasible: the searcher looked and no plan fits (the message says why).
+// kDeclined: the searcher did not search, because it does not take this problem (exhaustive
+// search over its plan limit, the ILP in a build without CBC); it says nothing about whether
+// a plan exists.
+enum class TerminationType {
+  kOptimal,
+  kConverged,
+  kTimeLimit,
+  kEvaluationLimit,
+  kInfeasible,
+  kDeclined
+};
+// "optimal", "converged", "time_limit", "evaluation_limit", "infeasible", "declined".
 const char* TerminationTypeName(TerminationType type);
 
 struct AnytimePoint {
@@ -59,7 +72,8 @@ struct SearchSummary {
 
   // Whether a plan was found (a search stopped by its time limit may have none yet).
   bool HasPlan() const {
-    return termination != TerminationType::kInfeasible && best_iteration_seconds < kNoPlanSeconds;
+    return termination != TerminationType::kInfeasible &&
+           termination != TerminationType::kDeclined && best_iteration_seconds < kNoPlanSeconds;
   }
   std::string BriefReport() const;  // one line
   std::string FullReport() const;   // multi-line

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <utility>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 
 // fast-cpp-csv-parser (Debian libfccp-dev): single-threaded reading, no pthread dependency.
@@ -111,7 +112,7 @@ std::vector<int> IntegerList(const Row<N>& row, const char* name) {
 }  // namespace
 
 std::string ReferenceDataPath(const std::string& file) {
-  return std::string(STRATOS_SOURCE_DIR) + "/../shared/data/reference/" + file;
+  return SharedDataPath("reference/" + file);
 }
 
 std::vector<MegatronScalingRow> ReadMegatronScaling(const std::string& path) {

@@ -41,6 +41,9 @@ expect_one_line_error() {
 }
 
 expect "help lists the subcommands" 0 "search" -- "$STRATOS" --help
+expect "help lists the exit codes" 0 "exit codes: 0 success; 1 no result .* 2 bad input .* 4 every searcher declined" -- \
+  "$STRATOS" --help
+expect "a subcommand's help lists them too" 0 "exit codes: 0 success" -- "$STRATOS" search --help
 expect "version prints LibTorch" 0 "LibTorch" -- "$STRATOS" version
 
 expect "search dp+grid on a real model writes summary.json" 0 "gap %" -- \
@@ -63,10 +66,41 @@ expect "evaluate reads a HuggingFace config.json" 0 "predicted iteration" -- \
   "$STRATOS" evaluate --model llama3-8b --seq-length 4096 --cluster dgx-h100 --nodes 1 \
   --global-batch 64 --tp 4 --pp 2 --dp 1 --micro-batch 1 --recompute full
 
+# The data directory: `make install` puts the binary and its data under DESTDIR/PREFIX, and the
+# installed binary runs from any directory; --data-dir and STRATOS_DATA_DIR choose another one.
+REPO=$(pwd)
+BUILD=$(cd "$(dirname "$STRATOS")" && pwd)
+expect "make install honours PREFIX and DESTDIR" 0 "share/stratos/experiments/plot.py" -- \
+  make -s -C "$REPO" install BUILD_DIR="$BUILD" DESTDIR="$WORK/dest" PREFIX=/opt/stratos
+INSTALLED=$WORK/dest/opt/stratos/bin/stratos
+mkdir -p "$WORK/elsewhere"
+expect "the installed stratos reads its data from PREFIX/share/stratos" 0 \
+  "data directory: .*/dest/opt/stratos/share/stratos$" -- \
+  sh -c 'cd "$1" && "$0" version' "$INSTALLED" "$WORK/elsewhere"
+expect "the installed stratos searches from another directory" 0 "gap %" -- \
+  sh -c 'cd "$1" && "$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo grid --no-progress --output-dir out' \
+  "$INSTALLED" "$WORK/elsewhere"
+expect "the installed specs are there" 0 "" -- test -f "$WORK/dest/opt/stratos/share/stratos/experiments/specs/ladder.toml"
+cp -r "$WORK/dest/opt/stratos/share/stratos" "$WORK/mydata"
+printf '[model]\nfamily = "gpt"\nhidden_size = 256\nnum_layers = 4\nnum_attention_heads = 4\nvocab_size = 1000\nseq_length = 128\n' \
+  >"$WORK/mydata/data/models/tiny-test.toml"
+expect "--data-dir adds its zoo" 0 "problem: tiny-test" -- \
+  "$STRATOS" --data-dir "$WORK/mydata" search --model tiny-test --nodes 1 --global-batch 8 \
+  --algo grid --no-progress --output-dir "$WORK/mydata-search"
+expect "STRATOS_DATA_DIR chooses the data directory too" 0 "problem: tiny-test" -- \
+  env STRATOS_DATA_DIR="$WORK/mydata" "$STRATOS" search --model tiny-test --nodes 1 \
+  --global-batch 8 --algo grid --no-progress --output-dir "$WORK/mydata-search"
+expect_one_line_error "--data-dir that is not a data directory" \
+  "command line: --data-dir = .*/elsewhere: must be a stratos data directory" -- \
+  "$STRATOS" --data-dir "$WORK/elsewhere" search --algo grid --output-dir "$WORK/x"
+expect_one_line_error "STRATOS_DATA_DIR that is not a data directory" \
+  "STRATOS_DATA_DIR = .*/elsewhere: must be a stratos data directory" -- \
+  env STRATOS_DATA_DIR="$WORK/elsewhere" "$STRATOS" search --algo grid --output-dir "$WORK/x"
+
 # Bad input: one line naming file/flag, value and rule; exit code 2.
 expect_one_line_error "unknown zoo model" "--model.*not a file and not a zoo model" -- \
   "$STRATOS" search --model gpt5 --algo grid --output-dir "$WORK/x"
-expect_one_line_error "unknown algorithm" "--algo.*unknown algorithm" -- \
+expect_one_line_error "unknown algorithm" '--algo = "annealing": must be one of "relax", "dp"' -- \
   "$STRATOS" search --model gpt3-1.3b --algo annealing --output-dir "$WORK/x"
 printf '[model]\nfamily = "gpt"\nhidden_size = 1024\nnum_layers = \n' >"$WORK/broken.toml"
 expect_one_line_error "malformed TOML names the file and line" "broken.toml:4" -- \
@@ -74,11 +108,63 @@ expect_one_line_error "malformed TOML names the file and line" "broken.toml:4" -
 printf '{"schema": "stratos.plan/1", "global_batch_size": 512,' >"$WORK/broken.json"
 expect_one_line_error "malformed plan JSON names the file" "broken.json: JSON parse error" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --plan "$WORK/broken.json"
+printf '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 32, "vocab_size": 1e400}' \
+  >"$WORK/overflow.config.json"
+expect_one_line_error "a number overflowing a double in a JSON model names file, key, value, rule" \
+  "overflow.config.json: vocab_size = 1e400: must be a finite number" -- \
+  "$STRATOS" search --model "$WORK/overflow.config.json" --algo grid --output-dir "$WORK/x"
+sed 's/"num_microbatches": [0-9]*/"num_microbatches": 4294967296/' "$WORK/search/plans/dp.json" >"$WORK/big.json"
+expect_one_line_error "an integer too large for its field in a plan names file, key, value, rule" \
+  "big.json: num_microbatches = 4294967296: must be an integer in \[-2147483648, 2147483647\]" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --plan "$WORK/big.json"
+printf '[model]\nfamily = "explicit"\n[[model.layer]]\nforward_flops = inf\nparam_bytes = 2\nactivation_bytes = 1\n' \
+  >"$WORK/inf.toml"
+expect_one_line_error "inf in a TOML model names file, key, value, rule" \
+  "inf.toml: model.layer\[0\].forward_flops = inf: must be a finite number" -- \
+  "$STRATOS" search --model "$WORK/inf.toml" --algo grid --output-dir "$WORK/x"
 expect_one_line_error "a plan that does not fit the problem names the key" \
   "--micro-batch = 1: micro-batch x dp = 3 must divide the global batch 512" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
 expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
   "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"
+
+# Command-line parse errors are input errors like any other: exit 2, one line.
+expect_one_line_error "an unknown flag" "command line: The following argument was not expected: --frobnicate" -- \
+  "$STRATOS" search --frobnicate
+expect_one_line_error "no subcommand" "command line: A subcommand is required" -- "$STRATOS"
+expect_one_line_error "a value of the wrong type names flag, value and rule" \
+  "command line: --nodes = two: must be an integer" -- "$STRATOS" search --nodes two
+expect_one_line_error "a flag without its value" "command line: --seed" -- "$STRATOS" search --seed
+expect_one_line_error "compare --algos is gone (one spelling: --algo)" "not expected: .*--algos" -- \
+  "$STRATOS" compare --algos dp
+# Values that mean nothing are refused like any other bad value, naming flag, value and rule.
+for bad in "search --max-stages 0:--max-stages = 0: must be >= 1" \
+           "search --nodes 0:--nodes = 0: must be >= 1" \
+           "search --global-batch 0:--global-batch = 0: must be >= 1" \
+           "search --time-limit -5:--time-limit = -5: must be > 0" \
+           "search --time-limit nan:--time-limit = nan: must be a finite number" \
+           "search --seq-length 0:--seq-length = 0: must be >= 1" \
+           "compare --max-stages 0:--max-stages = 0: must be >= 1" \
+           "evaluate --zero 4 --tp 1:--zero = 4: must be in \[0, 3\]" \
+           "bench ladder --time-limit 0:--time-limit = 0: must be > 0" \
+           "run --zero 2:--zero = 2: must be in \[0, 1\]" \
+           "cosearch --nodes 0:--nodes = 0: must be >= 1" \
+           "experiment run x.toml --jobs 0:--jobs = 0: must be >= 1" \
+           "experiment run x.toml --max-cells -1:--max-cells = -1: must be >= 0"; do
+  # shellcheck disable=SC2086
+  expect_one_line_error "refused: ${bad%%:*}" "command line: ${bad#*:}" -- "$STRATOS" ${bad%%:*}
+done
+# --algo: a comma list or repeated, `all` for every searcher; compare takes the same flags.
+expect "--algo repeated runs each named searcher" 0 "^grid .*converged" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp --algo grid --no-progress --output-dir "$WORK/repeated"
+expect "--algo repeated: both plans are written" 0 "" -- \
+  test -f "$WORK/repeated/plans/dp.json" -a -f "$WORK/repeated/plans/grid.json"
+expect "compare takes --algo as search does" 0 "^dp .*optimal" -- \
+  "$STRATOS" compare --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp,grid --time-limit 30 --no-progress --output-dir "$WORK/compare"
+expect "compare writes the anytime curves" 0 "^dp," -- cat "$WORK/compare/anytime.csv"
 
 # Gradient compression: priced by evaluate, refused with the allowed names.
 expect "evaluate prices PowerSGD gradient compression" 0 "compression=powersgd\(rank=2\)" -- \
@@ -111,6 +197,22 @@ for algorithm in relax dp ilp mcmc grid exhaustive; do
   expect "no feasible plan: $algorithm gives its reason" 0 "^  $algorithm: .*(memory|too large)" -- \
     cat "$WORK/nowhere.err"
 done
+
+# A searcher that does not take a problem declines it (not "infeasible"); when every searcher
+# asked declined, the exit code is 4.
+expect "exhaustive over its plan limit reports declined" 4 "^exhaustive +declined " -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined"
+expect "every searcher declined: exit 4 saying so" 4 "every searcher declined the problem" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined"
+expect "every searcher declined: the reason is printed" 4 "^  exhaustive: declined: problem too large" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined"
+expect "summary.json records the declined status" 0 '"status": "declined"' -- cat "$WORK/declined/summary.json"
+expect "a declined searcher beside one that finds a plan: exit 0" 0 "gap %" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo exhaustive,grid --option search.max_evaluations=10 --no-progress --output-dir "$WORK/declined2"
 
 # Validation reports against published measurements: each runs, prints its headline and writes
 # its JSON and CSV.
@@ -152,7 +254,8 @@ expect "calibrate reads the profile stratos profile wrote" 0 \
   "wrote .*local.toml|fit of [a-z_]+: the intra-node bandwidth comes out unbounded" -- \
   sh -c '"$0" calibrate --profile "$1" --cluster p3.16xlarge --output "$2"; true' \
   "$STRATOS" "$WORK/profile" "$WORK/local.toml"
-expect_one_line_error "profile: unknown part" "--parts = gemm: must list matmul, layer, collective" -- \
+expect_one_line_error "profile: unknown part" \
+  '--parts = "gemm": must be one of "matmul", "layer", "collective"' -- \
   "$STRATOS" profile --parts gemm --output-dir "$WORK/profile"
 # Calibration: fit the Alpa V100 profile, search on the calibrated file, reject a bad profile.
 expect "calibrate writes a calibrated cluster file" 0 "wrote .*cal.toml" -- \
@@ -195,8 +298,11 @@ expect "cosearch runs end to end and prints the comparison" 0 "time to target" -
 expect "cosearch writes curves for every plan" 0 "^throughput-only,10," -- cat "$WORK/cosearch/curves.csv"
 expect "cosearch says its time axis is simulated" 0 "simulated" -- cat "$WORK/cosearch/summary.json"
 expect_one_line_error "cosearch: compressions must start with none" \
-  "--compressions = \"?powersgd,none\"?: must start with none" -- \
-  "$STRATOS" cosearch --compressions powersgd,none --output-dir "$WORK/cosearch-bad"
+  "--grad-compressions = \"?powersgd,none\"?: must start with none" -- \
+  "$STRATOS" cosearch --grad-compressions powersgd,none --output-dir "$WORK/cosearch-bad"
+expect_one_line_error "cosearch: a rule over two flags names both" \
+  "command line: --warmup-steps = 10: must be < --search-steps = 10" -- \
+  "$STRATOS" cosearch --search-steps 10 --warmup-steps 10 --output-dir "$WORK/cosearch-bad"
 expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
   --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"
@@ -279,6 +385,9 @@ expect "experiment options lists relax.polish" 0 "relax.polish \(text, default \
 expect_one_line_error "search --option: an unknown option is named" \
   "relax.iteratons = \"3\": unknown option" -- \
   "$STRATOS" search --algo relax --option relax.iteratons=3 --output-dir "$WORK/opt"
+expect_one_line_error "search --option: a bad value names the option as written" \
+  "command line: relax.iterations = 0: must be >= 1" -- \
+  "$STRATOS" search --algo relax --option relax.iterations=0 --output-dir "$WORK/opt"
 expect "search --option reaches the searcher and is recorded" 0 '"relax.polish": "none"' -- \
   sh -c '"$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo relax --option relax.polish=none --no-progress --output-dir "$1" >/dev/null && cat "$1/summary.json"' \
   "$STRATOS" "$WORK/opt"

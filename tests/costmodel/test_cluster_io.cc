@@ -158,6 +158,13 @@ TEST_CASE("counts < 1 and bandwidth <= 0 are InputErrors") {
                     {"c.toml: network[0].latency_us = -1: must be >= 0"});
 }
 
+TEST_CASE("inf and nan in a cluster file are InputErrors naming the key") {
+  CheckClusterError(Cluster(kDevice, kGroup, "[[network]]\nbandwidth_GBps = inf\nlatency_us = 1\n"),
+                    {"c.toml: network[0].bandwidth_GBps = inf: must be a finite number"});
+  CheckClusterError(Cluster(kDevice, kGroup, "[[network]]\nbandwidth_GBps = 1\nlatency_us = nan\n"),
+                    {"c.toml: network[0].latency_us = nan: must be a finite number"});
+}
+
 TEST_CASE("an unknown device in a node group is an InputError listing the catalog") {
   CheckClusterError(Cluster(kDevice,
                             "[[node_group]]\ncount = 1\ngpus_per_node = 8\n"

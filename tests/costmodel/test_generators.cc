@@ -54,7 +54,7 @@ TEST_CASE("generators: non-uniform models are deterministic per seed and stay in
   CHECK(hi - lo > 1.3);  // 400 draws cover most of the 1.5 decades
   options.spread_decades = -1;
   CHECK_THROWS_WITH_AS(MakeNonUniformModel(options, 0),
-                       "NonUniformModelOptions: spread_decades = -1: must be in [0, 12]", InputError);
+                       "spread_decades = -1: must be in [0, 12]", InputError);
 }
 
 TEST_CASE("generators: operator granularity sums to the block-level model (gpt and llama)") {

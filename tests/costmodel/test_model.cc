@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "costmodel/model.h"
 #include "costmodel/model_io.h"
@@ -14,7 +15,7 @@ namespace stratos {
 using testing::InputErrorMessage;
 namespace {
 
-const std::string kHfConfigs = STRATOS_SOURCE_DIR "/../shared/data/hf_configs/";
+const std::string kHfConfigs = SharedDataPath("hf_configs/");
 
 ModelSpec GptShape(int h, int layers, int heads, int seq) {
   ModelSpec model;
@@ -47,7 +48,7 @@ TEST_CASE("Llama-3-8B parameter count from its HF config is the published 8,030,
 }
 
 TEST_CASE("Llama-3-8B zoo TOML and HF config give the same parameter count and layers") {
-  const ModelSpec toml = ReadModelFile(STRATOS_SOURCE_DIR "/data/models/llama3-8b.toml");
+  const ModelSpec toml = ReadModelFile(DataPath("data/models/llama3-8b.toml"));
   const ModelSpec hf = ReadModelFile(kHfConfigs + "llama3_8b.config.json");
   CHECK(toml.ParameterCount() == 8030261248.0);
   REQUIRE(toml.NumLayers() == hf.NumLayers());

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
@@ -14,7 +15,7 @@ namespace stratos {
 using testing::InputErrorMessage;
 namespace {
 
-const std::string kHfConfigs = STRATOS_SOURCE_DIR "/../shared/data/hf_configs/";
+const std::string kHfConfigs = SharedDataPath("hf_configs/");
 
 // Checks that the message of the InputError thrown by parsing `toml` contains every part.
 void CheckModelTomlError(const std::string& toml, std::initializer_list<const char*> parts) {
@@ -227,6 +228,30 @@ TEST_CASE("HF sizes: missing, non-integer and <= 0 are InputErrors with the HF k
   CheckHfError(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 0, "n_head": 4,
                    "vocab_size": 10, "n_positions": 32})",
                {"c.json: n_layer = 0: must be >= 1"});
+}
+
+TEST_CASE("HF numbers that do not fit an int or a double are InputErrors with the HF key") {
+  const std::string head = R"({"model_type": "gpt2", "n_layer": 1, "n_head": 4, "n_positions": 32, )";
+  CheckHfError(head + R"("n_embd": 64, "vocab_size": 1e400})",
+               {"c.json: vocab_size = 1e400: must be a finite number"});
+  CheckHfError(head + R"("n_embd": 4294967360, "vocab_size": 10})",
+               {"c.json: n_embd = 4294967360: must be an integer in [-2147483648, 2147483647]"});
+  CheckHfError(head + R"("n_embd": 1000000000000000000000000000000, "vocab_size": 10})",
+               {"c.json: n_embd = 1e+30: must be an integer in [-2147483648, 2147483647]"});
+  CheckHfError(head + R"("n_embd": -64, "vocab_size": 10})", {"c.json: n_embd = -64: must be >= 1"});
+}
+
+TEST_CASE("TOML numbers: inf, nan and integers beyond 64 bits are InputErrors naming the key") {
+  CheckModelTomlError("[model]\nfamily = \"explicit\"\n[[model.layer]]\nforward_flops = inf\n"
+                      "param_bytes = 2\nactivation_bytes = 1\n",
+                      {"x.toml: model.layer[0].forward_flops = inf: must be a finite number"});
+  CheckModelTomlError("[model]\nfamily = \"explicit\"\ncut_cost_seconds = nan\n",
+                      {"x.toml: model.cut_cost_seconds = nan: must be a finite number"});
+  CheckModelTomlError("[model]\nfamily = \"gpt\"\nhidden_size = 99999999999999999999\n",
+                      {"x.toml:3:", "not representable in 64 bits",
+                       "(in `hidden_size = 99999999999999999999`)"});
+  CheckModelTomlError(std::string(kTinyGpt) + "max_position_embeddings = 4294967296\n",
+                      {"x.toml: model.max_position_embeddings = 4294967296: must be <= 2147483647"});
 }
 
 TEST_CASE("an unknown zoo model name is an InputError listing the zoo") {

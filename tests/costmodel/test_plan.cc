@@ -4,7 +4,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "costmodel/checked_number.h"
 #include "costmodel/error.h"
+#include "costmodel/json_reader.h"
 #include "costmodel/plan.h"
 #include "costmodel/synthetic.h"
 
@@ -80,6 +89,87 @@ TEST_CASE("plan rule: wrong type") {
   json j = ValidPlanJson();
   j["num_microbatches"] = "three";
   CheckMentions(PlanError(j), {"num_microbatches", "\"three\"", "integer"});
+}
+
+TEST_CASE("plan rule: a number that does not fit its field names file, key, value and rule") {
+  json j = ValidPlanJson();
+  j["num_microbatches"] = 4294967296LL;  // fits JSON and int64, not an int
+  CHECK(PlanError(j) ==
+        "p.json: num_microbatches = 4294967296: must be an integer in [-2147483648, 2147483647]");
+  j = ValidPlanJson();
+  j["stages"][1]["mesh"] = {1, 1e30};  // an integer beyond 64 bits is parsed as a float
+  CHECK(PlanError(j) == "p.json: stages[1].mesh[1] = 1e+30: must be an integer in "
+                        "[-2147483648, 2147483647]");
+  j = ValidPlanJson();
+  j["stages"][0]["mesh"] = {1.5, 1};
+  CHECK(PlanError(j) == "p.json: stages[0].mesh[0] = 1.5: must be an integer");
+  j = ValidPlanJson();
+  j["stages"][0]["grad_compression"] = {{"kind", "topk"}, {"density", "dense"}};
+  CHECK(PlanError(j) == "p.json: stages[0].grad_compression.density = \"dense\": must be a number");
+}
+
+TEST_CASE("plan file: a number that overflows a double is an input error naming its key") {
+  std::string text = ValidPlanJson().dump();
+  const std::string from = "\"tensor_parallel\":1,\"zero_stage\"";
+  const size_t at = text.rfind(from);  // in stages[1]
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), "\"tensor_parallel\":1e400,\"zero_stage\"");
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "stratos_plan_overflow_test.json").string();
+  std::ofstream(path) << text;
+  std::string message;
+  try {
+    ReadPlanFile(path);
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  std::remove(path.c_str());
+  CHECK(message == path + ": stages[1].tensor_parallel = 1e400: must be a finite number");
+}
+
+TEST_CASE("JSON parsing keeps key paths of nested objects and arrays for overflow errors") {
+  const auto error = [](const std::string& text) {
+    try {
+      ParseJsonText(text, "f.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error("1e999") == "f.json: (top level) = 1e999: must be a finite number");
+  CHECK(error(R"({"a": {"b": [1, 2, {"c": -1e999}]}})") ==
+        "f.json: a.b[2].c = -1e999: must be a finite number");
+  CHECK(error(R"({"a": [[0], [1, 2e308]]})") == "f.json: a[1][1] = 2e308: must be a finite number");
+  CHECK(error(R"({"a": 1,)").rfind("f.json: JSON parse error: ", 0) == 0);
+  // The document built is the one json::parse builds.
+  const std::string text = R"({"x": [1, -2, 3.5, "s", null, true, {"y": {}}], "z": 18446744073709551615})";
+  CHECK(ParseJsonText(text, "f.json") == json::parse(text));
+}
+
+TEST_CASE("checked numbers: negative for unsigned, out of range, non-finite") {
+  const NumberSource at{"f", "k", "v"};
+  CHECK(CheckedInteger<int>(-5LL, at) == -5);
+  CHECK(CheckedInteger<unsigned>(7ULL, at) == 7u);
+  const auto error = [](auto f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error([&] { CheckedInteger<std::uint64_t>(-1LL, at); }) == "f: k = v: must be >= 0");
+  CHECK(error([&] { CheckedInteger<int>(1LL << 40, at); }) ==
+        "f: k = v: must be an integer in [-2147483648, 2147483647]");
+  CHECK(error([&] { CheckedInteger<int>(18446744073709551615ULL, at); }) ==
+        "f: k = v: must be an integer in [-2147483648, 2147483647]");
+  CHECK(error([&] { CheckedFloat<double>(std::numeric_limits<double>::infinity(), at); }) ==
+        "f: k = v: must be a finite number");
+  CHECK(error([&] { CheckedFloat<double>(std::nan(""), at); }) == "f: k = v: must be a finite number");
+  CHECK(error([&] { CheckedFloat<long>(-1e30, at); }) ==
+        "f: k = v: must be an integer in [-9223372036854775808, 9223372036854775807]");
+  CHECK(error([&] { CheckedFloat<std::uint64_t>(-1e30, at); }) == "f: k = v: must be >= 0");
+  CHECK(error([&] { CheckedFloat<int>(2.0, at); }) == "f: k = v: must be an integer");
 }
 
 TEST_CASE("plan rule: stages must cover the layers in order") {

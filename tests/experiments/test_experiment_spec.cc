@@ -2,10 +2,14 @@
 // (experiments/searchers.h): expansion into cells, and errors that name file, key, value and rule.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
+#include "experiments/experiment_runner.h"
 #include "experiments/experiment_spec.h"
 #include "experiments/searchers.h"
 
@@ -154,7 +158,7 @@ TEST_CASE("experiment spec: errors name the file, the key, the value and the rul
   CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"relax\"\noptions = { iterations = 2.5 }\n") ==
         "spec.toml: searcher[0].options: relax.iterations = \"2.5\": must be an integer");
   CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"relax\"\noptions = { iterations = 0 }\n") ==
-        "spec.toml: searcher[0].options: RelaxOptions: iterations = 0: must be >= 1");
+        "spec.toml: searcher[0].options: relax.iterations = 0: must be >= 1");
   CHECK(SpecError(family + "[[searcher]]\nalgorithm = \"dp\"\noptions = { space = { "
                            "min_stages = 0 } }\n")
             .find("spec.toml: searcher[0].options: ") == 0);
@@ -208,13 +212,39 @@ TEST_CASE("searcher options by name: every field is settable, typed, validated a
         "w: relax.gumbel_noise = \"yes\": must be true or false");
   CHECK(ErrorOf([&] { relax.Set("mcmc.beta", "3", "w"); }).find("w: mcmc.beta = \"3\": unknown option") == 0);
   relax.Set("relax.restarts", "0", "w");
-  CHECK(ErrorOf([&] { relax.Validate("w"); }) == "w: RelaxOptions: restarts = 0: must be >= 1");
+  CHECK(ErrorOf([&] { relax.Validate("w"); }) == "w: relax.restarts = 0: must be >= 1");
+
+  // Every option struct's rules name the option as it is written here.
+  SearcherSetup dp("dp");
+  dp.Set("space.min_stages", "0", "w");
+  CHECK(ErrorOf([&] { dp.Validate("command line"); }) ==
+        "command line: space.min_stages = 0: must be >= 1");
+  SearcherSetup mcmc("mcmc");
+  mcmc.Set("search.threads", "0", "w");
+  CHECK(ErrorOf([&] { mcmc.Validate("command line"); }) ==
+        "command line: search.threads = 0: must be >= 1");
+  mcmc.Set("search.threads", "1", "w");
+  mcmc.Set("mcmc.restart_patience", "0", "w");
+  CHECK(ErrorOf([&] { mcmc.Validate("command line"); }) ==
+        "command line: mcmc.restart_patience = 0: must be >= 1");
 
   SearcherSetup local("local");
   local.Set("local.starts", "3", "t");
   CHECK(local.ToJson()["options"]["local.starts"] == 3);
   CHECK(ErrorOf([] { SearcherSetup("annealing"); }).find("--algo = annealing: unknown algorithm") !=
         std::string::npos);
+}
+
+TEST_CASE("--algo names expand in order, each once, with all standing for every searcher") {
+  CHECK(ExpandAlgorithms({"dp", "grid", "dp"}) == std::vector<std::string>{"dp", "grid"});
+  CHECK(ExpandAlgorithms({"all"}) == SearcherNames());
+  std::vector<std::string> grid_first = {"grid"};
+  for (const std::string& name : SearcherNames())
+    if (name != "grid") grid_first.push_back(name);
+  CHECK(ExpandAlgorithms({"grid", "all"}) == grid_first);
+  CHECK(ErrorOf([] { ExpandAlgorithms({"annealing"}); }).find("--algo = annealing: unknown algorithm") !=
+        std::string::npos);
+  CHECK(ErrorOf([] { ExpandAlgorithms({}); }) == "command line: --algo = \"\": names no algorithm");
 }
 
 TEST_CASE("searcher options by name: --option assignments reach the searchers they name") {
@@ -229,6 +259,37 @@ TEST_CASE("searcher options by name: --option assignments reach the searchers th
         "command line: --option mcmc.beta=3: mcmc is not among the searchers run (--algo)");
   CHECK(ErrorOf([&] { ApplyOptionAssignments({"iterations"}, setups); })
             .find("command line: --option: \"iterations\": must be name=value") == 0);
+}
+
+TEST_CASE("experiment cell: a searcher that declines the problem gets status declined") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "stratos_declined_cell_test";
+  fs::create_directories(dir);
+  const std::string spec_path = (dir / "spec.toml").string();
+  // Exhaustive with a budget of 10 plans declines GPT-3 1.3B on 8 GPUs.
+  std::ofstream(spec_path) << "[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-a100-80gb\"]\n"
+                              "nodes = [1]\nglobal_batches = [64]\n[[searcher]]\n"
+                              "algorithm = \"exhaustive\"\noptions = { search = { max_evaluations = 10 } }\n";
+  const std::vector<ExperimentCell> cells = ReadExperimentSpec(spec_path).Expand();
+  REQUIRE(cells.size() == 1);
+  const std::string out = (dir / "cell.json").string();
+  CHECK(RunExperimentCell(spec_path, 0, StableHash(cells[0].key), out) == 0);
+  std::ifstream in(out);
+  const nlohmann::json result = nlohmann::json::parse(in);
+  fs::remove_all(dir);
+  CHECK(result["status"] == "declined");
+  CHECK(result["termination"] == "declined");
+  CHECK(result["message"].get<std::string>().find("problem too large for exhaustive search") == 0);
+  CHECK(ResultsCsvRow(result).find(",declined,declined,") != std::string::npos);
+}
+
+TEST_CASE("experiment spec paths: a file, or a shipped spec by name from the data directory") {
+  CHECK(ResolveSpecPath("ladder") == DataPath("experiments/specs/ladder.toml"));
+  CHECK(ResolveSpecPath(DataPath("experiments/specs/scale.toml")) ==
+        DataPath("experiments/specs/scale.toml"));
+  CHECK(ResolveSpecPath("no-such-spec") == "no-such-spec");
+  CHECK(ErrorOf([] { ReadExperimentSpec(ResolveSpecPath("no-such-spec")); }).find("no-such-spec") !=
+        std::string::npos);
 }
 
 }  // namespace stratos

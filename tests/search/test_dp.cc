@@ -75,7 +75,7 @@ TEST_CASE("SearchOptions::Validate names the field, the value and the rule") {
   CHECK_NOTHROW(options.Validate());
   options.time_limit_seconds = -1;
   CHECK_THROWS_WITH_AS(options.Validate(),
-                       doctest::Contains("SearchOptions.time_limit_seconds = -1: must be > 0"),
+                       doctest::Contains("search.time_limit_seconds = -1: must be > 0"),
                        InputError);
   options = SearchOptions{};
   options.max_evaluations = -5;

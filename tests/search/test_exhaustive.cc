@@ -34,7 +34,7 @@ TEST_CASE("Exhaustive reaches the seed optimum on every tractable seed case") {
     options.max_evaluations = 200000;  // tractable in a unit test
     const SearchResult result = exhaustive.Search(seed.problem, options);
     if (!result.plan) {
-      CHECK(result.summary.termination == TerminationType::kInfeasible);
+      CHECK(result.summary.termination == TerminationType::kDeclined);
       CHECK(result.summary.message.find("problem too large for exhaustive search") == 0);
       continue;
     }
@@ -47,14 +47,16 @@ TEST_CASE("Exhaustive reaches the seed optimum on every tractable seed case") {
   CHECK(solved >= 10);
 }
 
-TEST_CASE("Exhaustive refuses problems larger than its plan budget") {
+TEST_CASE("Exhaustive declines problems larger than its plan budget (not infeasible)") {
   const SeedCase seed = MakeSeedPartitionCase(36, 8, 3, 1, 2);  // C(35, 7) = 6,724,520 plans
   SearchOptions options;
   options.space = seed.space;
   CHECK(ExhaustiveSearcher::CountPlans(seed.problem,
                                        SearchSpace::Build(seed.problem, seed.space)) == 6724520.0);
   const SearchResult result = ExhaustiveSearcher().Search(seed.problem, options);
-  CHECK(result.summary.termination == TerminationType::kInfeasible);
+  CHECK(result.summary.termination == TerminationType::kDeclined);
+  CHECK(std::string(TerminationTypeName(result.summary.termination)) == "declined");
+  CHECK_FALSE(result.summary.HasPlan());
   CHECK(result.summary.message.find("problem too large for exhaustive search: 6724520 plans") == 0);
   CHECK(result.summary.evaluations == 0);
 }

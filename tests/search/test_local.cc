@@ -72,7 +72,7 @@ TEST_CASE("local: starts = 0 runs until the time limit and reports it") {
 TEST_CASE("local: LocalOptions::Validate names the field and the rule") {
   LocalOptions bad;
   bad.kicks = -1;
-  CHECK_THROWS_WITH_AS(bad.Validate(), "LocalOptions: kicks = -1: must be >= 0", InputError);
+  CHECK_THROWS_WITH_AS(bad.Validate(), "local.kicks = -1: must be >= 0", InputError);
   bad = LocalOptions{};
   bad.starts = -2;
   CHECK_THROWS_AS(bad.Validate(), InputError);

@@ -160,11 +160,11 @@ TEST_CASE("McmcOptions::Validate names the field, the value and the rule") {
   McmcOptions options;
   options.beta = 0;
   CHECK_THROWS_WITH_AS(McmcSearcher(options).Search(MakeRandomSmallProblem(1), SearchOptions{}),
-                       doctest::Contains("McmcOptions.beta = 0: must be > 0"), InputError);
+                       doctest::Contains("mcmc.beta = 0: must be > 0"), InputError);
   options = McmcOptions{};
   options.restart_patience = 0;
   CHECK_THROWS_WITH_AS(options.Validate(),
-                       doctest::Contains("McmcOptions.restart_patience = 0: must be >= 1"),
+                       doctest::Contains("mcmc.restart_patience = 0: must be >= 1"),
                        InputError);
 }
 

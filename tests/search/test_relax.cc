@@ -353,18 +353,20 @@ TEST_CASE("relax: RelaxSearcher is deterministic for a seed and honours a tiny t
   }
 }
 
-TEST_CASE("relax: RelaxOptions::Validate names the field and the rule") {
+TEST_CASE("relax: RelaxOptions::Validate names the option as users write it, and the rule") {
   RelaxOptions options;
   CHECK_NOTHROW(options.Validate());
   options.restarts = 0;
-  CHECK_THROWS_WITH_AS(options.Validate(), "RelaxOptions: restarts = 0: must be >= 1", InputError);
+  CHECK_THROWS_WITH_AS(options.Validate(), "relax.restarts = 0: must be >= 1", InputError);
   options = RelaxOptions{};
   options.final_temperature = 2.0;
-  CHECK_THROWS_AS(options.Validate(), InputError);
+  CHECK_THROWS_WITH_AS(options.Validate(),
+                       doctest::Contains("relax.final_temperature = 2: must be > 0 and <= "
+                                         "relax.initial_temperature = "),
+                       InputError);
   options = RelaxOptions{};
   options.learning_rate = -1;
-  CHECK_THROWS_WITH_AS(options.Validate(), "RelaxOptions: learning_rate = -1: must be > 0",
-                       InputError);
+  CHECK_THROWS_WITH_AS(options.Validate(), "relax.learning_rate = -1: must be > 0", InputError);
   options = RelaxOptions{};
   options.min_config_probability = 1;
   CHECK_THROWS_AS(options.Validate(), InputError);

@@ -32,7 +32,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 run: build
-	$(STRATOS) search --model gpt3-6.7b --cluster dgx-a100-80gb --nodes 2 --global-batch 512 \
+	$(STRATOS) search --model gpt3-175b --cluster p3.16xlarge --nodes 64 --global-batch 1536 \
 	  --algo all --time-limit 20 --output-dir out/default
 
 test: build

@@ -382,7 +382,7 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) 
   return out;
 }
 
-DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long max_cells) const {
+DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, double max_work) const {
   DiscretePlan plan;
   const int L = N_, K = static_cast<int>(configs_.size());
   const int S = std::min(tables_.max_stages, L), V = static_cast<int>(levels_.size());
@@ -392,7 +392,8 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, long
   for (double n : devices_) unit = std::gcd(unit, static_cast<long>(n));
   const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   const size_t stride = static_cast<size_t>(L) + 1;
-  if (static_cast<double>(S + 1) * stride * W > static_cast<double>(max_cells)) return plan;
+  // The work bounds the memory too: (S + 1)(L + 1) <= 2 S L (L + 1) / 2 for L >= 1.
+  if (static_cast<double>(S) * pair_row_[N_] * W > max_work) return plan;
   const double mc = microbatch_count_;
 
   // --- Edges: per in-flight level and layer range, the meshes on the strictly decreasing

@@ -70,8 +70,8 @@ class SmoothedStageDp {
   // so the decode has no duality gap. min over (theta, phi) of its value is the optimum for m.
   // Cost O(S L^2 / 2 * F * W) min-plus steps (F: the meshes on the strictly decreasing frontier
   // of a layer range, W: free-device units + 1); memory (S + 1)(L + 1) W doubles. Returns an
-  // empty plan when nothing fits, or when that table would exceed max_cells cells.
-  DiscretePlan DecodeWithinDevices(const SmoothedDpPoint& point, long max_cells) const;
+  // empty plan when nothing fits, or when the work S x (L^2 / 2) x W exceeds max_work.
+  DiscretePlan DecodeWithinDevices(const SmoothedDpPoint& point, double max_work) const;
 
   // The plan's own levels: theta = max_s t_s, phi = max_s e_s (lambda = 0), where f_p equals its
   // iteration time. Throws InternalError for a plan of another microbatch option or config set.

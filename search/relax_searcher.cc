@@ -30,8 +30,8 @@ void RelaxOptions::Validate() const {
   if (price_starts < 1) fail("price_starts", price_starts, "must be >= 1");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
-  if (device_decode_max_cells < 0)
-    fail("device_decode_max_cells", device_decode_max_cells, "must be >= 0");
+  if (!(device_decode_max_work >= 0))
+    fail("device_decode_max_work", device_decode_max_work, "must be >= 0");
   if (iterations < 1) fail("iterations", iterations, "must be >= 1");
   if (!(learning_rate > 0)) fail("learning_rate", learning_rate, "must be > 0");
   if (!(initial_temperature > 0)) fail("initial_temperature", initial_temperature, "must be > 0");
@@ -399,7 +399,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         ph->time_limited = true;
         return;
       }
-      DiscretePlan plan = dp.DecodeWithinDevices(x, ro.device_decode_max_cells);
+      DiscretePlan plan = dp.DecodeWithinDevices(x, ro.device_decode_max_work);
       ++ph->surrogate_evaluations;
       if (plan.configs.empty()) return;
       const SmoothedDpPoint y = dp.PlanLevels(plan);

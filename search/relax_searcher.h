@@ -49,10 +49,11 @@ struct RelaxOptions {
   double prune_microbatch_ratio = 0;
   // Smoothed DP: at the end, decode every microbatch option's final levels (theta, phi) exactly
   // with the device budget as a DP dimension (SmoothedStageDp::DecodeWithinDevices: no duality
-  // gap from the price) when its table has at most device_decode_max_cells cells (>= 0); false:
+  // gap from the price) when its work (stages x layer ranges x free-device units) is at most
+  // device_decode_max_work (>= 0; 5e8 is about a second of min-plus on one core); false:
   // only the price decodes.
   bool device_decode = true;
-  long device_decode_max_cells = 40'000'000;
+  double device_decode_max_work = 5e8;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
   // price at 10^-k x the balanced estimate (>= 1; 1 and 2 measured on the ablation spec: 2 cut
   // the worst non-uniform gap of the decoded plans from 2.5% to 1.8%, GPT-3 13B / 8 p3.16xlarge

@@ -28,6 +28,7 @@ void RelaxOptions::Validate() const {
   };
   if (restarts < 1) fail("restarts", restarts, "must be >= 1");
   if (price_starts < 1) fail("price_starts", price_starts, "must be >= 1");
+  if (late_decodes < 0) fail("late_decodes", late_decodes, "must be >= 0");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
   if (!(device_decode_max_work >= 0))
@@ -289,6 +290,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     bool alive = true;
     double best_seconds = std::numeric_limits<double>::infinity();  // best decoded plan that fits
     DiscretePlan best_plan;
+    std::vector<DiscretePlan> late_plans;  // distinct decoded plans of the last quarter
   };
   // Long models: the annealed phase cuts only at every stride-th layer boundary; its levels and
   // price are in seconds, so they carry over to the full-resolution decodes at the end.
@@ -359,6 +361,12 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
           t.best_seconds = cost.iteration_seconds;
           t.best_plan = v.decoded;
         }
+        const int late = ro.late_decodes;
+        if (late > 0 && 4 * it >= 3 * ro.iterations &&
+            std::find(t.late_plans.begin(), t.late_plans.end(), v.decoded) == t.late_plans.end()) {
+          t.late_plans.push_back(v.decoded);
+          if (static_cast<int>(t.late_plans.size()) > late) t.late_plans.erase(t.late_plans.begin());
+        }
       }
       // Descent in theta and phi, ascent in lambda; gradients in log space, scale-free.
       const double grad[3] = {v.d_theta * x.theta_seconds / t.scale_seconds,
@@ -425,6 +433,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     if (!ro.device_decode) continue;
     device_decodes(dp, point_of(t));
     if (!t.best_plan.configs.empty()) device_decodes(dp, dp.PlanLevels(t.best_plan));
+    for (const DiscretePlan& plan : t.late_plans) device_decodes(dp, dp.PlanLevels(plan));
   }
   return starts;
 }

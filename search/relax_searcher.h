@@ -7,9 +7,9 @@
 //      smoothed-dp (default): per microbatch option, the smoothed stage DP (relax/smoothed_dp.h),
 //        Adam descent on its bottleneck and tail levels (theta, phi) and ascent on its device
 //        price lambda, Gibbs temperature annealed; each step's decoded mode is a start. Then,
-//        from the final levels and from the levels of the best decoded plan, majorize-minimize
-//        with the device budget exact (DecodeWithinDevices; levels <- the decoded plan's own
-//        max t_s, max e_s) until a fixed point; each decode is a start.
+//        from the final levels and from the levels of the best and the late decoded plans,
+//        majorize-minimize with the device budget exact (DecodeWithinDevices; levels <- the
+//        decoded plan's own max t_s, max e_s) until a fixed point; each decode is a start.
 //      cuts: Adam on the logits of R random restarts at once (one tensor batch) of independent
 //        per-cut probabilities (relax/surrogate.h), softmax temperature and smooth-max tau
 //        annealed; optional Gumbel noise and straight-through estimator; every restart is
@@ -53,6 +53,11 @@ struct RelaxOptions {
   // device_decode_max_work (>= 0; 5e8 is about a second of min-plus on one core); false:
   // only the price decodes.
   bool device_decode = true;
+  // Smoothed DP, device decode: the majorize-minimize also starts from the levels of the last
+  // this many distinct decoded plans of the last quarter of the steps, per track (>= 0; 15 took
+  // the named problems' worst gap of the decoded plans from 3.5% to 1.65% and the non-uniform
+  // median from 0.6% to 0.2%, at 10-70% more time).
+  int late_decodes = 15;
   double device_decode_max_work = 5e8;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
   // price at 10^-k x the balanced estimate (>= 1; 1 and 2 measured on the ablation spec: 2 cut

@@ -320,30 +320,42 @@ Problem NonUniformProblem(std::uint64_t seed) {
   return problem;
 }
 
+// The DP optimum and two relax variants on `problem`, the gradient phase alone (polish none)
+// first; 600 s limits, so deterministic. Requires the optimum and the first variant's plan.
+struct OptimumAndRelax {
+  SearchResult optimum, first, second;
+};
+OptimumAndRelax RunOptimumAndRelax(const Problem& problem,
+                                   const std::function<void(RelaxOptions*)>& second_change) {
+  SearchOptions options;
+  options.time_limit_seconds = 600;
+  RelaxOptions first;
+  first.polish = RelaxOptions::Polish::kNone;
+  RelaxOptions second = first;
+  second_change(&second);
+  DpSearcher dp;
+  OptimumAndRelax out{dp.Search(problem, options), RelaxSearcher(first).Search(problem, options),
+                      RelaxSearcher(second).Search(problem, options)};
+  REQUIRE(out.optimum.plan.has_value());
+  REQUIRE(out.first.plan.has_value());
+  return out;
+}
+
 TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands within 3% of the DP "
           "optimum on seeded non-uniform models, and beats its own undescended start") {
   double worst = 0, worst_no_gradient = 0;
   for (std::uint64_t seed = 0; seed < 3; ++seed) {
-    const Problem problem = NonUniformProblem(seed);
-    SearchOptions options;
-    options.time_limit_seconds = 600;
-    DpSearcher dp;
-    const SearchResult optimum = dp.Search(problem, options);
-    REQUIRE(optimum.plan.has_value());
-    RelaxOptions alone;
-    alone.polish = RelaxOptions::Polish::kNone;
-    RelaxOptions no_gradient = alone;
-    no_gradient.iterations = 1;
-    const SearchResult found = RelaxSearcher(alone).Search(problem, options);
-    const SearchResult start = RelaxSearcher(no_gradient).Search(problem, options);
-    REQUIRE(found.plan.has_value());
-    const double best = optimum.summary.best_iteration_seconds;
-    INFO("seed ", seed, ": ", found.summary.BriefReport(), " | ", optimum.summary.BriefReport());
-    CHECK(found.summary.best_iteration_seconds >= best * (1 - 1e-9));
-    worst = std::max(worst, found.summary.best_iteration_seconds / best - 1);
+    const OptimumAndRelax run = RunOptimumAndRelax(
+        NonUniformProblem(seed), [](RelaxOptions* o) { o->iterations = 1; });
+    const double best = run.optimum.summary.best_iteration_seconds;
+    INFO("seed ", seed, ": ", run.first.summary.BriefReport(), " | ",
+         run.optimum.summary.BriefReport());
+    CHECK(run.first.summary.best_iteration_seconds >= best * (1 - 1e-9));
+    worst = std::max(worst, run.first.summary.best_iteration_seconds / best - 1);
     // No plan at all (nothing decoded could be repaired) counts as an infinite gap.
-    worst_no_gradient = std::max(
-        worst_no_gradient, start.plan ? start.summary.best_iteration_seconds / best - 1 : kInf);
+    worst_no_gradient =
+        std::max(worst_no_gradient,
+                 run.second.plan ? run.second.summary.best_iteration_seconds / best - 1 : kInf);
   }
   CHECK(worst <= 0.03);
   CHECK(worst < worst_no_gradient);
@@ -355,24 +367,14 @@ TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase's device
   problem.model = ReadModelFile(ResolveModelPath("gpt3-13b"));
   problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(8);
   problem.training.global_batch_size = 512;
-  SearchOptions options;
-  options.time_limit_seconds = 600;
-  DpSearcher dp;
-  const SearchResult optimum = dp.Search(problem, options);
-  REQUIRE(optimum.plan.has_value());
-  RelaxOptions alone;
-  alone.polish = RelaxOptions::Polish::kNone;
-  RelaxOptions price_only = alone;
-  price_only.device_decode = false;
-  const SearchResult found = RelaxSearcher(alone).Search(problem, options);
-  const SearchResult priced = RelaxSearcher(price_only).Search(problem, options);
-  REQUIRE(found.plan.has_value());
-  REQUIRE(priced.plan.has_value());
-  const double best = optimum.summary.best_iteration_seconds;
-  INFO(found.summary.BriefReport(), " | ", priced.summary.BriefReport(), " | ",
-       optimum.summary.BriefReport());
-  CHECK(found.summary.best_iteration_seconds <= best * 1.02);
-  CHECK(priced.summary.best_iteration_seconds > best * 1.03);
+  const OptimumAndRelax run =
+      RunOptimumAndRelax(problem, [](RelaxOptions* o) { o->device_decode = false; });
+  REQUIRE(run.second.plan.has_value());
+  const double best = run.optimum.summary.best_iteration_seconds;
+  INFO(run.first.summary.BriefReport(), " | ", run.second.summary.BriefReport(), " | ",
+       run.optimum.summary.BriefReport());
+  CHECK(run.first.summary.best_iteration_seconds <= best * 1.02);
+  CHECK(run.second.summary.best_iteration_seconds > best * 1.03);
 }
 
 }  // namespace

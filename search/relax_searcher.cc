@@ -9,7 +9,10 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <set>
+#include <tuple>
 #include <random>
 
 #include "costmodel/error.h"
@@ -400,6 +403,9 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // f_p(theta, phi, 0) within D devices, move the levels to p's own (max t_s, max e_s), where
   // f_p = iteration(p), and repeat. V^0 never increases (V^0(x') <= f_p(x') = iteration(p) <=
   // f_p(x) = V^0(x)), so it stops at a fixed point in a few steps.
+  // Levels already decoded, per microbatch option: a path that reaches one follows a path
+  // already taken (the decode is deterministic), so it stops there.
+  std::set<std::tuple<int, double, double>> decoded_levels;
   auto device_decodes = [&](const SmoothedStageDp& dp, SmoothedDpPoint x) {
     x.lambda_seconds = 0;
     for (int step = 0; step < 16; ++step) {
@@ -407,6 +413,8 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         ph->time_limited = true;
         return;
       }
+      if (!decoded_levels.emplace(dp.microbatch_option(), x.theta_seconds, x.phi_seconds).second)
+        return;
       DiscretePlan plan = dp.DecodeWithinDevices(x, ro.device_decode_max_work);
       ++ph->surrogate_evaluations;
       if (plan.configs.empty()) return;
@@ -416,6 +424,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
       x = y;
     }
   };
+  std::map<int, std::shared_ptr<SmoothedStageDp>> full_dps;
   // The exact mode at the final point (tau = 0), at full resolution.
   for (Track& t : tracks) {
     if (!t.alive) continue;
@@ -423,10 +432,13 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
       ph->time_limited = true;
       break;
     }
-    std::unique_ptr<SmoothedStageDp> full;
-    if (!coarse_cuts.empty())
-      full = std::make_unique<SmoothedStageDp>(tables, t.dp->microbatch_option(), configs);
-    SmoothedStageDp& dp = full ? *full : *t.dp;
+    // Full resolution, one DP per microbatch option (shared by its tracks).
+    std::shared_ptr<SmoothedStageDp>& full = full_dps[t.dp->microbatch_option()];
+    if (!full)
+      full = coarse_cuts.empty()
+                 ? t.dp
+                 : std::make_shared<SmoothedStageDp>(tables, t.dp->microbatch_option(), configs);
+    SmoothedStageDp& dp = *full;
     const SmoothedDpValue v = dp.Evaluate(point_of(t), 0.0);
     ++ph->surrogate_evaluations;
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);

@@ -15,30 +15,12 @@
 #include "baselines/stage_table.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "costmodel/min_plus.h"
 
 namespace stratos {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// out[k] = min(out[k], in[k] + add): the DP's inner loop over free devices, vectorized (with an
-// AVX2 clone chosen at load time on x86-64).
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define STRATOS_DP_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef STRATOS_DP_CLONES
-#define STRATOS_DP_CLONES
-#endif
-STRATOS_DP_CLONES void MinPlusInto(double* __restrict out, const double* __restrict in, double add,
-                                   int count) {
-  for (int k = 0; k < count; ++k) {
-    const double v = in[k] + add;
-    out[k] = v < out[k] ? v : out[k];
-  }
-}
-
 
 // A plan found by one G evaluation.
 struct GResult {

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "costmodel/error.h"
+#include "costmodel/min_plus.h"
 
 namespace stratos {
 namespace {
@@ -392,7 +393,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
   for (double n : devices_) unit = std::gcd(unit, static_cast<long>(n));
   const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   const size_t stride = static_cast<size_t>(L) + 1;
-  // The work bounds the memory too: (S + 1)(L + 1) <= 2 S L (L + 1) / 2 for L >= 1.
+  // The table, (S + 1)(L + 1) W doubles, grows no faster than the work.
   if (static_cast<double>(S) * pair_row_[N_] * W > max_work) return plan;
   const double mc = microbatch_count_;
 
@@ -459,12 +460,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
         for (size_t e = begin[at]; e < end[at]; ++e) {
           const int start = prev_lo + entries[e].units;
           if (start >= W) break;
-          const double a = entries[e].a;
-          const int n = entries[e].units;
-          for (int d = start; d < W; ++d) {
-            const double x = prev[d - n] + a;
-            out[d] = x < out[d] ? x : out[d];
-          }
+          MinPlusInto(out + start, prev + prev_lo, entries[e].a, W - start);
           out_lo = std::min(out_lo, start);
         }
       }

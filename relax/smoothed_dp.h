@@ -24,9 +24,10 @@
 // and ascends in lambda (the dual), annealing tau; every evaluation also decodes the Gibbs
 // distribution's most likely plan (argmin at every soft-min), which is exact at tau = 0.
 //
-// Cost per evaluation: O(L^2 / 2 * K) edge terms (one pass over configs per layer range; memory
-// feasibility for every in-flight count at once by bucketing) + O(S L^2 / 2) DP cells; memory
-// O(levels * (L + 1)^2).
+// Cost per evaluation: O(L^2 / 2 * K) edge terms (one pass over the configs that fit each layer
+// range; the terms and memory fits of every (range, config) are computed once per object when
+// there are at most 8e6 of them, 32 bytes each) + O(S L^2 / 2) DP cells; memory
+// O(levels * (L + 1)^2) per evaluation. L counts cut positions (cut_positions) where given.
 #include <vector>
 
 #include "relax/polish.h"
@@ -104,9 +105,9 @@ class SmoothedStageDp {
     double t, e, c;
     int slot, fits;
   };
-  // The configs that fit [first_layer, last_layer) at some level, in ascending mesh size, with
-  // their terms (independent of the point): from the cache, or computed into *scratch.
-  // Arguments are indices into cuts_.
+  // The configs that fit layers [cuts_[first_cut], cuts_[last_cut]) at some level, in ascending
+  // mesh size, with their terms (independent of the point): from the cache (range_terms_), or
+  // computed into *scratch; *count of them.
   const RangeTerm* RangeTerms(int first_cut, int last_cut, std::vector<RangeTerm>* scratch,
                               size_t* count) const;
   void CollectRangeTerms(int first_cut, int last_cut, std::vector<RangeTerm>* out) const;

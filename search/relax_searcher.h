@@ -54,15 +54,13 @@ struct RelaxOptions {
   // only the price decodes.
   bool device_decode = true;
   // Smoothed DP, device decode: the majorize-minimize also starts from the levels of the last
-  // this many distinct decoded plans of the last quarter of the steps, per track (>= 0; 15 took
-  // the named problems' worst gap of the decoded plans from 3.5% to 1.65% and the non-uniform
-  // median from 0.6% to 0.2%, at 10-70% more time).
+  // this many distinct decoded plans of the last quarter of the steps, per track (>= 0). GPT-3
+  // 13B / 8 p3.16xlarge / 512, polish none: 3.5% above the DP optimum with 0, 1.65% with 15.
   int late_decodes = 15;
   double device_decode_max_work = 5e8;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
-  // price at 10^-k x the balanced estimate (>= 1; 1 and 2 measured on the ablation spec: 2 cut
-  // the worst non-uniform gap of the decoded plans from 2.5% to 1.8%, GPT-3 13B / 8 p3.16xlarge
-  // from 14.4% to 3.5%, at twice the gradient-phase time).
+  // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge / 512, polish none,
+  // late_decodes 0: 14.4% above the DP optimum with 1, 3.5% with 2, at twice the gradient time.
   int price_starts = 2;
   // Smoothed DP: models with more layers than this run the annealed phase on every
   // ceil(L / coarse_layers)-th layer boundary only (the final decodes use every boundary);

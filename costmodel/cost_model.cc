@@ -58,7 +58,19 @@ int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int
   return std::min(num_microbatches, num_stages - stage_index);
 }
 
-CostModel::CostModel(const Problem& problem) : problem_(problem) {}
+CostModel::CostModel(const Problem& problem) : problem_(problem) {
+  const ClusterSpec& cluster = problem.cluster;
+  if (cluster.node_groups.size() > 1) {
+    std::string groups;
+    for (const NodeGroup& group : cluster.node_groups)
+      groups += fmt::format("{}{} x {} {}", groups.empty() ? "" : ", ", group.count,
+                            group.gpus_per_node, group.device);
+    ThrowInputError(cluster.source.empty() ? std::string("cluster") : cluster.source,
+                    "node_group", fmt::format("{} groups ({})", cluster.node_groups.size(), groups),
+                    "heterogeneous clusters are not priced yet (each stage would be priced as the "
+                    "first group's device and network); give one [[node_group]]");
+  }
+}
 
 double CostModel::DeviceMemoryCapacityBytes() const {
   const DeviceSpec& device = problem_.cluster.Device();

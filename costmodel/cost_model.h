@@ -67,7 +67,8 @@ int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int
 
 class CostModel {
  public:
-  // Keeps a reference to `problem`, which must outlive the CostModel.
+  // Keeps a reference to `problem`, which must outlive the CostModel. Throws InputError for a
+  // cluster with several node groups: stages are priced with one device and one network.
   explicit CostModel(const Problem& problem);
 
   const Problem& problem() const { return problem_; }

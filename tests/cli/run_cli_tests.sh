@@ -126,6 +126,15 @@ expect_one_line_error "inf in a TOML model names file, key, value, rule" \
 expect_one_line_error "a plan that does not fit the problem names the key" \
   "--micro-batch = 1: micro-batch x dp = 3 must divide the global batch 512" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
+# AMP's heterogeneous cluster (three T4 nodes, one V100 node): refused until each stage is priced
+# on its own group's device, not silently priced as the first group's.
+{ sed -n '/^\[cluster\]/,$p' data/clusters/g4dn.12xlarge.toml | sed 's/^count = 1/count = 3/'
+  printf '[[device]]\nname = "V100-16GB"\npeak_TFLOPS = 125\nmemory_GB = 16\nhbm_GBps = 900\n'
+  printf '[[node_group]]\ncount = 1\ngpus_per_node = 4\ndevice = "V100-16GB"\n'; } >"$WORK/amp-mixed.toml"
+expect_one_line_error "evaluate refuses a cluster of several node groups" \
+  "amp-mixed.toml: node_group = 2 groups \(3 x 4 T4-16GB, 1 x 4 V100-16GB\): heterogeneous clusters are not priced yet" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --cluster "$WORK/amp-mixed.toml" --global-batch 64 \
+  --tp 1 --pp 1 --dp 16 --micro-batch 1
 expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
   "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"
 

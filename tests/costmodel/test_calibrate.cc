@@ -20,6 +20,7 @@
 #include "costmodel/matmul_efficiency.h"
 #include "costmodel/zoo.h"
 #include "test_util.h"
+#include "tests/scratch_dir.h"
 
 namespace stratos {
 using testing::InputErrorMessage;
@@ -28,13 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh empty directory under the system's temporary directory.
-std::string TempDir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("stratos_test_calibrate_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+// A fresh empty directory of this test process (removed when it exits).
+std::string TempDir(const std::string& name) { return testing::ScratchDir("calibrate_" + name); }
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

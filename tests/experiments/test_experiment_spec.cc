@@ -12,6 +12,7 @@
 #include "experiments/experiment_runner.h"
 #include "experiments/experiment_spec.h"
 #include "experiments/searchers.h"
+#include "tests/scratch_dir.h"
 
 namespace stratos {
 
@@ -262,9 +263,7 @@ TEST_CASE("searcher options by name: --option assignments reach the searchers th
 }
 
 TEST_CASE("experiment cell: a searcher that declines the problem gets status declined") {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "stratos_declined_cell_test";
-  fs::create_directories(dir);
+  const std::filesystem::path dir = testing::ScratchDir("declined_cell");
   const std::string spec_path = (dir / "spec.toml").string();
   // Exhaustive with a budget of 10 plans declines GPT-3 1.3B on 8 GPUs.
   std::ofstream(spec_path) << "[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-a100-80gb\"]\n"
@@ -276,7 +275,6 @@ TEST_CASE("experiment cell: a searcher that declines the problem gets status dec
   CHECK(RunExperimentCell(spec_path, 0, StableHash(cells[0].key), out) == 0);
   std::ifstream in(out);
   const nlohmann::json result = nlohmann::json::parse(in);
-  fs::remove_all(dir);
   CHECK(result["status"] == "declined");
   CHECK(result["termination"] == "declined");
   CHECK(result["message"].get<std::string>().find("problem too large for exhaustive search") == 0);

@@ -12,6 +12,7 @@
 
 #include "runtime/launcher.h"
 #include "runtime/trainer.h"
+#include "tests/scratch_dir.h"
 
 namespace stratos {
 
@@ -21,14 +22,11 @@ namespace stratos {
 // |loss - reference| <= kLossTolerance * |reference| at every step.
 constexpr double kLossTolerance = 1e-5;
 
-// A fresh directory under the system temp directory, unique to this test process.
-inline std::string TestDir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("stratos_runtime_test_{}_{}", getpid(), name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+// A fresh directory of this test process (removed when the process exits).
+inline std::string TestDir(const std::string& name) { return testing::ScratchDir(name); }
+
+// The directory TestDir(name) made, as it is now (a run's outputs).
+inline std::string TestPath(const std::string& name) { return testing::ScratchPath(name); }
 
 // gpt-tiny (4 blocks, hidden 64, 4 heads) at sequence length 32, global batch 4, 20 steps, a
 // PP x DP x TP uniform plan with m microbatches. Small: the test machine has 2 shared cores.

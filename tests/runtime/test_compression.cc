@@ -234,12 +234,6 @@ TEST_CASE("compressor state round-trips: a restored compressor continues bitwise
 // ---------------------------------------------------------------------------------------------
 // Multi-process DP 2 runs.
 
-std::string RunDir(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          fmt::format("stratos_runtime_test_{}_{}", getpid(), name))
-      .string();
-}
-
 TrainOptions CompressedDp2(const CompressionSpec& spec, int steps) {
   TrainOptions options = TinyOptions(1, 2, 1, 1);
   options.steps = steps;
@@ -251,7 +245,7 @@ std::vector<double> RunDp2(const TrainOptions& options, const std::string& name)
   const LaunchResult result = RunWorkers(options, name);
   INFO(result.Summary());
   REQUIRE(result.Succeeded());
-  return MeasuredLosses(RunDir(name));
+  return MeasuredLosses(TestPath(name));
 }
 
 TEST_CASE("DP 2: none matches one process; bf16 and top-k train and differ from none") {

@@ -33,11 +33,10 @@ std::string ReadFile(const std::string& path) {
 std::string Logs(const TrainOptions& options, const std::string& name, int nproc) {
   (void)options;
   std::string text;
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("stratos_runtime_test_{}_{}", getpid(), name);
+  const std::string dir = TestPath(name);
   for (int r = 0; r < nproc; ++r)
     text += fmt::format("--- rank {} ---\n{}", r,
-                        ReadFile(fmt::format("{}/logs/rank_{}.log", dir.string(), r)));
+                        ReadFile(fmt::format("{}/logs/rank_{}.log", dir, r)));
   return text;
 }
 
@@ -54,8 +53,7 @@ void CheckParallelRun(int pp, int dp, int tp, int m, Schedule schedule, int zero
   INFO(result.Summary());
   INFO(Logs(options, name, pp * dp * tp));
   REQUIRE(result.Succeeded());
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("stratos_runtime_test_{}_{}", getpid(), name)).string();
+  const std::string dir = TestPath(name);
   CheckLossesMatch(reference, MeasuredLosses(dir),
                    fmt::format("{}x{}x{} m={} {} zero{} recompute={}", pp, dp, tp, m,
                                ScheduleName(schedule), zero, RecomputeName(recompute)));
@@ -89,9 +87,7 @@ TEST_CASE("GPipe and 1F1B give bitwise-equal gradients, hence parameters and los
     INFO(result.Summary());
     INFO(Logs(options, name, 2));
     REQUIRE(result.Succeeded());
-    losses.push_back(MeasuredLosses((std::filesystem::temp_directory_path() /
-                                     fmt::format("stratos_runtime_test_{}_{}", getpid(), name))
-                                        .string()));
+    losses.push_back(MeasuredLosses(TestPath(name)));
     std::vector<torch::Tensor> flat;
     for (int r = 0; r < 2; ++r) {
       std::vector<torch::Tensor> state;
@@ -110,8 +106,7 @@ TEST_CASE("a run writes its measurement, a Chrome trace and the predicted-vs-mea
   const LaunchResult result = RunWorkers(options, "reports");
   INFO(result.Summary());
   REQUIRE(result.Succeeded());
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("stratos_runtime_test_{}_reports", getpid())).string();
+  const std::string dir = TestPath("reports");
   const auto measurement = nlohmann::json::parse(ReadFile(dir + "/measurement.json"));
   CHECK(measurement.at("schema") == "stratos.measurement/1");
   CHECK(measurement.at("losses").size() == 4);
@@ -164,8 +159,7 @@ void CheckFault(const std::string& kind, const std::string& name) {
   CHECK_FALSE(result.killed[0]);
   // Start-up (about a second per process on a loaded machine) + 2 steps + the timeout.
   CHECK(result.exit_seconds[0] < options.timeout_seconds + 10);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("stratos_runtime_test_{}_{}", getpid(), name)).string();
+  const std::string dir = TestPath(name);
   const std::string error = ReadFile(dir + "/errors/rank_0.txt");
   CHECK(error.find("rank 0 (stage 0, dp 0, tp 0) failed while") != std::string::npos);
   CHECK(error.find("in step 2") != std::string::npos);

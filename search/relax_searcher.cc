@@ -32,6 +32,7 @@ void RelaxOptions::Validate() const {
   if (restarts < 1) fail("restarts", restarts, "must be >= 1");
   if (price_starts < 1) fail("price_starts", price_starts, "must be >= 1");
   if (late_decodes < 0) fail("late_decodes", late_decodes, "must be >= 0");
+  if (level_search_options < 0) fail("level_search_options", level_search_options, "must be >= 0");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
   if (!(device_decode_max_work >= 0))
@@ -151,6 +152,7 @@ struct GradientPhase {
   const SearchOptions& options;
   const RelaxOptions& ro;
   const RelaxTables& tables;
+  SearchClock::time_point start;  // of the search
   SearchClock::time_point deadline;
   SearchSummary* summary;
   std::function<void(double)> note;
@@ -405,24 +407,37 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // f_p(x) = V^0(x)), so it stops at a fixed point in a few steps.
   // Levels already decoded, per microbatch option: a path that reaches one follows a path
   // already taken (the decode is deterministic), so it stops there.
-  std::set<std::tuple<int, double, double>> decoded_levels;
+  std::set<std::tuple<const SmoothedStageDp*, double, double>> decoded_levels;
+  // The best fitting plan that the device decodes found, per DP (microbatch option and
+  // resolution).
+  std::map<const SmoothedStageDp*, std::pair<double, DiscretePlan>> best_by_dp;
+  // Returns whether the path found a plan that fits and beats best_by_dp's.
   auto device_decodes = [&](const SmoothedStageDp& dp, SmoothedDpPoint x) {
     x.lambda_seconds = 0;
+    bool improved = false;
     for (int step = 0; step < 16; ++step) {
       if (SearchClock::now() >= ph->deadline) {
         ph->time_limited = true;
-        return;
+        break;
       }
-      if (!decoded_levels.emplace(dp.microbatch_option(), x.theta_seconds, x.phi_seconds).second)
-        return;
+      if (!decoded_levels.emplace(&dp, x.theta_seconds, x.phi_seconds).second)
+        break;
       DiscretePlan plan = dp.DecodeWithinDevices(x, ro.device_decode_max_work);
       ++ph->surrogate_evaluations;
-      if (plan.configs.empty()) return;
+      if (plan.configs.empty()) break;
       const SmoothedDpPoint y = dp.PlanLevels(plan);
+      const DiscreteCost cost = ph->polisher->Cost(plan);
+      auto [best, inserted] = best_by_dp.try_emplace(
+          &dp, std::numeric_limits<double>::infinity(), DiscretePlan{});
+      if (cost.Fits() && cost.iteration_seconds < best->second.first) {
+        best->second = {cost.iteration_seconds, plan};
+        improved = true;
+      }
       starts.push_back(std::move(plan));
-      if (y.theta_seconds == x.theta_seconds && y.phi_seconds == x.phi_seconds) return;
+      if (y.theta_seconds == x.theta_seconds && y.phi_seconds == x.phi_seconds) break;
       x = y;
     }
+    return improved;
   };
   std::map<int, std::shared_ptr<SmoothedStageDp>> full_dps;
   // The exact mode at the final point (tau = 0), at full resolution.
@@ -446,6 +461,49 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     device_decodes(dp, point_of(t));
     if (!t.best_plan.configs.empty()) device_decodes(dp, dp.PlanLevels(t.best_plan));
     for (const DiscretePlan& plan : t.late_plans) device_decodes(dp, dp.PlanLevels(plan));
+  }
+  // Level search: the majorize-minimize stops at a fixed point of V^0 that is often not its
+  // minimum -- a plan's region of levels is about 1% wide in theta (f_p's slope below a stage
+  // time is M - 1) and wide in phi (slope 1), and the optimum often trades a few % more
+  // bottleneck for a lower tail (and its microbatch count's best plan can be 6% above another
+  // count's). From the best plan of each of the best level_search_options microbatch options,
+  // probe the levels around its own (theta, phi) -- theta alone, phi alone, and both in
+  // opposite directions -- majorize-minimize from each probe, move to the first improvement and
+  // probe again, until no probe improves or the level search has taken as long as the search
+  // before it.
+  if (ro.device_decode && ro.level_search_options > 0) {
+    const SearchClock::time_point level_start = SearchClock::now();
+    const SearchClock::time_point level_deadline =
+        std::min(ph->deadline, level_start + (level_start - ph->start));
+    std::vector<std::pair<double, int>> ranked;
+    for (const auto& [m, full] : full_dps) {
+      const auto it = best_by_dp.find(full.get());
+      if (it != best_by_dp.end() && std::isfinite(it->second.first))
+        ranked.emplace_back(it->second.first, m);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    if (static_cast<int>(ranked.size()) > ro.level_search_options)
+      ranked.resize(static_cast<size_t>(ro.level_search_options));
+    // Relative steps (theta, phi).
+    std::vector<std::pair<double, double>> probes;
+    for (double a : {0.01, 0.02, 0.04, 0.08}) probes.insert(probes.end(), {{-a, 0}, {a, 0}});
+    for (double b : {0.05, 0.1, 0.2, 0.4}) probes.insert(probes.end(), {{0, -b}, {0, b}});
+    for (double a : {0.01, 0.02, 0.04})
+      for (double b : {0.1, 0.2, 0.4}) probes.insert(probes.end(), {{a, -b}, {-a, b}});
+    for (const auto& ranked_option : ranked) {
+      const SmoothedStageDp& dp = *full_dps.at(ranked_option.second);
+      for (bool improved = true; improved;) {
+        improved = false;
+        const SmoothedDpPoint x0 = dp.PlanLevels(best_by_dp.at(&dp).second);
+        for (const auto& [a, b] : probes) {
+          if (SearchClock::now() >= level_deadline) break;
+          SmoothedDpPoint x = x0;
+          x.theta_seconds *= 1 + a;
+          x.phi_seconds *= 1 + b;
+          if ((improved = device_decodes(dp, x))) break;
+        }
+      }
+    }
   }
   return starts;
 }
@@ -488,7 +546,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   };
 
   // --- 1-2. The gradient phase: discrete starts for the polish. ---
-  GradientPhase phase{problem, options, ro, tables, deadline, &summary, note, &polisher, 0, {}, false, false};
+  GradientPhase phase{problem, options, ro, tables, start, deadline, &summary, note, &polisher, 0, {}, false, false};
   std::vector<DiscretePlan> starts = ro.relaxation == RelaxOptions::Relaxation::kSmoothedDp
                                          ? SmoothedDpStarts(&phase)
                                          : CutRelaxationStarts(&phase);

@@ -54,10 +54,19 @@ struct RelaxOptions {
   // only the price decodes.
   bool device_decode = true;
   // Smoothed DP, device decode: the majorize-minimize also starts from the levels of the last
-  // this many distinct decoded plans of the last quarter of the steps, per track (>= 0). GPT-3
-  // 13B / 8 p3.16xlarge / 512, polish none: 3.5% above the DP optimum with 0, 1.65% with 15.
-  int late_decodes = 15;
+  // this many distinct decoded plans of the last quarter of the steps, per track (>= 0).
+  // Without a level search it mattered (GPT-3 13B / 8 p3.16xlarge / 512, polish none: 3.5% above
+  // the DP optimum with 0, 1.65% with 15); with one, 0 loses nothing on the ablation spec's
+  // problems and saves a third of the wall time on the largest.
+  int late_decodes = 0;
   double device_decode_max_work = 5e8;
+  // Smoothed DP, device decode: the best this many microbatch options (by their best decoded
+  // plan) get a level search: a pattern search on the levels
+  // (theta, phi) around their best plan's own, majorize-minimizing from each probe, until no
+  // probe improves or it has taken as long as the search before it (>= 0; 0: none). On the 20
+  // seeded non-uniform 96-layer models of the ablation spec, polish none: 10 of 20 within 0.1%
+  // of the DP optimum with 0, 17 with 1, 20 with 3.
+  int level_search_options = 3;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
   // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge / 512, polish none,
   // late_decodes 0: 14.4% above the DP optimum with 1, 3.5% with 2, at twice the gradient time.
@@ -69,10 +78,10 @@ struct RelaxOptions {
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
   // are spread geometrically over [min_stages, max_stages].
   int restarts = 8;
-  // Adam steps; >= 1. Smoothed DP: 60 (20 and 40 leave the duals unconverged: 9.7% and 8.7%
-  // median gap of the decoded plans on seeded non-uniform 96-layer models, 60: 0.0%). The cut
-  // relaxation was tuned at 20.
-  int iterations = 60;
+  // Adam steps; >= 1. Smoothed DP: 20 (with the level search, 20 and 60 reach the same plans on
+  // the ablation spec's non-uniform models, 20 in half the time; 1 leaves 5 of 20 above 0.1%
+  // of the optimum). The cut relaxation was tuned at 20 too.
+  int iterations = 20;
   // Adam learning rate on the logits; > 0. Logits live on a scale of a few units.
   double learning_rate = 0.15;
   // Softmax / sigmoid temperature, annealed geometrically from initial to final; > 0,

@@ -370,6 +370,10 @@ TEST_CASE("relax: RelaxOptions::Validate names the option as users write it, and
   options = RelaxOptions{};
   options.min_config_probability = 1;
   CHECK_THROWS_AS(options.Validate(), InputError);
+  options = RelaxOptions{};
+  options.level_search_options = -1;
+  CHECK_THROWS_WITH_AS(options.Validate(), "relax.level_search_options = -1: must be >= 0",
+                       InputError);
 }
 
 }  // namespace

@@ -361,8 +361,27 @@ TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands withi
   CHECK(worst < worst_no_gradient);
 }
 
-TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase's device decodes land "
-          "within 2% of the DP optimum, where its price decodes alone end over 3% above it") {
+TEST_CASE("relax: where the majorize-minimize stops 1.8% above the DP optimum (a seeded "
+          "non-uniform 96-layer model), the level search reaches it") {
+  NonUniformModelOptions model;
+  model.num_layers = 96;
+  Problem problem;
+  problem.model = MakeNonUniformModel(model, 5);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(16);
+  problem.training.global_batch_size = 512;
+  const OptimumAndRelax run =
+      RunOptimumAndRelax(problem, [](RelaxOptions* o) { o->level_search_options = 0; });
+  REQUIRE(run.second.plan.has_value());
+  const double best = run.optimum.summary.best_iteration_seconds;
+  INFO(run.first.summary.BriefReport(), " | ", run.second.summary.BriefReport(), " | ",
+       run.optimum.summary.BriefReport());
+  CHECK(run.first.summary.best_iteration_seconds <= best * 1.001);
+  CHECK(run.second.summary.best_iteration_seconds > best * 1.01);
+}
+
+TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase (device decodes, level "
+          "search) lands within 0.1% of the DP optimum, where its price decodes alone end over "
+          "0.5% above it") {
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath("gpt3-13b"));
   problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(8);
@@ -373,8 +392,8 @@ TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase's device
   const double best = run.optimum.summary.best_iteration_seconds;
   INFO(run.first.summary.BriefReport(), " | ", run.second.summary.BriefReport(), " | ",
        run.optimum.summary.BriefReport());
-  CHECK(run.first.summary.best_iteration_seconds <= best * 1.02);
-  CHECK(run.second.summary.best_iteration_seconds > best * 1.03);
+  CHECK(run.first.summary.best_iteration_seconds <= best * 1.001);
+  CHECK(run.second.summary.best_iteration_seconds > best * 1.005);
 }
 
 }  // namespace

@@ -57,21 +57,22 @@ struct RelaxOptions {
   bool device_decode = true;
   // Smoothed DP, device decode: the majorize-minimize also starts from the levels of the last
   // this many distinct decoded plans of the last quarter of the steps, per track (>= 0).
-  // Without a level search it mattered (GPT-3 13B / 8 p3.16xlarge / 512, polish none: 3.5% above
-  // the DP optimum with 0, 1.65% with 15); with one, 0 loses nothing on the ablation spec's
-  // problems and saves a third of the wall time on the largest.
+  // Without a level search it mattered (GPT-3 13B / 8 p3.16xlarge / 512, polish none, 60 steps:
+  // 3.5% above the DP optimum with 0, 1.65% with 15); with one, 0 loses nothing on the ablation
+  // spec's problems and saves a quarter of the wall time on the largest (GPT-3 175B / 128 DGX).
   int late_decodes = 0;
   double device_decode_max_work = 5e8;
   // Smoothed DP, device decode: the best this many microbatch options (by their best decoded
-  // plan) get a level search: a pattern search on the levels
-  // (theta, phi) around their best plan's own, majorize-minimizing from each probe, until no
-  // probe improves or it has taken as long as the search before it (>= 0; 0: none). On the 20
-  // seeded non-uniform 96-layer models of the ablation spec, polish none: 10 of 20 within 0.1%
-  // of the DP optimum with 0, 17 with 1, 20 with 3.
+  // plan) get a level search: a pattern search on the levels (theta, phi) around their best
+  // plan's own, majorize-minimizing from each probe, until no probe improves or it has taken as
+  // long as the search before it (>= 0; 0: none). Ablation spec, polish none, its 40 non-uniform
+  // cells: 8 within 0.1% of the DP optimum with 0, 40 with 3 (at 60 steps and 15 late decodes,
+  // on 20 of them: 10 with 0, 17 with 1, 20 with 3).
   int level_search_options = 3;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
   // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge / 512, polish none,
-  // late_decodes 0: 14.4% above the DP optimum with 1, 3.5% with 2, at twice the gradient time.
+  // 60 steps, late_decodes 0, no level search: 14.4% above the DP optimum with 1, 3.5% with 2,
+  // at twice the gradient time; with the defaults, at the optimum with either.
   int price_starts = 2;
   // Smoothed DP: models with more layers than this run the annealed phase on every
   // ceil(L / coarse_layers)-th layer boundary only (the final decodes use every boundary);

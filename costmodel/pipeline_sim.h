@@ -45,6 +45,14 @@ SimResult SimulatePipeline(const std::vector<SimStage>& stages, int num_microbat
 // of t_s, tail = e_s.
 std::vector<SimStage> SimStagesFromEstimate(const Estimate& estimate);
 
+// Events SimulatePipeline makes: a forward and a backward per stage and microbatch. Commands
+// that write traces skip plans with more than kMaxTraceEvents of them (a trace of 2e6 events is
+// about 200 MB of JSON; one microbatch per sample of a huge batch would never finish).
+constexpr long long kMaxTraceEvents = 2'000'000;
+inline long long SimulatedEvents(int num_stages, int num_microbatches) {
+  return 2LL * num_stages * num_microbatches;
+}
+
 // Chrome trace (chrome://tracing, Perfetto): {"traceEvents": [...]} with one thread per stage,
 // times in microseconds.
 nlohmann::json ChromeTrace(const SimResult& result, const std::string& process_name);

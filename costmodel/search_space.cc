@@ -87,8 +87,14 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
   if (!options.num_microbatches.empty()) {
     space.num_microbatches = options.num_microbatches;
   } else {
-    for (int m = 1; m <= std::min(batch, max_m); ++m)
-      if (batch % m == 0) space.num_microbatches.push_back(m);
+    // Every divisor of the batch up to max_m, in pairs (d, batch / d) with d <= sqrt(batch):
+    // O(sqrt(batch)) steps, and no counter that could pass INT_MAX.
+    for (long long d = 1; d * d <= batch; ++d) {
+      if (batch % d != 0) continue;
+      if (d <= max_m) space.num_microbatches.push_back(static_cast<int>(d));
+      if (batch / d != d && batch / d <= max_m)
+        space.num_microbatches.push_back(static_cast<int>(batch / d));
+    }
   }
   std::sort(space.num_microbatches.begin(), space.num_microbatches.end());
   for (int m : space.num_microbatches)

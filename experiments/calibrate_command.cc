@@ -116,6 +116,7 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
       ->check(cli::IntAtLeast(0))
       ->capture_default_str();
   commands.validate_alpa_comm->add_option("--output-dir", v.output_dir, "where outputs go")
+      ->check(cli::OutputDirectory())
       ->capture_default_str();
 }
 

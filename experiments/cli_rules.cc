@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 #include <optional>
 
 namespace stratos::cli {
@@ -91,6 +93,19 @@ CLI::Validator NumberInterval(double min, double max, const std::string& interva
         return "";
       },
       "in " + interval);
+}
+
+CLI::Validator OutputDirectory() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.empty()) return Broken("\"\"", "must name a directory");
+        std::error_code ignored;
+        const std::filesystem::path path = std::filesystem::weakly_canonical(text, ignored);
+        if (path == path.root_path() || std::filesystem::path(text) == "/")
+          return Broken(text, "must be a directory other than the filesystem root");
+        return "";
+      },
+      "DIR");
 }
 
 CLI::Validator OneOf(const std::vector<std::string>& names) {

@@ -27,6 +27,9 @@ CLI::Validator NumberIn(double min, double max);
 CLI::Validator NumberInterval(double min, double max, const std::string& interval);
 // One of `names` (for a list option: each element): "must be one of "a", "b", ...".
 CLI::Validator OneOf(const std::vector<std::string>& names);
+// A directory a command writes several files and folders into: not empty and not the
+// filesystem root ("must be a directory other than the filesystem root").
+CLI::Validator OutputDirectory();
 
 // The one-line message of a command-line parse error: "<flag> = <value>: <rule>" for the
 // validators above, CLI11's own message otherwise.

@@ -74,7 +74,11 @@ int RunEvaluate(const EvaluateArgs& args) {
     json["plan"] = PlanToJson(plan);
     WriteJsonAtomically(args.json_file, json);
   }
-  if (!args.trace_file.empty()) {
+  const long long events = SimulatedEvents(plan.NumStages(), plan.num_microbatches);
+  if (!args.trace_file.empty() && events > kMaxTraceEvents) {
+    fmt::print(stderr, "stratos: {} not written: {} events (more than {})\n", args.trace_file,
+               events, kMaxTraceEvents);
+  } else if (!args.trace_file.empty()) {
     const SimResult sim =
         SimulatePipeline(SimStagesFromEstimate(estimate), plan.num_microbatches, plan.schedule);
     WriteJsonAtomically(args.trace_file, ChromeTrace(sim, problem.model.name));

@@ -19,7 +19,8 @@ void AddExperimentCommands(CLI::App& app, ExperimentCommands& c) {
                     "experiment spec (.toml), or a shipped one by name: ladder, ablation-relax, scale")
       ->required();
   c.run->add_option("--output-dir", c.run_options.output_dir,
-                    "where results go (default out/experiments/<spec name>)");
+                    "where results go (default out/experiments/<spec name>)")
+      ->check(cli::OutputDirectory());
   c.run->add_option("--jobs", c.run_options.jobs, "cells run at once")
       ->check(cli::IntAtLeast(1))
       ->capture_default_str();

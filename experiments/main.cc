@@ -26,6 +26,7 @@ using stratos::cli::NumberAbove;
 using stratos::cli::NumberIn;
 using stratos::cli::NumberInterval;
 using stratos::cli::OneOf;
+using stratos::cli::OutputDirectory;
 
 std::vector<std::string> GradCompressionNames() {
   std::vector<std::string> names;
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
   bench_command->require_subcommand(1);
   CLI::App* ladder = bench_command->add_subcommand(
       "ladder", "DP vs relax on GPT problems from 24 layers x 8 GPUs to 128 layers x 1024 GPUs");
-  ladder->add_option("--output-dir", bench.output_dir)->capture_default_str();
+  ladder->add_option("--output-dir", bench.output_dir)->check(OutputDirectory())->capture_default_str();
   ladder->add_option("--time-limit", bench.time_limit_seconds, "seconds per searcher and rung")
       ->check(NumberAbove(0))
       ->capture_default_str();
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
   CLI::App* runtime_bench = bench_command->add_subcommand(
       "runtime", "runtime acceptance: measured vs predicted iteration time of 6 plans (MAPE) and "
                  "overhead against plain single-process LibTorch training");
-  runtime_bench->add_option("--output-dir", bench_runtime.output_dir)->capture_default_str();
+  runtime_bench->add_option("--output-dir", bench_runtime.output_dir)->check(OutputDirectory())->capture_default_str();
   runtime_bench->add_option("--steps", bench_runtime.steps, "steps per run (first is warm-up)")
       ->check(IntAtLeast(2))
       ->capture_default_str();
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
     command->add_option("--lr", flags->learning_rate, "Adam learning rate")->check(NumberAbove(0))->capture_default_str();
     command->add_option("--seed", flags->seed, "seed of weights and batches")->check(IntAtLeast(0))->capture_default_str();
     command->add_option("--data", flags->data_path, "training text file (default: tinyshakespeare)");
-    command->add_option("--output-dir", flags->output_dir, "measurement, trace, reports")->capture_default_str();
+    command->add_option("--output-dir", flags->output_dir, "measurement, trace, reports")->check(OutputDirectory())->capture_default_str();
     command->add_option("--checkpoint-dir", flags->checkpoint_dir, "where checkpoints go");
     command->add_option("--checkpoint-every", flags->checkpoint_every, "steps between checkpoints (0: at the end)")->check(IntAtLeast(0));
     command->add_flag("--resume", flags->resume, "continue from the latest checkpoint");
@@ -181,7 +182,7 @@ int main(int argc, char** argv) {
   stratos::ProfileArgs profile;
   CLI::App* profile_command = app.add_subcommand(
       "profile", "measure GEMMs, transformer blocks and collectives on this machine (profile database)");
-  profile_command->add_option("--output-dir", profile.output_dir)->capture_default_str();
+  profile_command->add_option("--output-dir", profile.output_dir)->check(OutputDirectory())->capture_default_str();
   profile_command->add_option("--device", profile.device, "where GEMMs run")->check(OneOf({"cpu", "cuda"}))->capture_default_str();
   profile_command->add_option("--dtype", profile.dtype, "GEMM dtype (bf16, f16: cuda)")->check(OneOf({"f32", "bf16", "f16"}))->capture_default_str();
   profile_command->add_option("--parts", profile.parts, "what to profile, comma list")->delimiter(',')->allow_extra_args(false)->check(OneOf({"matmul", "layer", "collective"}))->capture_default_str();
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
   cosearch_command->add_option("--target-loss", cosearch.target_loss, "target validation loss (default: automatic)")->check(NumberAbove(0));
   cosearch_command->add_option("--seed", cosearch.seed)->check(IntAtLeast(0))->capture_default_str();
   cosearch_command->add_option("--threads", cosearch.threads, "intra-op threads (default: this machine's)")->check(IntAtLeast(1));
-  cosearch_command->add_option("--output-dir", cosearch.output_dir)->capture_default_str();
+  cosearch_command->add_option("--output-dir", cosearch.output_dir)->check(OutputDirectory())->capture_default_str();
   cosearch_command->add_option("--checkpoint-every", cosearch.checkpoint_every, "steps between checkpoints (0: none)")->check(IntAtLeast(0))->capture_default_str();
   cosearch_command->add_flag("--resume", cosearch.resume, "continue from OUTPUT_DIR/checkpoint");
   cosearch_command->add_flag("!--no-progress", cosearch.progress, "no progress lines");

@@ -80,7 +80,8 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
                    "per-stage gradient compression options, e.g. none,bf16,powersgd (changes the "
                    "math of training; see stratos cosearch)")
       ->capture_default_str();
-  command->add_option("--output-dir", args.output_dir, "where outputs go")->capture_default_str();
+  command->add_option("--output-dir", args.output_dir, "where outputs go")
+      ->check(cli::OutputDirectory())->capture_default_str();
   command->add_flag("!--no-progress", args.progress, "no progress lines on stderr");
   command->add_option("--option", args.option_assignments,
                       "a searcher option by name, repeatable: relax.iterations=60, "
@@ -203,10 +204,16 @@ int RunSearch(const SearchArgs& args) {
       plan_json["algorithm"] = o.algorithm;
       plan_json["estimate"] = EstimateToJson(*o.estimate, plan);
       WriteJsonAtomically(args.output_dir + "/plans/" + o.algorithm + ".json", plan_json);
-      const SimResult sim =
-          SimulatePipeline(SimStagesFromEstimate(*o.estimate), plan.num_microbatches, plan.schedule);
-      WriteJsonAtomically(args.output_dir + "/traces/" + o.algorithm + ".trace.json",
-                          ChromeTrace(sim, fmt::format("{}: {}", o.algorithm, problem.model.name)));
+      const long long events = SimulatedEvents(plan.NumStages(), plan.num_microbatches);
+      if (events > kMaxTraceEvents) {
+        fmt::print(stderr, "stratos: traces/{}.trace.json not written: {} events (more than {})\n",
+                   o.algorithm, events, kMaxTraceEvents);
+      } else {
+        const SimResult sim = SimulatePipeline(SimStagesFromEstimate(*o.estimate),
+                                               plan.num_microbatches, plan.schedule);
+        WriteJsonAtomically(args.output_dir + "/traces/" + o.algorithm + ".trace.json",
+                            ChromeTrace(sim, fmt::format("{}: {}", o.algorithm, problem.model.name)));
+      }
     } else {
       entry["predicted_iteration_seconds"] = nullptr;
       entry["plan"] = nullptr;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
 #include "validate/validation.h"
@@ -18,7 +19,8 @@ CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args) {
   for (const std::string& name : ValidationReportNames()) {
     CLI::App* report = validate->add_subcommand(name, ValidationReportDescription(name));
     report->add_option("--output-dir", args.output_dir,
-                       "where <report>.json and <report>.csv go (default: out/validate/<report>)");
+                       "where <report>.json and <report>.csv go (default: out/validate/<report>)")
+        ->check(cli::OutputDirectory());
     report->callback([&args, name] { args.report = name; });
   }
   return validate;

@@ -135,6 +135,18 @@ expect_one_line_error "evaluate refuses a cluster of several node groups" \
   "amp-mixed.toml: node_group = 2 groups \(3 x 4 T4-16GB, 1 x 4 V100-16GB\): heterogeneous clusters are not priced yet" -- \
   "$STRATOS" evaluate --model gpt3-1.3b --cluster "$WORK/amp-mixed.toml" --global-batch 64 \
   --tp 1 --pp 1 --dp 16 --micro-batch 1
+# Hardening: an empty or root output directory is refused (it wrote summary.json, plans/ and
+# traces/ into /); a batch of 2^31 - 1 searches in well under a second (it died with SIGFPE in
+# the microbatch-count loop) and skips the trace of 2^31 - 1 microbatches instead of simulating it.
+expect_one_line_error "--output-dir \"\" is refused" '--output-dir = "": must name a directory' -- \
+  "$STRATOS" search --model gpt3-1.3b --algo grid --output-dir ""
+expect_one_line_error "--output-dir / is refused" \
+  "--output-dir = /: must be a directory other than the filesystem root" -- \
+  "$STRATOS" search --model gpt3-1.3b --algo grid --output-dir /
+expect "a global batch of 2^31 - 1 is searched, its huge trace skipped" 0 \
+  "traces/dp.trace.json not written: [0-9]+ events \\(more than 2000000\\)" -- \
+  timeout 60 "$STRATOS" search --model gpt3-1.3b --global-batch 2147483647 --algo dp \
+  --output-dir "$WORK/bigbatch"
 expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
   "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"
 

@@ -16,8 +16,10 @@
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/model_io.h"
+#include "costmodel/search_space.h"
 #include "costmodel/synthetic.h"
 #include "costmodel/zoo.h"
+#include "search_test_util.h"
 
 namespace stratos {
 namespace {
@@ -318,6 +320,19 @@ TEST_CASE("DP benchmark on GPT ladders" * doctest::skip()) {
         space.configs.size(), space.num_microbatches.size(), seconds, result.summary.BriefReport(),
         result.plan ? result.plan->Summary() : std::string("no plan")));
   }
+}
+
+TEST_CASE("the search space's microbatch counts are the batch's divisors, up to a batch of "
+          "INT_MAX") {
+  Problem problem = testing::ZooProblem("gpt3-1.3b", "dgx-a100-80gb", 1);
+  problem.training.global_batch_size = 36;
+  CHECK(SearchSpace::Build(problem).num_microbatches == std::vector<int>{1, 2, 3, 4, 6, 9, 12, 18, 36});
+  SpaceOptions capped;
+  capped.max_num_microbatches = 10;
+  CHECK(SearchSpace::Build(problem, capped).num_microbatches == std::vector<int>{1, 2, 3, 4, 6, 9});
+  // 2^31 - 1 is prime; counting to it overflowed an int and divided by zero.
+  problem.training.global_batch_size = 2147483647;
+  CHECK(SearchSpace::Build(problem).num_microbatches == std::vector<int>{1, 2147483647});
 }
 
 }  // namespace stratos

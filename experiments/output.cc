@@ -1,5 +1,10 @@
 #include "experiments/output.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,16 +21,31 @@ void EnsureDirectory(const std::string& dir) {
 }
 
 void WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
+  // A temporary name of its own beside the target (mkstemp), so that concurrent writers of the
+  // same file do not share one; removed if anything fails.
+  std::string temporary = path + ".tmp-XXXXXX";
+  const int fd = mkstemp(temporary.data());
+  if (fd < 0)
+    throw InputError(fmt::format("{}: cannot write output file: {}", path, std::strerror(errno)));
+  close(fd);
+  std::error_code error;
+  const auto fail = [&](const std::string& message) {
+    std::filesystem::remove(temporary, error);
+    throw InputError(message);
+  };
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(fmt::format("{}: cannot write output file", temporary));
+    if (!out) fail(fmt::format("{}: cannot write output file", temporary));
     out << text;
-    if (!out.flush()) throw InputError(fmt::format("{}: write failed", temporary));
+    if (!out.flush()) fail(fmt::format("{}: write failed", temporary));
   }
-  std::error_code error;
+  // mkstemp makes the file private (0600); outputs are read by others like any file.
+  using std::filesystem::perms;
+  std::filesystem::permissions(
+      temporary, perms::owner_read | perms::owner_write | perms::group_read | perms::others_read,
+      error);
   std::filesystem::rename(temporary, path, error);
-  if (error) throw InputError(fmt::format("{}: cannot move into place: {}", path, error.message()));
+  if (error) fail(fmt::format("{}: cannot move into place: {}", path, error.message()));
 }
 
 std::string ReadTextFile(const std::string& path) {

@@ -10,7 +10,10 @@ namespace stratos {
 // Creates `dir` (and parents). Throws InputError naming the directory if that fails.
 void EnsureDirectory(const std::string& dir);
 
-// Writes `text` to `path` atomically (path.tmp + rename). Throws InputError on failure.
+// Writes `text` to `path` atomically: into a temporary file of its own beside it
+// (path.tmp-XXXXXX, mkstemp), then renamed over it, so concurrent writers of one path never share
+// a temporary and a reader sees a whole file; the temporary is removed if anything fails.
+// Throws InputError naming the file on failure.
 void WriteFileAtomically(const std::string& path, const std::string& text);
 void WriteJsonAtomically(const std::string& path, const nlohmann::json& json);
 

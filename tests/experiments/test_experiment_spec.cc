@@ -2,15 +2,18 @@
 // (experiments/searchers.h): expansion into cells, and errors that name file, key, value and rule.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "experiments/experiment_runner.h"
 #include "experiments/experiment_spec.h"
+#include "experiments/output.h"
 #include "experiments/searchers.h"
 #include "tests/scratch_dir.h"
 
@@ -288,6 +291,36 @@ TEST_CASE("experiment spec paths: a file, or a shipped spec by name from the dat
   CHECK(ResolveSpecPath("no-such-spec") == "no-such-spec");
   CHECK(ErrorOf([] { ReadExperimentSpec(ResolveSpecPath("no-such-spec")); }).find("no-such-spec") !=
         std::string::npos);
+}
+
+TEST_CASE("WriteFileAtomically: concurrent writers of one file each succeed, the file is one "
+          "of their texts, and no temporary is left") {
+  const std::filesystem::path dir = testing::ScratchDir("atomic_writes");
+  const std::string path = (dir / "same.json").string();
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < 8; ++w)
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 25; ++i) {
+        try {
+          WriteFileAtomically(path, std::string(1000 + w, static_cast<char>('a' + w)));
+        } catch (const InputError&) {
+          ++failures;
+        }
+      }
+    });
+  for (std::thread& writer : writers) writer.join();
+  CHECK(failures == 0);
+  const std::string text = ReadTextFile(path);
+  REQUIRE(text.size() >= 1000);
+  CHECK(text == std::string(text.size(), text[0]));
+  CHECK(text.size() == 1000 + static_cast<size_t>(text[0] - 'a'));
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    (void)entry;
+    ++files;
+  }
+  CHECK(files == 1);
 }
 
 }  // namespace stratos

@@ -97,6 +97,15 @@ ClusterSpec ClusterSpec::WithNodes(int num_nodes) const {
   }
   ClusterSpec copy = *this;
   if (copy.node_groups.empty()) FirstGroup(copy);  // throws
+  long long devices = static_cast<long long>(num_nodes) * copy.node_groups.front().gpus_per_node;
+  for (size_t g = 1; g < copy.node_groups.size(); ++g)
+    devices += static_cast<long long>(copy.node_groups[g].count) * copy.node_groups[g].gpus_per_node;
+  if (devices > kMaxDevices) {
+    throw InputError(fmt::format("--nodes = {}: must give at most {} devices ({} GPUs per node; "
+                                 "cluster {})",
+                                 num_nodes, kMaxDevices, copy.node_groups.front().gpus_per_node,
+                                 name));
+  }
   copy.node_groups.front().count = num_nodes;
   return copy;
 }

@@ -127,6 +127,9 @@ struct ClusterSpec {
   std::array<CollectiveCalibration, kNumCollectives> collectives;
   CalibrationInfo calibration;
 
+  // Most devices a cluster may have (nodes x GPUs per node over all groups): 2^20, far above
+  // today's largest trainings, so that device counts and their products stay in an int.
+  static constexpr long long kMaxDevices = 1 << 20;
   int NumNodes() const;
   int NumDevices() const;
   bool IsHomogeneous() const { return node_groups.size() == 1; }
@@ -136,7 +139,8 @@ struct ClusterSpec {
   const NetworkLevel& IntraNode() const { return networks.at(0); }
   // Falls back to the intra-node level for single-node clusters without an inter-node level.
   const NetworkLevel& InterNode() const { return networks.size() > 1 ? networks[1] : networks[0]; }
-  // Returns a copy with the first node group's count set to num_nodes (--nodes).
+  // Returns a copy with the first node group's count set to num_nodes (--nodes). Throws
+  // InputError naming --nodes if num_nodes < 1 or the cluster would exceed kMaxDevices.
   ClusterSpec WithNodes(int num_nodes) const;
 };
 

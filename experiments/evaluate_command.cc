@@ -47,6 +47,9 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
   plan.global_batch_size = batch;
   plan.num_microbatches = batch / per_microbatch;
   plan.schedule = problem.training.schedule;
+  if (args.pipeline_parallel > problem.NumLayers())
+    ThrowInputError(where, "--pp", args.pipeline_parallel,
+                    fmt::format("must be at most the model's {} layers", problem.NumLayers()));
   for (auto [first, last] : SplitLayersEvenly(problem.NumLayers(), args.pipeline_parallel))
     plan.stages.push_back({first, last, config});
   ValidatePlan(problem, plan, "command line (--tp/--pp/--dp/--micro-batch)");

@@ -152,6 +152,11 @@ TEST_CASE("counts < 1 and bandwidth <= 0 are InputErrors") {
                             "[[node_group]]\ncount = 1\ngpus_per_node = 0\n"
                             "device = \"A100\"\n"),
                     {"c.toml: node_group[0].gpus_per_node = 0: must be >= 1"});
+  CheckClusterError(Cluster(kDevice,
+                            "[[node_group]]\ncount = 1000000\ngpus_per_node = 8\n"
+                            "device = \"A100\"\n"),
+                    {"c.toml: node_group = 8000000 devices (count x gpus_per_node): must be at "
+                     "most 1048576"});
   CheckClusterError(Cluster(kDevice, kGroup, "[[network]]\nbandwidth_GBps = 0\nlatency_us = 1\n"),
                     {"c.toml: network[0].bandwidth_GBps = 0: must be > 0"});
   CheckClusterError(Cluster(kDevice, kGroup, "[[network]]\nbandwidth_GBps = 1\nlatency_us = -1\n"),

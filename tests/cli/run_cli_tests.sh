@@ -153,6 +153,10 @@ expect_one_line_error "--pp above the layer count names --pp" \
 expect_one_line_error "--nodes whose device count overflows names --nodes" \
   "--nodes = 2000000000: must give at most 1048576 devices \(8 GPUs per node" -- \
   "$STRATOS" search --model gpt3-1.3b --algo grid --nodes 2000000000 --output-dir "$WORK/x"
+printf '[model]\nfamily = "explicit"\n[[model.layer]]\nforward_flops = 9007199254740993\nparam_bytes = 2e6\nactivation_bytes = 1e6\n' \
+  >"$WORK/int53.toml"
+expect "an integer above 2^53 in a number key is read as a number (was: bad optional access, exit 3)" 0 \
+  "gap %" -- "$STRATOS" search --model "$WORK/int53.toml" --algo grid --output-dir "$WORK/int53"
 expect_one_line_error "negative batch" "--global-batch = -4: must be >= 1" -- \
   "$STRATOS" search --model gpt3-1.3b --global-batch -4 --algo grid --output-dir "$WORK/x"
 

@@ -71,11 +71,14 @@ int ClusterSpec::NumNodes() const {
   return nodes;
 }
 
-int ClusterSpec::NumDevices() const {
-  int devices = 0;
-  for (const NodeGroup& group : node_groups) devices += group.count * group.gpus_per_node;
+long long ClusterSpec::DeviceCount64() const {
+  long long devices = 0;
+  for (const NodeGroup& group : node_groups)
+    devices += static_cast<long long>(group.count) * group.gpus_per_node;
   return devices;
 }
+
+int ClusterSpec::NumDevices() const { return static_cast<int>(DeviceCount64()); }
 
 int ClusterSpec::GpusPerNode() const { return FirstGroup(*this).gpus_per_node; }
 
@@ -97,16 +100,13 @@ ClusterSpec ClusterSpec::WithNodes(int num_nodes) const {
   }
   ClusterSpec copy = *this;
   if (copy.node_groups.empty()) FirstGroup(copy);  // throws
-  long long devices = static_cast<long long>(num_nodes) * copy.node_groups.front().gpus_per_node;
-  for (size_t g = 1; g < copy.node_groups.size(); ++g)
-    devices += static_cast<long long>(copy.node_groups[g].count) * copy.node_groups[g].gpus_per_node;
-  if (devices > kMaxDevices) {
+  copy.node_groups.front().count = num_nodes;
+  if (copy.DeviceCount64() > kMaxDevices) {
     throw InputError(fmt::format("--nodes = {}: must give at most {} devices ({} GPUs per node; "
                                  "cluster {})",
                                  num_nodes, kMaxDevices, copy.node_groups.front().gpus_per_node,
                                  name));
   }
-  copy.node_groups.front().count = num_nodes;
   return copy;
 }
 

@@ -132,6 +132,8 @@ struct ClusterSpec {
   static constexpr long long kMaxDevices = 1 << 20;
   int NumNodes() const;
   int NumDevices() const;
+  // Nodes x GPUs per node over all groups, in 64 bits (what kMaxDevices bounds).
+  long long DeviceCount64() const;
   bool IsHomogeneous() const { return node_groups.size() == 1; }
   // Of the first node group (the only one of a homogeneous cluster).
   int GpusPerNode() const;

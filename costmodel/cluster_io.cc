@@ -208,12 +208,9 @@ ClusterSpec ParseClusterToml(std::string_view text, const std::string& where) {
     }
     cluster.node_groups.push_back(std::move(group));
   }
-  long long total_devices = 0;
-  for (const NodeGroup& group : cluster.node_groups)
-    total_devices += static_cast<long long>(group.count) * group.gpus_per_node;
-  if (total_devices > ClusterSpec::kMaxDevices)
+  if (cluster.DeviceCount64() > ClusterSpec::kMaxDevices)
     ThrowInputError(where, "node_group",
-                    fmt::format("{} devices (count x gpus_per_node)", total_devices),
+                    fmt::format("{} devices (count x gpus_per_node)", cluster.DeviceCount64()),
                     fmt::format("must be at most {}", ClusterSpec::kMaxDevices));
 
   const std::vector<const toml::table*> networks = TablesOf(top, "network");

@@ -99,9 +99,10 @@ CLI::Validator OutputDirectory() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
         if (text.empty()) return Broken("\"\"", "must name a directory");
-        std::error_code ignored;
-        const std::filesystem::path path = std::filesystem::weakly_canonical(text, ignored);
-        if (path == path.root_path() || std::filesystem::path(text) == "/")
+        std::error_code error;
+        std::filesystem::path path = std::filesystem::weakly_canonical(text, error);
+        if (error) path = std::filesystem::absolute(text, error).lexically_normal();
+        if (!path.empty() && path == path.root_path())
           return Broken(text, "must be a directory other than the filesystem root");
         return "";
       },

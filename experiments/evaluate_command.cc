@@ -2,7 +2,6 @@
 
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
-#include "costmodel/pipeline_sim.h"
 #include "experiments/commands.h"
 #include "experiments/run_commands.h"
 #include "experiments/output.h"
@@ -77,15 +76,7 @@ int RunEvaluate(const EvaluateArgs& args) {
     json["plan"] = PlanToJson(plan);
     WriteJsonAtomically(args.json_file, json);
   }
-  const long long events = SimulatedEvents(plan.NumStages(), plan.num_microbatches);
-  if (!args.trace_file.empty() && events > kMaxTraceEvents) {
-    fmt::print(stderr, "stratos: {} not written: {} events (more than {})\n", args.trace_file,
-               events, kMaxTraceEvents);
-  } else if (!args.trace_file.empty()) {
-    const SimResult sim =
-        SimulatePipeline(SimStagesFromEstimate(estimate), plan.num_microbatches, plan.schedule);
-    WriteJsonAtomically(args.trace_file, ChromeTrace(sim, problem.model.name));
-  }
+  if (!args.trace_file.empty()) WritePlanTrace(args.trace_file, estimate, plan, problem.model.name);
   if (!estimate.Fits()) {
     fmt::print(stderr, "stratos: plan does not fit: {}\n", estimate.MemoryViolation());
     return kExitNoResult;

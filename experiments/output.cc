@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+#include "costmodel/pipeline_sim.h"
+#include "costmodel/plan.h"
 
 namespace stratos {
 
@@ -66,6 +69,19 @@ nlohmann::json ReadJsonFile(const std::string& path) {
 
 void WriteJsonAtomically(const std::string& path, const nlohmann::json& json) {
   WriteFileAtomically(path, json.dump(2) + "\n");
+}
+
+void WritePlanTrace(const std::string& path, const Estimate& estimate, const Plan& plan,
+                    const std::string& process_name) {
+  const long long events = SimulatedEvents(plan.NumStages(), plan.num_microbatches);
+  if (events > kMaxTraceEvents) {
+    fmt::print(stderr, "stratos: {} not written: {} events (more than {})\n", path, events,
+               kMaxTraceEvents);
+    return;
+  }
+  const SimResult sim =
+      SimulatePipeline(SimStagesFromEstimate(estimate), plan.num_microbatches, plan.schedule);
+  WriteJsonAtomically(path, ChromeTrace(sim, process_name));
 }
 
 }  // namespace stratos

@@ -7,6 +7,9 @@
 
 namespace stratos {
 
+struct Estimate;
+struct Plan;
+
 // Creates `dir` (and parents). Throws InputError naming the directory if that fails.
 void EnsureDirectory(const std::string& dir);
 
@@ -21,5 +24,11 @@ void WriteJsonAtomically(const std::string& path, const nlohmann::json& json);
 std::string ReadTextFile(const std::string& path);
 // The file parsed as JSON. Throws InputError naming the file for a missing file or bad JSON.
 nlohmann::json ReadJsonFile(const std::string& path);
+
+// The plan's simulated pipeline (costmodel/pipeline_sim.h) as a Chrome trace at `path`, or, when
+// it would have more than kMaxTraceEvents events, a one-line note on stderr naming the path and
+// nothing written. Throws InputError if the file cannot be written.
+void WritePlanTrace(const std::string& path, const Estimate& estimate, const Plan& plan,
+                    const std::string& process_name);
 
 }  // namespace stratos

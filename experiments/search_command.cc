@@ -7,7 +7,6 @@
 
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
-#include "costmodel/pipeline_sim.h"
 #include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
@@ -204,16 +203,8 @@ int RunSearch(const SearchArgs& args) {
       plan_json["algorithm"] = o.algorithm;
       plan_json["estimate"] = EstimateToJson(*o.estimate, plan);
       WriteJsonAtomically(args.output_dir + "/plans/" + o.algorithm + ".json", plan_json);
-      const long long events = SimulatedEvents(plan.NumStages(), plan.num_microbatches);
-      if (events > kMaxTraceEvents) {
-        fmt::print(stderr, "stratos: traces/{}.trace.json not written: {} events (more than {})\n",
-                   o.algorithm, events, kMaxTraceEvents);
-      } else {
-        const SimResult sim = SimulatePipeline(SimStagesFromEstimate(*o.estimate),
-                                               plan.num_microbatches, plan.schedule);
-        WriteJsonAtomically(args.output_dir + "/traces/" + o.algorithm + ".trace.json",
-                            ChromeTrace(sim, fmt::format("{}: {}", o.algorithm, problem.model.name)));
-      }
+      WritePlanTrace(args.output_dir + "/traces/" + o.algorithm + ".trace.json", *o.estimate, plan,
+                     fmt::format("{}: {}", o.algorithm, problem.model.name));
     } else {
       entry["predicted_iteration_seconds"] = nullptr;
       entry["plan"] = nullptr;

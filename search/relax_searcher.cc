@@ -405,8 +405,8 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // f_p(theta, phi, 0) within D devices, move the levels to p's own (max t_s, max e_s), where
   // f_p = iteration(p), and repeat. V^0 never increases (V^0(x') <= f_p(x') = iteration(p) <=
   // f_p(x) = V^0(x)), so it stops at a fixed point in a few steps.
-  // Levels already decoded, per microbatch option: a path that reaches one follows a path
-  // already taken (the decode is deterministic), so it stops there.
+  // Levels already decoded, per DP (microbatch option and resolution): a path that reaches one
+  // follows a path already taken (the decode is deterministic), so it stops there.
   std::set<std::tuple<const SmoothedStageDp*, double, double>> decoded_levels;
   // The best fitting plan that the device decodes found, per DP (microbatch option and
   // resolution).
@@ -427,8 +427,8 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
       if (plan.configs.empty()) break;
       const SmoothedDpPoint y = dp.PlanLevels(plan);
       const DiscreteCost cost = ph->polisher->Cost(plan);
-      auto [best, inserted] = best_by_dp.try_emplace(
-          &dp, std::numeric_limits<double>::infinity(), DiscretePlan{});
+      const auto best = best_by_dp.try_emplace(
+          &dp, std::numeric_limits<double>::infinity(), DiscretePlan{}).first;
       if (cost.Fits() && cost.iteration_seconds < best->second.first) {
         best->second = {cost.iteration_seconds, plan};
         improved = true;

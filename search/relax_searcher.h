@@ -24,7 +24,9 @@
 // SearchSummary: algorithm "relax"; iterations = Adam steps; evaluations = surrogate batch
 // evaluations + discrete plan evaluations; termination kConverged, kTimeLimit (best plan so far),
 // kEvaluationLimit, or kInfeasible with the reason (which stage overflows memory, by how much).
-// Deterministic for a given options.seed (unless the time limit cuts it short).
+// Deterministic for a given options.seed, unless a time bound cuts it short: the time limit, or
+// the level search's own (as long as the search before it; reached on operator-granularity
+// models, where the result can then depend on the machine's speed).
 #include <string>
 
 #include "search/searcher.h"

@@ -100,7 +100,66 @@ inline void SoftPlus(double z, double tau, double* value, double* slope) {
   }
 }
 
+// A config that fits a stage (layer range) at `fits` in-flight levels, at `units` devices (in the
+// DP's unit) and cost a = t + c + (M - 1) relu(t - theta) + relu(e - phi).
+struct FrontierCandidate {
+  int units, slot, fits;
+  double a;
+};
+struct FrontierEntry {
+  int units, slot;
+  double a;
+};
+
+// Appends the strictly decreasing frontier, at in-flight level v (0-based), of `candidates`
+// (ascending units): those that fit at level v and cost less than every smaller mesh before
+// them, the cheapest of each mesh size.
+void AppendFrontier(const std::vector<FrontierCandidate>& candidates, int v,
+                    std::vector<FrontierEntry>* entries) {
+  const size_t begin = entries->size();
+  double least = kInf;
+  for (const FrontierCandidate& c : candidates) {
+    if (c.fits <= v || !(c.a < least)) continue;
+    least = c.a;
+    if (entries->size() > begin && entries->back().units == c.units) entries->pop_back();
+    entries->push_back({c.units, c.slot, c.a});
+  }
+}
+
 }  // namespace
+
+std::vector<int> CoarseCutPositions(const RelaxTables& tables, int coarse_layers) {
+  STRATOS_CHECK(coarse_layers == 0 || coarse_layers >= 2, "coarse_layers {}", coarse_layers);
+  const int L = tables.num_layers;
+  if (coarse_layers == 0 || L <= coarse_layers) return {};
+  const int stride = (L + coarse_layers - 1) / coarse_layers;
+  std::vector<int> count(tables.num_classes, 0), first(tables.num_classes, L);
+  for (int l = 0; l < L; ++l) {
+    const int c = tables.layer_class[l];
+    ++count[c];
+    first[c] = std::min(first[c], l);
+  }
+  int best = -1;
+  for (int c = 0; c < tables.num_classes; ++c) {
+    if (count[c] > coarse_layers - 1) continue;
+    if (best < 0 || count[c] > count[best] || (count[c] == count[best] && first[c] < first[best]))
+      best = c;
+  }
+  if (best >= 0 && count[best] >= 2 && 8 * count[best] >= coarse_layers) {
+    std::vector<int> cuts{0};
+    for (int l = 1; l < L; ++l)
+      if (tables.layer_class[l] == best) cuts.push_back(l);
+    cuts.push_back(L);
+    int gap = 0;
+    for (size_t a = 1; a < cuts.size(); ++a) gap = std::max(gap, cuts[a] - cuts[a - 1]);
+    const int spacing = (L + count[best] - 1) / count[best];
+    if (gap <= 2 * spacing) return cuts;
+  }
+  std::vector<int> cuts;
+  for (int l = 0; l < L; l += stride) cuts.push_back(l);
+  cuts.push_back(L);
+  return cuts;
+}
 
 SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_option,
                                  const std::vector<int>& configs,
@@ -388,9 +447,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
   const int L = N_, K = static_cast<int>(configs_.size());
   const int S = std::min(tables_.max_stages, L), V = static_cast<int>(levels_.size());
   if (K == 0 || L == 0) return plan;
-  // Free devices in units of the gcd of the mesh sizes.
-  long unit = 0;
-  for (double n : devices_) unit = std::gcd(unit, static_cast<long>(n));
+  const long unit = DeviceUnit();
   const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   const size_t stride = static_cast<size_t>(L) + 1;
   // The table, (S + 1)(L + 1) W doubles, grows no faster than the work.
@@ -399,19 +456,11 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
 
   // --- Edges: per in-flight level and layer range, the meshes on the strictly decreasing
   // frontier of the cheapest fitting config's t + c + (M - 1) relu(t - theta) + relu(e - phi). ---
-  struct Entry {
-    int units, slot;
-    double a;
-  };
   const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
   std::vector<size_t> begin(static_cast<size_t>(V) * pairs + 1, 0), end(begin.size(), 0);
-  std::vector<Entry> entries;
-  struct Candidate {
-    int units, slot, fits;
-    double a;
-  };
-  std::vector<Candidate> candidates;
+  std::vector<FrontierEntry> entries;
+  std::vector<FrontierCandidate> candidates;
   std::vector<RangeTerm> scratch;
   for (int i = 0; i < L; ++i) {
     for (int j = i + 1; j <= L; ++j) {
@@ -427,13 +476,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
       for (int v = 0; v < V; ++v) {
         const size_t at = static_cast<size_t>(v) * pairs + row[i] + (j - i - 1);
         begin[at] = entries.size();
-        double least = kInf;
-        for (const Candidate& c : candidates) {
-          if (c.fits <= v || !(c.a < least)) continue;
-          least = c.a;
-          if (entries.size() > begin[at] && entries.back().units == c.units) entries.pop_back();
-          entries.push_back({c.units, c.slot, c.a});
-        }
+        AppendFrontier(candidates, v, &entries);
         end[at] = entries.size();
       }
       if (candidates.empty() && j < L - 1) j = L - 1;  // memory grows with j: next j = L
@@ -507,6 +550,119 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
     i = best_j;
   }
   STRATOS_CHECK(i == L, "constrained decode ended at layer {} of {}", i, L);
+  return plan;
+}
+
+long SmoothedStageDp::DeviceUnit() const {
+  // Free devices in units of the gcd of the mesh sizes.
+  long unit = 0;
+  for (double n : devices_) unit = std::gcd(unit, static_cast<long>(n));
+  return std::max(1L, unit);
+}
+
+DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const DiscretePlan& around,
+                                             int radius, double max_work) const {
+  const int S = around.NumStages();
+  STRATOS_CHECK(radius >= 0, "radius {} < 0", radius);
+  STRATOS_CHECK(S >= 1 && around.boundaries.size() == static_cast<size_t>(S) + 1 &&
+                    around.boundaries.front() == 0 && around.boundaries.back() == L_,
+                "the plan around which to decode is not a partition of the {} layers", L_);
+  DiscretePlan plan;
+  if (configs_.empty()) return plan;
+  const long unit = DeviceUnit();
+  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
+  // window[s]: the layers where stage s may start (window[S] = {L}: where the last one ends).
+  std::vector<std::vector<int>> window(S + 1);
+  window[0] = {0};
+  window[S] = {L_};
+  for (int s = 1; s < S; ++s)
+    for (int x = std::max(1, around.boundaries[s] - radius);
+         x <= std::min(L_ - 1, around.boundaries[s] + radius); ++x)
+      window[s].push_back(x);
+  double work = 0;
+  for (int s = 0; s < S; ++s)
+    work += static_cast<double>(window[s].size()) * window[s + 1].size() * W;
+  if (work > max_work) return plan;
+  const double mc = microbatch_count_;
+
+  // The frontier of stage [x, y) at in-flight level v, into `entries`.
+  std::vector<FrontierCandidate> candidates;
+  std::vector<FrontierEntry> entries;
+  auto frontier = [&](int x, int y, int v) {
+    candidates.clear();
+    entries.clear();
+    for (int slot : by_size_) {
+      const Terms t = StageTerms(slot, x, y);
+      const int fits = FittingLevels(t);
+      if (fits <= v) continue;
+      const double a = t.t + t.c + (mc - 1) * std::max(0.0, t.t - p.theta_seconds) +
+                       std::max(0.0, t.e - p.phi_seconds);
+      candidates.push_back({static_cast<int>(devices_[slot] / unit), slot, fits, a});
+    }
+    AppendFrontier(candidates, v, &entries);
+  };
+
+  // G[s][a][d]: the least sum over stages s.. covering [window[s][a], L) with at most d free
+  // units; finite iff d >= lo.
+  std::vector<size_t> base(S + 2, 0);
+  for (int s = 0; s <= S; ++s) base[s + 1] = base[s] + window[s].size();
+  std::vector<double> g(base[S + 1] * W, kInf);
+  std::vector<int> lo(base[S + 1], W);
+  auto G = [&](int s, size_t a) { return g.data() + (base[s] + a) * W; };
+  std::fill(G(S, 0), G(S, 0) + W, 0.0);
+  lo[base[S]] = 0;
+  for (int s = S - 1; s >= 0; --s) {
+    const int v = LevelIndex(S - s);
+    for (size_t a = 0; a < window[s].size(); ++a) {
+      double* out = G(s, a);
+      int out_lo = W;
+      for (size_t b = 0; b < window[s + 1].size(); ++b) {
+        const int prev_lo = lo[base[s + 1] + b];
+        if (window[s + 1][b] <= window[s][a] || prev_lo >= W) continue;
+        frontier(window[s][a], window[s + 1][b], v);
+        for (const FrontierEntry& e : entries) {
+          const int start = prev_lo + e.units;
+          if (start >= W) break;
+          MinPlusInto(out + start, G(s + 1, b) + prev_lo, e.a, W - start);
+          out_lo = std::min(out_lo, start);
+        }
+      }
+      lo[base[s] + a] = out_lo;
+    }
+  }
+  if (!(G(0, 0)[W - 1] < kInf)) return plan;
+
+  // --- Reconstruct by re-finding each argmin (same floating-point operations). ---
+  plan.microbatch_option = m_;
+  plan.boundaries.push_back(0);
+  size_t a = 0;
+  int d = W - 1;
+  for (int s = 0; s < S; ++s) {
+    const double target = G(s, a)[d];
+    double best_gap = kInf;
+    size_t best_b = 0;
+    FrontierEntry best_entry{0, -1, 0};
+    for (size_t b = 0; b < window[s + 1].size(); ++b) {
+      const int prev_lo = lo[base[s + 1] + b];
+      if (window[s + 1][b] <= window[s][a] || prev_lo >= W) continue;
+      frontier(window[s][a], window[s + 1][b], LevelIndex(S - s));
+      for (const FrontierEntry& e : entries) {
+        if (d - e.units < prev_lo) break;
+        const double gap = std::abs(G(s + 1, b)[d - e.units] + e.a - target);
+        if (gap < best_gap) {
+          best_gap = gap;
+          best_b = b;
+          best_entry = e;
+        }
+      }
+    }
+    STRATOS_CHECK(best_entry.slot >= 0 && best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
+                  "near decode lost the argmin at stage {}, layer {}", s, window[s][a]);
+    plan.configs.push_back(configs_[best_entry.slot]);
+    plan.boundaries.push_back(window[s + 1][best_b]);
+    d -= best_entry.units;
+    a = best_b;
+  }
   return plan;
 }
 

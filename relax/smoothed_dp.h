@@ -51,6 +51,15 @@ struct SmoothedDpValue {
   DiscretePlan decoded;
 };
 
+// The cut positions of the coarse phase for a model of more than coarse_layers layers (empty: at
+// most that many, every boundary): where the model repeats a block of layers -- the layers of
+// the most frequent cost class that occurs at most coarse_layers - 1 times, earliest first on
+// ties (the first sublayer of every transformer block at operator granularity) -- when there
+// are at least coarse_layers / 8 of them, spread evenly (no gap above twice their mean
+// spacing); else every ceil(L / coarse_layers)-th boundary. Always starts at 0 and ends at L.
+// Throws InternalError for coarse_layers < 2 (but 0).
+std::vector<int> CoarseCutPositions(const RelaxTables& tables, int coarse_layers);
+
 class SmoothedStageDp {
  public:
   // `configs`: indices into tables.configs that the DP may use (e.g. undominated_configs);
@@ -73,6 +82,16 @@ class SmoothedStageDp {
   // of a layer range, W: free-device units + 1); memory (S + 1)(L + 1) W doubles. Returns an
   // empty plan when nothing fits, or when the work S x (L^2 / 2) x W exceeds max_work.
   DiscretePlan DecodeWithinDevices(const SmoothedDpPoint& point, double max_work) const;
+
+  // DecodeWithinDevices restricted to the plans near `around`: as many stages, the s-th inner
+  // boundary within `radius` layers of around's (any layer boundary there, whatever this DP's
+  // cut positions), every stage's config and the device split free. The refinement of a coarse
+  // plan at full resolution (RelaxOptions::coarse_layers): cost O(S (2 radius + 1)^2 (K + F W))
+  // instead of O(S L^2 / 2 F W). Returns an empty plan when nothing there fits within D devices,
+  // or when the work S (2 radius + 1)^2 W exceeds max_work. Throws InternalError for a plan that
+  // is not a partition of the layers, or radius < 0.
+  DiscretePlan DecodeNearPlan(const SmoothedDpPoint& point, const DiscretePlan& around,
+                              int radius, double max_work) const;
 
   // The plan's own levels: theta = max_s t_s, phi = max_s e_s (lambda = 0), where f_p equals its
   // iteration time. Throws InternalError for a plan of another microbatch option or config set.
@@ -99,6 +118,8 @@ class SmoothedStageDp {
   // Number of in-flight levels (levels_[0..n)) that a stage with these terms fits.
   int FittingLevels(const Terms& x) const;
   int LevelIndex(int stages_left) const;
+  // The gcd of the mesh sizes: the device decodes count free devices in these units.
+  long DeviceUnit() const;
 
   // One config's terms on one range of cut positions, for a config that fits at least one level.
   struct RangeTerm {

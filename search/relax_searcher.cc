@@ -297,15 +297,10 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     DiscretePlan best_plan;
     std::vector<DiscretePlan> late_plans;  // distinct decoded plans of the last quarter
   };
-  // Long models: the annealed phase cuts only at every stride-th layer boundary; its levels and
-  // price are in seconds, so they carry over to the full-resolution decodes at the end.
-  const int L = tables.num_layers;
-  std::vector<int> coarse_cuts;  // empty: every boundary
-  if (ro.coarse_layers > 0 && L > ro.coarse_layers) {
-    const int stride = (L + ro.coarse_layers - 1) / ro.coarse_layers;
-    for (int l = 0; l < L; l += stride) coarse_cuts.push_back(l);
-    coarse_cuts.push_back(L);
-  }
+  // Long models: every DP cuts only at the coarse positions (each repeated block's start, else
+  // every stride-th boundary); the last pass decodes near the best coarse plans at every layer
+  // boundary. Levels and prices are in seconds, so they carry over between resolutions.
+  const std::vector<int> coarse_cuts = CoarseCutPositions(tables, ro.coarse_layers);  // empty: all
   std::vector<Track> tracks;
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
     Track track;
@@ -404,15 +399,23 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // Majorize-minimize at tau = 0 with the device budget exact: decode the plan p minimizing
   // f_p(theta, phi, 0) within D devices, move the levels to p's own (max t_s, max e_s), where
   // f_p = iteration(p), and repeat. V^0 never increases (V^0(x') <= f_p(x') = iteration(p) <=
-  // f_p(x) = V^0(x)), so it stops at a fixed point in a few steps.
-  // Levels already decoded, per DP (microbatch option and resolution): a path that reaches one
+  // f_p(x) = V^0(x)), so it stops at a fixed point in a few steps. On long models the DPs are
+  // coarse (coarse_cuts), and a last pass decodes near the best coarse plans at every layer
+  // boundary (DecodeNearPlan, within `radius` layers of each cut): the same majorize-minimize,
+  // with each decode's window around the plan before it.
+  int radius = 0;
+  for (size_t a = 1; a < coarse_cuts.size(); ++a)
+    radius = std::max(radius, coarse_cuts[a] - coarse_cuts[a - 1]);
+  // Levels already decoded, per DP (microbatch option) and window (the boundaries of the plan
+  // it is around; none for the decodes over the DP's cut positions): a path that reaches one
   // follows a path already taken (the decode is deterministic), so it stops there.
-  std::set<std::tuple<const SmoothedStageDp*, double, double>> decoded_levels;
-  // The best fitting plan that the device decodes found, per DP (microbatch option and
-  // resolution).
+  std::set<std::tuple<const SmoothedStageDp*, double, double, std::vector<int>>> decoded_levels;
+  // The best fitting plan that the device decodes found, per DP (microbatch option).
   std::map<const SmoothedStageDp*, std::pair<double, DiscretePlan>> best_by_dp;
-  // Returns whether the path found a plan that fits and beats best_by_dp's.
-  auto device_decodes = [&](const SmoothedStageDp& dp, SmoothedDpPoint x) {
+  // Returns whether the path found a plan that fits and beats best_by_dp's. near: decode near
+  // `around` (then near each decoded plan in turn), else over the DP's cut positions.
+  auto device_decodes = [&](const SmoothedStageDp& dp, SmoothedDpPoint x, bool near,
+                            DiscretePlan around) {
     x.lambda_seconds = 0;
     bool improved = false;
     for (int step = 0; step < 16; ++step) {
@@ -420,9 +423,13 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         ph->time_limited = true;
         break;
       }
-      if (!decoded_levels.emplace(&dp, x.theta_seconds, x.phi_seconds).second)
+      if (!decoded_levels
+               .emplace(&dp, x.theta_seconds, x.phi_seconds,
+                        near ? around.boundaries : std::vector<int>{})
+               .second)
         break;
-      DiscretePlan plan = dp.DecodeWithinDevices(x, ro.device_decode_max_work);
+      DiscretePlan plan = near ? dp.DecodeNearPlan(x, around, radius, ro.device_decode_max_work)
+                               : dp.DecodeWithinDevices(x, ro.device_decode_max_work);
       ++ph->surrogate_evaluations;
       if (plan.configs.empty()) break;
       const SmoothedDpPoint y = dp.PlanLevels(plan);
@@ -433,35 +440,47 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         best->second = {cost.iteration_seconds, plan};
         improved = true;
       }
-      starts.push_back(std::move(plan));
-      if (y.theta_seconds == x.theta_seconds && y.phi_seconds == x.phi_seconds) break;
+      starts.push_back(plan);
+      if (y.theta_seconds == x.theta_seconds && y.phi_seconds == x.phi_seconds &&
+          (!near || plan.boundaries == around.boundaries))
+        break;
       x = y;
+      around = std::move(plan);
     }
     return improved;
   };
-  std::map<int, std::shared_ptr<SmoothedStageDp>> full_dps;
-  // The exact mode at the final point (tau = 0), at full resolution.
+  // One DP per microbatch option (shared by its tracks).
+  std::map<int, const SmoothedStageDp*> final_dps;
+  // The exact mode at the final point (tau = 0).
   for (Track& t : tracks) {
     if (!t.alive) continue;
     if (SearchClock::now() >= ph->deadline) {
       ph->time_limited = true;
       break;
     }
-    // Full resolution, one DP per microbatch option (shared by its tracks).
-    std::shared_ptr<SmoothedStageDp>& full = full_dps[t.dp->microbatch_option()];
-    if (!full)
-      full = coarse_cuts.empty()
-                 ? t.dp
-                 : std::make_shared<SmoothedStageDp>(tables, t.dp->microbatch_option(), configs);
-    SmoothedStageDp& dp = *full;
-    const SmoothedDpValue v = dp.Evaluate(point_of(t), 0.0);
+    const SmoothedStageDp& dp = *t.dp;
+    final_dps[dp.microbatch_option()] = &dp;
+    const SmoothedDpValue v = t.dp->Evaluate(point_of(t), 0.0);
     ++ph->surrogate_evaluations;
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
     if (!ro.device_decode) continue;
-    device_decodes(dp, point_of(t));
-    if (!t.best_plan.configs.empty()) device_decodes(dp, dp.PlanLevels(t.best_plan));
-    for (const DiscretePlan& plan : t.late_plans) device_decodes(dp, dp.PlanLevels(plan));
+    device_decodes(dp, point_of(t), false, {});
+    if (!t.best_plan.configs.empty()) device_decodes(dp, dp.PlanLevels(t.best_plan), false, {});
+    for (const DiscretePlan& plan : t.late_plans)
+      device_decodes(dp, dp.PlanLevels(plan), false, {});
   }
+  if (!ro.device_decode) return starts;
+  // The microbatch options by their best decoded plan.
+  std::vector<std::pair<double, const SmoothedStageDp*>> ranked;
+  for (const auto& [m, dp] : final_dps) {
+    const auto it = best_by_dp.find(dp);
+    if (it != best_by_dp.end() && std::isfinite(it->second.first))
+      ranked.emplace_back(it->second.first, dp);
+  }
+  std::sort(ranked.begin(), ranked.end());
+  // The level search's options; the full-resolution pass refines at least the best one.
+  if (static_cast<int>(ranked.size()) > std::max(1, ro.level_search_options))
+    ranked.resize(static_cast<size_t>(std::max(1, ro.level_search_options)));
   // Level search: the majorize-minimize stops at a fixed point of V^0 that is often not its
   // minimum -- a plan's region of levels is about 1% wide in theta (f_p's slope below a stage
   // time is M - 1) and wide in phi (slope 1), and the optimum often trades a few % more
@@ -469,42 +488,44 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // count's). From the best plan of each of the best level_search_options microbatch options,
   // probe the levels around its own (theta, phi) -- theta alone, phi alone, and both in
   // opposite directions -- majorize-minimize from each probe, move to the first improvement and
-  // probe again, until no probe improves or the level search has taken as long as the search
-  // before it.
-  if (ro.device_decode && ro.level_search_options > 0) {
-    const SearchClock::time_point level_start = SearchClock::now();
+  // probe again, until no probe improves or the pass has taken as long as the search before
+  // the first pass.
+  std::vector<std::pair<double, double>> probes;  // relative steps (theta, phi)
+  for (double a : {0.01, 0.02, 0.04, 0.08}) probes.insert(probes.end(), {{-a, 0}, {a, 0}});
+  for (double b : {0.05, 0.1, 0.2, 0.4}) probes.insert(probes.end(), {{0, -b}, {0, b}});
+  for (double a : {0.01, 0.02, 0.04})
+    for (double b : {0.1, 0.2, 0.4}) probes.insert(probes.end(), {{a, -b}, {-a, b}});
+  const SearchClock::duration before_level_search = SearchClock::now() - ph->start;
+  auto level_search = [&](bool near) {
     const SearchClock::time_point level_deadline =
-        std::min(ph->deadline, level_start + (level_start - ph->start));
-    std::vector<std::pair<double, int>> ranked;
-    for (const auto& [m, full] : full_dps) {
-      const auto it = best_by_dp.find(full.get());
-      if (it != best_by_dp.end() && std::isfinite(it->second.first))
-        ranked.emplace_back(it->second.first, m);
-    }
-    std::sort(ranked.begin(), ranked.end());
-    if (static_cast<int>(ranked.size()) > ro.level_search_options)
-      ranked.resize(static_cast<size_t>(ro.level_search_options));
-    // Relative steps (theta, phi).
-    std::vector<std::pair<double, double>> probes;
-    for (double a : {0.01, 0.02, 0.04, 0.08}) probes.insert(probes.end(), {{-a, 0}, {a, 0}});
-    for (double b : {0.05, 0.1, 0.2, 0.4}) probes.insert(probes.end(), {{0, -b}, {0, b}});
-    for (double a : {0.01, 0.02, 0.04})
-      for (double b : {0.1, 0.2, 0.4}) probes.insert(probes.end(), {{a, -b}, {-a, b}});
-    for (const auto& ranked_option : ranked) {
-      const SmoothedStageDp& dp = *full_dps.at(ranked_option.second);
+        std::min(ph->deadline, SearchClock::now() + before_level_search);
+    for (int option = 0; option < std::min<int>(ro.level_search_options, ranked.size());
+         ++option) {
+      const SmoothedStageDp& dp = *ranked[option].second;
       for (bool improved = true; improved;) {
         improved = false;
-        const SmoothedDpPoint x0 = dp.PlanLevels(best_by_dp.at(&dp).second);
+        const DiscretePlan& best = best_by_dp.at(&dp).second;
+        const SmoothedDpPoint x0 = dp.PlanLevels(best);
         for (const auto& [a, b] : probes) {
           if (SearchClock::now() >= level_deadline) break;
           SmoothedDpPoint x = x0;
           x.theta_seconds *= 1 + a;
           x.phi_seconds *= 1 + b;
-          if ((improved = device_decodes(dp, x))) break;
+          if ((improved = device_decodes(dp, x, near, best))) break;
         }
       }
     }
+  };
+  level_search(false);
+  if (coarse_cuts.empty()) return starts;
+  // Full resolution near the best coarse plans: majorize-minimize from each one's levels, then
+  // the level search.
+  for (const auto& ranked_option : ranked) {
+    const SmoothedStageDp& dp = *ranked_option.second;
+    const DiscretePlan best = best_by_dp.at(&dp).second;
+    device_decodes(dp, dp.PlanLevels(best), true, best);
   }
+  level_search(true);
   return starts;
 }
 

@@ -11,7 +11,9 @@
 //        majorize-minimize with the device budget exact (DecodeWithinDevices; levels <- the
 //        decoded plan's own max t_s, max e_s) until a fixed point, then a level search (pattern
 //        search on the levels around the best plans of the best microbatch options, each probe
-//        majorize-minimized); each decode is a start.
+//        majorize-minimized); each decode is a start. Long models (coarse_layers): all of it on
+//        coarse cut positions, then the same majorize-minimize and level search at every layer
+//        boundary near the best coarse plans' cuts.
 //      cuts: Adam on the logits of R random restarts at once (one tensor batch) of independent
 //        per-cut probabilities (relax/surrogate.h), softmax temperature and smooth-max tau
 //        annealed; optional Gumbel noise and straight-through estimator; every restart is
@@ -76,9 +78,15 @@ struct RelaxOptions {
   // 60 steps, late_decodes 0, no level search: 14.4% above the DP optimum with 1, 3.5% with 2,
   // at twice the gradient time; with the defaults, at the optimum with either.
   int price_starts = 2;
-  // Smoothed DP: models with more layers than this run the annealed phase on every
-  // ceil(L / coarse_layers)-th layer boundary only (the final decodes use every boundary);
-  // 0: never; else >= 2.
+  // Smoothed DP: models with more layers than this run the annealed phase, the majorize-minimize
+  // and the level search on coarse cut positions (CoarseCutPositions: the start of each repeated
+  // block, e.g. every transformer block at operator granularity, else every
+  // ceil(L / coarse_layers)-th boundary), then refine the best level_search_options (at least
+  // one) microbatch options' plans at every layer boundary near their cuts (DecodeNearPlan,
+  // within the widest coarse gap): majorize-minimize, then the level search. Operator-granularity
+  // GPT-3 175B / 128 DGX A100 / 1536 (962 layers), polish none: the DP optimum, 16.529 s, in
+  // 19 s (DP: 352 s); with every 8th boundary and full-resolution price decodes instead, 0.34%
+  // above it in 53 s. 0: never; else >= 2.
   int coarse_layers = 128;
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
   // are spread geometrically over [min_stages, max_stages].

@@ -12,6 +12,7 @@
 #include "baselines/dp_searcher.h"
 #include "costmodel/cluster_io.h"
 #include "costmodel/cost_model.h"
+#include "costmodel/error.h"
 #include "costmodel/generators.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
@@ -213,6 +214,129 @@ TEST_CASE("smoothed DP: the device decode is the minimum of f_p(theta, phi, 0) o
   CHECK(compared >= 12);
   MESSAGE(price_decode_over_budget, " of ", compared,
           " unpriced decodes exceed the device budget that the device decode keeps");
+}
+
+TEST_CASE("smoothed DP: the near decode is the minimum of f_p(theta, phi, 0) over the plans "
+          "within D devices whose cuts lie near the given plan's (enumerated), at every layer "
+          "boundary even on a coarse DP") {
+  int compared = 0, moved = 0;
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    NonUniformModelOptions options;
+    options.num_layers = 12;
+    options.hidden_size = 2048;
+    Problem problem;
+    problem.model = MakeNonUniformModel(options, seed);
+    problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb")).WithNodes(1);
+    problem.training.global_batch_size = 16;
+    const RelaxTables tables = BuildRelaxTables(CostModel(problem), SearchSpace::Build(problem));
+    const std::vector<int>& configs = tables.undominated_configs;
+    const std::vector<int> cuts{0, 3, 6, 9, 12};  // coarse: the near decode cuts anywhere
+    for (int m = 0; m < tables.num_microbatch_options; m += 2) {
+      SmoothedStageDp dp(tables, m, configs, cuts);
+      const double scale = std::max(1e-6, dp.BalancedStageSeconds());
+      const SmoothedDpPoint point{scale * (0.5 + 3 * unit(rng)), scale * unit(rng), 0.0};
+      for (int stages : {2, 3}) {
+        DiscretePlan around;  // an even split on the coarse cuts (its configs do not matter)
+        around.microbatch_option = m;
+        around.boundaries = stages == 2 ? std::vector<int>{0, 6, 12} : std::vector<int>{0, 3, 9, 12};
+        around.configs.assign(stages, configs.front());
+        for (int radius : {0, 1, 2}) {
+          // Every plan near `around`: boundaries in their windows, any undominated configs.
+          double brute = kInf;
+          DiscretePlan plan = around;
+          std::function<void(int)> place = [&](int s) {
+            if (s == stages) {
+              int devices = 0;
+              for (int k : plan.configs) devices += tables.configs[k].NumDevices();
+              if (devices <= tables.num_devices) brute = std::min(brute, dp.PlanValue(plan, point));
+              return;
+            }
+            if (s > 0) {
+              for (int x = around.boundaries[s] - radius; x <= around.boundaries[s] + radius; ++x) {
+                if (x <= plan.boundaries[s - 1]) continue;
+                plan.boundaries[s] = x;
+                for (int k : configs) {
+                  plan.configs[s - 1] = k;
+                  if (s + 1 == stages) {
+                    for (int k2 : configs) {
+                      plan.configs[s] = k2;
+                      place(stages);
+                    }
+                  } else {
+                    place(s + 1);
+                  }
+                }
+              }
+              return;
+            }
+            place(1);
+          };
+          place(0);
+          INFO("seed ", seed, " m ", m, " stages ", stages, " radius ", radius);
+          const DiscretePlan decoded = dp.DecodeNearPlan(point, around, radius, 100'000'000);
+          if (!std::isfinite(brute)) {
+            CHECK(decoded.configs.empty());
+            continue;
+          }
+          REQUIRE(!decoded.configs.empty());
+          REQUIRE(decoded.NumStages() == stages);
+          for (int s = 1; s < stages; ++s)
+            CHECK(std::abs(decoded.boundaries[s] - around.boundaries[s]) <= radius);
+          CHECK(dp.PlanValue(decoded, point) == doctest::Approx(brute).epsilon(1e-9));
+          if (decoded.boundaries != around.boundaries) ++moved;
+          CHECK(dp.DecodeNearPlan(point, around, radius, 0).configs.empty());  // over max_work
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared >= 12);
+  CHECK(moved >= 4);  // the windows hold better cuts than the coarse ones
+  MESSAGE(moved, " of ", compared, " near decodes moved a cut");
+  const Problem problem = MakeRandomSmallProblem(1);
+  const RelaxTables tables = BuildRelaxTables(CostModel(problem), SearchSpace::Build(problem));
+  SmoothedStageDp dp(tables, 0, AllConfigIndices(tables));
+  DiscretePlan broken;
+  broken.boundaries = {0, 1};  // not a partition of the layers
+  broken.configs = {0};
+  CHECK_THROWS_AS(dp.DecodeNearPlan({1, 1, 0}, broken, 1, 1e8), InternalError);
+}
+
+TEST_CASE("smoothed DP: coarse cut positions follow the model's repeating block (operator "
+          "granularity: every block's first sublayer), else a fixed stride") {
+  auto tables_for = [](const ModelSpec& model) {
+    Problem problem;
+    problem.model = model;
+    problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb")).WithNodes(4);
+    problem.training.global_batch_size = 64;
+    return BuildRelaxTables(CostModel(problem), SearchSpace::Build(problem));
+  };
+  const ModelSpec block = ReadModelFile(ResolveModelPath("gpt3-13b"));  // 40 blocks
+  const RelaxTables ops = tables_for(MakeOperatorGranularityModel(block));
+  const int L = ops.num_layers;  // embedding, 10 sublayers per block, head
+  REQUIRE(L == 402);
+  CHECK(CoarseCutPositions(ops, 0).empty());
+  CHECK(CoarseCutPositions(ops, 402).empty());
+  std::vector<int> expected{0};
+  for (int b = 0; b < 40; ++b) expected.push_back(1 + 10 * b);  // each block's ln1
+  expected.push_back(L);
+  CHECK(CoarseCutPositions(ops, 128) == expected);
+  // 40 blocks are more than 16 coarse layers (and the embedding's and head's classes, one layer
+  // each, too few): every ceil(402 / 16) = 26th boundary.
+  const std::vector<int> strided = CoarseCutPositions(ops, 16);
+  REQUIRE(strided.size() == 17);
+  for (size_t a = 0; a + 1 < strided.size(); ++a) CHECK(strided[a] == 26 * static_cast<int>(a));
+  CHECK(strided.back() == L);
+  // Every layer a class of its own: the stride.
+  NonUniformModelOptions options;
+  options.num_layers = 300;
+  const std::vector<int> nonuniform = CoarseCutPositions(tables_for(MakeNonUniformModel(options, 3)), 128);
+  REQUIRE(nonuniform.size() == 101);  // 0, 3, ..., 297 and 300
+  CHECK(nonuniform[1] == 3);
+  CHECK(nonuniform.back() == 300);
+  CHECK_THROWS_AS(CoarseCutPositions(ops, 1), InternalError);
 }
 
 TEST_CASE("smoothed DP: min over theta and phi of f_p(theta, phi, 0) is the plan's exact table "

@@ -6,12 +6,14 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -71,13 +73,25 @@ int FreeTcpPort() {
   return port;
 }
 
+namespace {
+constexpr const char* kLauncherPidVariable = "STRATOS_LAUNCHER_PID";
+}  // namespace
+
+void DieWithLauncher() {
+  const char* launcher = std::getenv(kLauncherPidVariable);
+  if (launcher == nullptr) return;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The launcher may have died before the prctl: then this process was re-parented already.
+  if (getppid() != static_cast<pid_t>(std::atol(launcher))) std::_Exit(1);
+}
+
 LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
   using Clock = std::chrono::steady_clock;
   const int port = options.master_port > 0 ? options.master_port : FreeTcpPort();
   // The environment without torchrun's variables, which each worker gets anew.
   std::vector<std::string> base_env;
   const char* skip[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=",
-                        "MASTER_ADDR=", "MASTER_PORT="};
+                        "MASTER_ADDR=", "MASTER_PORT=", "STRATOS_LAUNCHER_PID="};
   for (char** e = environ; *e != nullptr; ++e) {
     bool drop = false;
     for (const char* prefix : skip) drop = drop || std::strncmp(*e, prefix, std::strlen(prefix)) == 0;
@@ -104,6 +118,7 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
     env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", n));
     env.push_back("MASTER_ADDR=" + options.master_addr);
     env.push_back(fmt::format("MASTER_PORT={}", port));
+    env.push_back(fmt::format("{}={}", kLauncherPidVariable, getpid()));
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);

@@ -15,6 +15,7 @@
 #include "runtime/compression.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
+#include "runtime/launcher.h"
 #include "runtime/report.h"
 #include "runtime/schedule.h"
 
@@ -817,6 +818,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
 }
 
 int RunWorkerProcess(const TrainOptions& options, const RendezvousOptions& rendezvous) {
+  DieWithLauncher();
   std::string message;
   try {
     RendezvousOptions r = rendezvous;

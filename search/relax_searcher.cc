@@ -451,6 +451,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   };
   // One DP per microbatch option (shared by its tracks).
   std::map<int, const SmoothedStageDp*> final_dps;
+  std::map<const SmoothedStageDp*, std::pair<double, DiscretePlan>> fallback;
   // The exact mode at the final point (tau = 0).
   for (Track& t : tracks) {
     if (!t.alive) continue;
@@ -468,7 +469,17 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     if (!t.best_plan.configs.empty()) device_decodes(dp, dp.PlanLevels(t.best_plan), false, {});
     for (const DiscretePlan& plan : t.late_plans)
       device_decodes(dp, dp.PlanLevels(plan), false, {});
+    // Where the device decodes found nothing -- over their work budget: on 16,384 GPUs the
+    // device dimension has 16,385 units -- the level search and the refinement start from the
+    // annealing's best decoded plan.
+    if (!t.best_plan.configs.empty()) {
+      auto& best = fallback.try_emplace(&dp, std::numeric_limits<double>::infinity(),
+                                        DiscretePlan{}).first->second;
+      if (t.best_seconds < best.first) best = {t.best_seconds, t.best_plan};
+    }
   }
+  for (const auto& [dp, best] : fallback)
+    if (!best_by_dp.count(dp)) best_by_dp[dp] = best;
   if (!ro.device_decode) return starts;
   // The microbatch options by their best decoded plan.
   std::vector<std::pair<double, const SmoothedStageDp*>> ranked;

@@ -423,5 +423,25 @@ expect "search --option reaches the searcher and is recorded" 0 '"relax.polish":
   sh -c '"$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo relax --option relax.polish=none --no-progress --output-dir "$1" >/dev/null && cat "$1/summary.json"' \
   "$STRATOS" "$WORK/opt"
 
+# Workers die with their launcher (issue 18, defect 8): kill -9 `stratos run` mid-training, and
+# its workers (their argument is the run's run_options.json) are gone within 10 s.
+workers_of() { pgrep -f -- "$WORK/orphans/run_options.json" | wc -l; }
+"$STRATOS" run --dp 2 --micro-batch 2 --global-batch 4 --steps 1000000 --deadline 300 \
+  --output-dir "$WORK/orphans" >/dev/null 2>&1 &
+launcher=$!
+for _ in $(seq 600); do [ "$(workers_of)" -ge 2 ] && break; sleep 0.1; done
+started=$(workers_of)
+kill -9 "$launcher"
+wait "$launcher" 2>/dev/null
+for _ in $(seq 100); do [ "$(workers_of)" -eq 0 ] && break; sleep 0.1; done
+left=$(workers_of)
+pkill -9 -f -- "$WORK/orphans/run_options.json"
+if [ "$started" -eq 2 ] && [ "$left" -eq 0 ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAILED: workers die with their launcher ($started workers started, $left left after kill -9)"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

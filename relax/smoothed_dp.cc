@@ -569,8 +569,6 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
                 "the plan around which to decode is not a partition of the {} layers", L_);
   DiscretePlan plan;
   if (configs_.empty()) return plan;
-  const long unit = DeviceUnit();
-  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   // window[s]: the layers where stage s may start (window[S] = {L}: where the last one ends).
   std::vector<std::vector<int>> window(S + 1);
   window[0] = {0};
@@ -579,51 +577,70 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
     for (int x = std::max(1, around.boundaries[s] - radius);
          x <= std::min(L_ - 1, around.boundaries[s] + radius); ++x)
       window[s].push_back(x);
+  // Nodes: (stage s, window index a) at base[s] + a.
+  std::vector<size_t> base(S + 2, 0);
+  for (int s = 0; s <= S; ++s) base[s + 1] = base[s] + window[s].size();
+  const double mc = microbatch_count_;
+
+  // --- Edges: the frontier of every stage [window[s][a], window[s + 1][b]) at its in-flight
+  // level, in mesh devices; edge (s, a, b) at edge_begin[s][a * |window[s + 1]| + b]. ---
+  std::vector<std::vector<size_t>> edge_begin(S);
+  std::vector<FrontierEntry> entries;
+  std::vector<FrontierCandidate> candidates;
+  long unit = 0;  // the gcd of the meshes on some frontier: devices are counted in it
+  for (int s = 0; s < S; ++s) {
+    const int v = LevelIndex(S - s);
+    edge_begin[s].reserve(window[s].size() * window[s + 1].size() + 1);
+    for (int x : window[s])
+      for (int y : window[s + 1]) {
+        edge_begin[s].push_back(entries.size());
+        if (y <= x) continue;
+        candidates.clear();
+        for (int slot : by_size_) {
+          const Terms t = StageTerms(slot, x, y);
+          const int fits = FittingLevels(t);
+          if (fits <= v) continue;
+          const double a = t.t + t.c + (mc - 1) * std::max(0.0, t.t - p.theta_seconds) +
+                           std::max(0.0, t.e - p.phi_seconds);
+          candidates.push_back({static_cast<int>(devices_[slot]), slot, fits, a});
+        }
+        const size_t first = entries.size();
+        AppendFrontier(candidates, v, &entries);
+        for (size_t e = first; e < entries.size(); ++e) unit = std::gcd(unit, long{entries[e].units});
+      }
+    edge_begin[s].push_back(entries.size());
+  }
+  if (unit == 0) return plan;  // no stage fits anywhere
+  for (FrontierEntry& e : entries) e.units = static_cast<int>(e.units / unit);
+  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   double work = 0;
   for (int s = 0; s < S; ++s)
     work += static_cast<double>(window[s].size()) * window[s + 1].size() * W;
   if (work > max_work) return plan;
-  const double mc = microbatch_count_;
-
-  // The frontier of stage [x, y) at in-flight level v, into `entries`.
-  std::vector<FrontierCandidate> candidates;
-  std::vector<FrontierEntry> entries;
-  auto frontier = [&](int x, int y, int v) {
-    candidates.clear();
-    entries.clear();
-    for (int slot : by_size_) {
-      const Terms t = StageTerms(slot, x, y);
-      const int fits = FittingLevels(t);
-      if (fits <= v) continue;
-      const double a = t.t + t.c + (mc - 1) * std::max(0.0, t.t - p.theta_seconds) +
-                       std::max(0.0, t.e - p.phi_seconds);
-      candidates.push_back({static_cast<int>(devices_[slot] / unit), slot, fits, a});
-    }
-    AppendFrontier(candidates, v, &entries);
+  auto edge = [&](int s, size_t a, size_t b) {
+    const size_t at = a * window[s + 1].size() + b;
+    return std::make_pair(edge_begin[s][at], edge_begin[s][at + 1]);
   };
 
   // G[s][a][d]: the least sum over stages s.. covering [window[s][a], L) with at most d free
   // units; finite iff d >= lo.
-  std::vector<size_t> base(S + 2, 0);
-  for (int s = 0; s <= S; ++s) base[s + 1] = base[s] + window[s].size();
   std::vector<double> g(base[S + 1] * W, kInf);
   std::vector<int> lo(base[S + 1], W);
   auto G = [&](int s, size_t a) { return g.data() + (base[s] + a) * W; };
   std::fill(G(S, 0), G(S, 0) + W, 0.0);
   lo[base[S]] = 0;
   for (int s = S - 1; s >= 0; --s) {
-    const int v = LevelIndex(S - s);
     for (size_t a = 0; a < window[s].size(); ++a) {
       double* out = G(s, a);
       int out_lo = W;
       for (size_t b = 0; b < window[s + 1].size(); ++b) {
         const int prev_lo = lo[base[s + 1] + b];
-        if (window[s + 1][b] <= window[s][a] || prev_lo >= W) continue;
-        frontier(window[s][a], window[s + 1][b], v);
-        for (const FrontierEntry& e : entries) {
-          const int start = prev_lo + e.units;
+        if (prev_lo >= W) continue;
+        const auto [first, last] = edge(s, a, b);
+        for (size_t e = first; e < last; ++e) {
+          const int start = prev_lo + entries[e].units;
           if (start >= W) break;
-          MinPlusInto(out + start, G(s + 1, b) + prev_lo, e.a, W - start);
+          MinPlusInto(out + start, G(s + 1, b) + prev_lo, entries[e].a, W - start);
           out_lo = std::min(out_lo, start);
         }
       }
@@ -640,27 +657,25 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
   for (int s = 0; s < S; ++s) {
     const double target = G(s, a)[d];
     double best_gap = kInf;
-    size_t best_b = 0;
-    FrontierEntry best_entry{0, -1, 0};
+    size_t best_b = 0, best_e = 0;
     for (size_t b = 0; b < window[s + 1].size(); ++b) {
       const int prev_lo = lo[base[s + 1] + b];
-      if (window[s + 1][b] <= window[s][a] || prev_lo >= W) continue;
-      frontier(window[s][a], window[s + 1][b], LevelIndex(S - s));
-      for (const FrontierEntry& e : entries) {
-        if (d - e.units < prev_lo) break;
-        const double gap = std::abs(G(s + 1, b)[d - e.units] + e.a - target);
+      const auto [first, last] = edge(s, a, b);
+      for (size_t e = first; e < last; ++e) {
+        if (d - entries[e].units < prev_lo) break;
+        const double gap = std::abs(G(s + 1, b)[d - entries[e].units] + entries[e].a - target);
         if (gap < best_gap) {
           best_gap = gap;
           best_b = b;
-          best_entry = e;
+          best_e = e;
         }
       }
     }
-    STRATOS_CHECK(best_entry.slot >= 0 && best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
+    STRATOS_CHECK(best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
                   "near decode lost the argmin at stage {}, layer {}", s, window[s][a]);
-    plan.configs.push_back(configs_[best_entry.slot]);
+    plan.configs.push_back(configs_[entries[best_e].slot]);
     plan.boundaries.push_back(window[s + 1][best_b]);
-    d -= best_entry.units;
+    d -= entries[best_e].units;
     a = best_b;
   }
   return plan;

@@ -87,9 +87,11 @@ class SmoothedStageDp {
   // boundary within `radius` layers of around's (any layer boundary there, whatever this DP's
   // cut positions), every stage's config and the device split free. The refinement of a coarse
   // plan at full resolution (RelaxOptions::coarse_layers): cost O(S (2 radius + 1)^2 (K + F W))
-  // instead of O(S L^2 / 2 F W). Returns an empty plan when nothing there fits within D devices,
-  // or when the work S (2 radius + 1)^2 W exceeds max_work. Throws InternalError for a plan that
-  // is not a partition of the layers, or radius < 0.
+  // instead of O(S L^2 / 2 F W), with W counted in the gcd of the meshes on the windows'
+  // frontiers (stages this long fit only on large meshes: 1,024 devices on GPT-3 175B / 16,384
+  // GPUs, W = 17 instead of 16,385). Returns an empty plan when nothing there fits within D
+  // devices, or when the work S (2 radius + 1)^2 W exceeds max_work. Throws InternalError for a
+  // plan that is not a partition of the layers, or radius < 0.
   DiscretePlan DecodeNearPlan(const SmoothedDpPoint& point, const DiscretePlan& around,
                               int radius, double max_work) const;
 

@@ -606,7 +606,8 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
         }
         const size_t first = entries.size();
         AppendFrontier(candidates, v, &entries);
-        for (size_t e = first; e < entries.size(); ++e) unit = std::gcd(unit, long{entries[e].units});
+        for (size_t e = first; e < entries.size(); ++e)
+          unit = std::gcd(unit, long{entries[e].units});
       }
     edge_begin[s].push_back(entries.size());
   }

@@ -27,8 +27,9 @@
 // evaluations + discrete plan evaluations; termination kConverged, kTimeLimit (best plan so far),
 // kEvaluationLimit, or kInfeasible with the reason (which stage overflows memory, by how much).
 // Deterministic for a given options.seed, unless a time bound cuts it short: the time limit, or
-// the level search's own (as long as the search before it; reached on operator-granularity
-// models, where the result can then depend on the machine's speed).
+// the level search's own (each pass as long as the search before the first; on the scale
+// problems, e.g. operator-granularity GPT-3 175B / 16,384 GPUs, a pass can reach it, and the
+// result then depends on the machine's speed).
 #include <string>
 
 #include "search/searcher.h"
@@ -68,10 +69,12 @@ struct RelaxOptions {
   double device_decode_max_work = 5e8;
   // Smoothed DP, device decode: the best this many microbatch options (by their best decoded
   // plan) get a level search: a pattern search on the levels (theta, phi) around their best
-  // plan's own, majorize-minimizing from each probe, until no probe improves or it has taken as
-  // long as the search before it (>= 0; 0: none). Ablation spec, polish none, its 40 non-uniform
-  // cells: 8 within 0.1% of the DP optimum with 0, 40 with 3 (at 60 steps and 15 late decodes,
-  // on 20 of them: 10 with 0, 17 with 1, 20 with 3).
+  // plan's own, majorize-minimizing from each probe, until no probe improves or the pass has
+  // taken as long as the search before the first pass (one pass; on long models a second at
+  // full resolution near the coarse plans) (>= 0; 0: none). Ablation spec, polish none, its 40
+  // non-uniform cells: 8 within 0.1% of the DP optimum with 0, 40 with 3 (at 60 steps and 15
+  // late decodes, on 20 of them: 10 with 0, 17 with 1, 20 with 3); its operator cells: 2 of 4
+  // with 0 (up to 14.8% above), 4 with 3.
   int level_search_options = 3;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
   // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge / 512, polish none,

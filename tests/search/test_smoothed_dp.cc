@@ -240,7 +240,8 @@ TEST_CASE("smoothed DP: the near decode is the minimum of f_p(theta, phi, 0) ove
       for (int stages : {2, 3}) {
         DiscretePlan around;  // an even split on the coarse cuts (its configs do not matter)
         around.microbatch_option = m;
-        around.boundaries = stages == 2 ? std::vector<int>{0, 6, 12} : std::vector<int>{0, 3, 9, 12};
+        around.boundaries =
+            stages == 2 ? std::vector<int>{0, 6, 12} : std::vector<int>{0, 3, 9, 12};
         around.configs.assign(stages, configs.front());
         for (int radius : {0, 1, 2}) {
           // Every plan near `around`: boundaries in their windows, any undominated configs.
@@ -332,7 +333,8 @@ TEST_CASE("smoothed DP: coarse cut positions follow the model's repeating block 
   // Every layer a class of its own: the stride.
   NonUniformModelOptions options;
   options.num_layers = 300;
-  const std::vector<int> nonuniform = CoarseCutPositions(tables_for(MakeNonUniformModel(options, 3)), 128);
+  const std::vector<int> nonuniform =
+      CoarseCutPositions(tables_for(MakeNonUniformModel(options, 3)), 128);
   REQUIRE(nonuniform.size() == 101);  // 0, 3, ..., 297 and 300
   CHECK(nonuniform[1] == 3);
   CHECK(nonuniform.back() == 300);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,54 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
       error);
   std::filesystem::rename(temporary, path, error);
   if (error) fail(fmt::format("{}: cannot move into place: {}", path, error.message()));
+}
+
+OutputSet::OutputSet(std::string dir, std::vector<std::string> entries)
+    : dir_(std::move(dir)), entries_(std::move(entries)) {
+  EnsureDirectory(dir_);
+  std::string staging = dir_ + "/.staging-XXXXXX";
+  if (mkdtemp(staging.data()) == nullptr)
+    throw InputError(fmt::format("{}: cannot create a staging directory for the outputs: {}",
+                                 dir_, std::strerror(errno)));
+  staging_ = staging;
+  std::filesystem::permissions(staging_, std::filesystem::perms::owner_all |
+                                             std::filesystem::perms::group_read |
+                                             std::filesystem::perms::group_exec |
+                                             std::filesystem::perms::others_read |
+                                             std::filesystem::perms::others_exec);
+}
+
+OutputSet::~OutputSet() {
+  std::error_code error;
+  std::filesystem::remove_all(staging_, error);
+}
+
+std::string OutputSet::Path(const std::string& name) const {
+  STRATOS_CHECK(std::find(entries_.begin(), entries_.end(), name) != entries_.end(),
+                "{} is not an entry of the output set", name);
+  return staging_ + "/" + name;
+}
+
+void OutputSet::Commit() {
+  STRATOS_CHECK(!committed_, "output set committed twice");
+  namespace fs = std::filesystem;
+  for (const std::string& name : entries_) {
+    const fs::path staged = staging_ + "/" + name, target = dir_ + "/" + name;
+    const fs::path earlier = staging_ + "/.earlier-" + name;
+    std::error_code error;
+    if (fs::exists(fs::symlink_status(target, error))) {
+      fs::rename(target, earlier, error);
+      if (error)
+        throw InputError(fmt::format("{}: cannot replace: {}", target.string(), error.message()));
+    }
+    if (fs::exists(fs::symlink_status(staged, error))) {
+      fs::rename(staged, target, error);
+      if (error)
+        throw InputError(fmt::format("{}: cannot move into place: {}", target.string(),
+                                     error.message()));
+    }
+  }
+  committed_ = true;
 }
 
 std::string ReadTextFile(const std::string& path) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <string>
+#include <vector>
 
 namespace stratos {
 
@@ -19,6 +20,35 @@ void EnsureDirectory(const std::string& dir);
 // Throws InputError naming the file on failure.
 void WriteFileAtomically(const std::string& path, const std::string& text);
 void WriteJsonAtomically(const std::string& path, const nlohmann::json& json);
+
+// The outputs of one run as a set: written into a staging directory of their own inside `dir`
+// (dir/.staging-XXXXXX, mkdtemp), then moved into place together by Commit(), which also removes
+// the listed entries that this run did not write -- so `dir` never mixes the files of two runs
+// (a search without plans does not leave an earlier search's plans/ beside its summary.json).
+// Without Commit() (an exception, a failed run) the destructor removes the staging directory and
+// `dir` keeps what it had. Files in `dir` that are not listed entries are never touched.
+class OutputSet {
+ public:
+  // `entries`: the names of the set's files and directories in `dir`, moved in this order (put
+  // the one readers look at first, e.g. summary.json, last). Creates `dir` and the staging
+  // directory. Throws InputError naming the directory if either cannot be created.
+  OutputSet(std::string dir, std::vector<std::string> entries);
+  ~OutputSet();
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+  // Where to write entry `name` (one of the entries) before Commit(). Throws InternalError for
+  // a name not listed.
+  std::string Path(const std::string& name) const;
+  // Moves every entry into place (each an atomic rename; the earlier version of each goes into
+  // the staging directory, which is then removed). Throws InputError naming the entry if a move
+  // fails.
+  void Commit();
+
+ private:
+  std::string dir_, staging_;
+  std::vector<std::string> entries_;
+  bool committed_ = false;
+};
 
 // The whole file. Throws InputError "<path>: cannot open" if it cannot be read.
 std::string ReadTextFile(const std::string& path);

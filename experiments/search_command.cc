@@ -173,14 +173,16 @@ int RunSearch(const SearchArgs& args) {
                                           : fmt::format("within {:.2f}% of optimal",
                                                         100 * (best / bound - 1)));
 
-  // Outputs: every file is written atomically; summary.json last.
+  // Outputs: one set (summary.json, anytime.csv, plans/, traces/), staged, then moved into place
+  // with summary.json last.
   std::string anytime = "algorithm,wall_seconds,best_predicted_iteration_seconds\n";
   for (const Outcome& o : outcomes)
     for (const AnytimePoint& point : o.result.summary.anytime)
       anytime += fmt::format("{},{},{}\n", o.algorithm, point.wall_seconds,
                              point.best_iteration_seconds);
-  EnsureDirectory(args.output_dir + "/plans");
-  EnsureDirectory(args.output_dir + "/traces");
+  OutputSet outputs(args.output_dir, {"plans", "traces", "anytime.csv", "summary.json"});
+  EnsureDirectory(outputs.Path("plans"));
+  EnsureDirectory(outputs.Path("traces"));
   nlohmann::json results = nlohmann::json::array();
   for (const Outcome& o : outcomes) {
     const SearchSummary& summary = o.result.summary;
@@ -202,8 +204,8 @@ int RunSearch(const SearchArgs& args) {
       entry["plan"] = plan_json;
       plan_json["algorithm"] = o.algorithm;
       plan_json["estimate"] = EstimateToJson(*o.estimate, plan);
-      WriteJsonAtomically(args.output_dir + "/plans/" + o.algorithm + ".json", plan_json);
-      WritePlanTrace(args.output_dir + "/traces/" + o.algorithm + ".trace.json", *o.estimate, plan,
+      WriteJsonAtomically(outputs.Path("plans") + "/" + o.algorithm + ".json", plan_json);
+      WritePlanTrace(outputs.Path("traces") + "/" + o.algorithm + ".trace.json", *o.estimate, plan,
                      fmt::format("{}: {}", o.algorithm, problem.model.name));
     } else {
       entry["predicted_iteration_seconds"] = nullptr;
@@ -211,9 +213,10 @@ int RunSearch(const SearchArgs& args) {
     }
     results.push_back(entry);
   }
-  WriteFileAtomically(args.output_dir + "/anytime.csv", anytime);
-  WriteJsonAtomically(args.output_dir + "/summary.json",
+  WriteFileAtomically(outputs.Path("anytime.csv"), anytime);
+  WriteJsonAtomically(outputs.Path("summary.json"),
                       {{"problem", ProblemJson(problem)}, {"results", results}});
+  outputs.Commit();
   fmt::print("\nwrote {}/summary.json, anytime.csv, plans/ and traces/ (open a trace in "
              "chrome://tracing or Perfetto)\n",
              args.output_dir);

@@ -271,6 +271,18 @@ cp "$WORK/search/summary.json" "$WORK/summary.before"
   --output-dir "$WORK/search" >/dev/null 2>&1
 expect "a failed run leaves summary.json intact" 0 "" -- cmp "$WORK/summary.before" "$WORK/search/summary.json"
 
+# A run's outputs are one set (issue 18, defect 6): a search that finds no plan, into the
+# directory of one that did, leaves no plan or trace of the earlier problem beside its summary,
+# and no staging directory.
+cp -r "$WORK/search" "$WORK/mixed"
+"$STRATOS" search --model gpt3-175b --cluster p3.16xlarge --nodes 1 --global-batch 8 --algo dp \
+  --no-progress --output-dir "$WORK/mixed" >/dev/null 2>&1
+expect "a run without a plan replaces the summary" 0 '"model": "gpt3-175b"' -- cat "$WORK/mixed/summary.json"
+expect "... and removes the earlier run's plans and traces" 0 "^0$" -- \
+  sh -c 'ls "$0/plans" "$0/traces" | grep -c json; true' "$WORK/mixed"
+expect "... and leaves no staging directory" 0 "^0$" -- \
+  sh -c 'ls -a "$0" | grep -c staging; true' "$WORK/mixed"
+
 # Profile: a small grid writes the three tables of the profile database.
 expect "profile --quick writes the profile database" 0 "wrote the profile database" -- \
   "$STRATOS" profile --quick --nproc 2 --repeats 3 --output-dir "$WORK/profile"

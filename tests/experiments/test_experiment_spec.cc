@@ -323,4 +323,46 @@ TEST_CASE("WriteFileAtomically: concurrent writers of one file each succeed, the
   CHECK(files == 1);
 }
 
+TEST_CASE("OutputSet: Commit replaces the whole set (entries this run did not write go), keeps "
+          "other files; without Commit the directory keeps what it had") {
+  namespace fs = std::filesystem;
+  const fs::path dir = testing::ScratchDir("output_set");
+  auto count = [](const fs::path& d) {
+    int n = 0;
+    for (const auto& entry : fs::directory_iterator(d)) {
+      (void)entry;
+      ++n;
+    }
+    return n;
+  };
+  {  // An earlier run: summary and two plans, and a file of the user's.
+    OutputSet first(dir.string(), {"plans", "summary.json"});
+    EnsureDirectory(first.Path("plans"));
+    WriteFileAtomically(first.Path("plans") + "/dp.json", "dp");
+    WriteFileAtomically(first.Path("plans") + "/grid.json", "grid");
+    WriteFileAtomically(first.Path("summary.json"), "first");
+    first.Commit();
+  }
+  WriteFileAtomically((dir / "notes.txt").string(), "mine");
+  CHECK(ReadTextFile((dir / "summary.json").string()) == "first");
+  CHECK(count(dir / "plans") == 2);
+  {  // A run that fails before committing: nothing changes, no staging is left.
+    OutputSet failed(dir.string(), {"plans", "summary.json"});
+    WriteFileAtomically(failed.Path("summary.json"), "failed");
+  }
+  CHECK(ReadTextFile((dir / "summary.json").string()) == "first");
+  CHECK(count(dir) == 3);
+  {  // A run with no plans: the earlier plans go with the earlier summary.
+    OutputSet second(dir.string(), {"plans", "summary.json"});
+    EnsureDirectory(second.Path("plans"));
+    WriteFileAtomically(second.Path("summary.json"), "second");
+    CHECK_THROWS_AS(second.Path("traces"), InternalError);
+    second.Commit();
+  }
+  CHECK(ReadTextFile((dir / "summary.json").string()) == "second");
+  CHECK(count(dir / "plans") == 0);
+  CHECK(ReadTextFile((dir / "notes.txt").string()) == "mine");
+  CHECK(count(dir) == 3);  // plans, summary.json, notes.txt: no staging directory
+}
+
 }  // namespace stratos

@@ -37,7 +37,10 @@ std::string LaunchResult::Summary() const {
   std::string text;
   for (size_t r = 0; r < exit_codes.size(); ++r) {
     if (!text.empty()) text += "; ";
-    if (killed[r]) {
+    if (r < hung.size() && hung[r]) {
+      text += fmt::format("rank {}: hung (still running after every other rank exited), killed "
+                          "after {:.1f} s", r, exit_seconds[r]);
+    } else if (killed[r]) {
       text += fmt::format("rank {}: killed after {:.1f} s", r, exit_seconds[r]);
     } else if (exit_codes[r] < 0) {
       text += fmt::format("rank {}: signal {} after {:.1f} s", r, -exit_codes[r], exit_seconds[r]);
@@ -105,6 +108,7 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
   result.exit_codes.assign(n, 0);
   result.exit_seconds.assign(n, 0);
   result.killed.assign(n, false);
+  result.hung.assign(n, false);
   const auto start = Clock::now();
   auto kill_all = [&] {
     for (pid_t pid : pids)
@@ -151,6 +155,7 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
 
   int running = n;
   double first_failure = -1;
+  double alone_since = -1;  // since when one rank runs alone after a failure
   while (running > 0) {
     for (int r = 0; r < n; ++r) {
       if (pids[r] <= 0) continue;
@@ -169,13 +174,18 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
     const double now = std::chrono::duration<double>(Clock::now() - start).count();
     const bool deadline = now > options.deadline_seconds;
     const bool grace = first_failure >= 0 && now > first_failure + options.failure_grace_seconds;
-    if (deadline || grace) {
+    // After a failure, the last rank running waits for nobody: a healthy one fails at its next
+    // collective, so one still running after hung_grace_seconds is hung.
+    if (first_failure >= 0 && running == 1 && alone_since < 0) alone_since = now;
+    const bool hung = alone_since >= 0 && now > alone_since + options.hung_grace_seconds;
+    if (deadline || grace || hung) {
       for (int r = 0; r < n; ++r) {
         if (pids[r] <= 0) continue;
         kill(pids[r], SIGKILL);
         int status = 0;
         waitpid(pids[r], &status, 0);
         result.killed[r] = true;
+        result.hung[r] = hung && !deadline;
         result.exit_codes[r] = -SIGKILL;
         result.exit_seconds[r] = now;
         pids[r] = -1;

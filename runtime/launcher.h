@@ -21,6 +21,9 @@ struct LaunchOptions {
   // After the first worker fails, the others get this long to exit on their own (their c10d
   // timeout should make them) before they are killed.
   double failure_grace_seconds = 30;
+  // Once a worker has failed and every other worker but one has exited, that one has no peer
+  // left to wait for: it gets this long to exit, then is killed and reported as hung.
+  double hung_grace_seconds = 3;
   // If not empty, worker r's stdout and stderr go to log_dir/rank_r.log.
   std::string log_dir;
 };
@@ -29,8 +32,10 @@ struct LaunchResult {
   std::vector<int> exit_codes;       // per rank: exit status, or -signal if killed by a signal
   std::vector<double> exit_seconds;  // per rank: seconds from launch to exit
   std::vector<bool> killed;          // per rank: killed by the launcher (deadline or grace)
+  std::vector<bool> hung;            // per rank: killed as hung (see hung_grace_seconds)
   bool Succeeded() const;
-  // "rank 0: exit 0 after 2.1 s; rank 1: killed after 30.0 s (deadline); ..."
+  // "rank 0: exit 1 after 5.1 s; rank 1: hung (still running 3.0 s after every other rank
+  // exited), killed after 8.1 s"
   std::string Summary() const;
 };
 

@@ -148,7 +148,7 @@ TEST_CASE("an invalid plan is refused before any worker is launched") {
 void CheckFault(const std::string& kind, const std::string& name) {
   TrainOptions options = TinyOptions(2, 1, 1, 2);
   options.steps = 6;
-  options.timeout_seconds = 3;
+  options.timeout_seconds = 6;
   options.fault_rank = 1;
   options.fault_step = 2;
   options.fault_kind = kind;
@@ -165,7 +165,15 @@ void CheckFault(const std::string& kind, const std::string& name) {
   CHECK(error.find("in step 2") != std::string::npos);
   CHECK(error.find("peer rank 1") != std::string::npos);
   if (kind == "exit") CHECK(result.exit_codes[1] == 17);
-  if (kind == "hang") CHECK(result.killed[1]);
+  if (kind == "hang") {
+    // Reported as hung soon after its peer's c10d timeout, not a second timeout later.
+    CHECK(result.killed[1]);
+    CHECK(result.hung[1]);
+    CHECK(result.Summary().find("rank 1: hung") != std::string::npos);
+    CHECK(result.exit_seconds[1] < result.exit_seconds[0] + 3 + 3);  // not timeout + 3 = 9 s
+  } else {
+    CHECK_FALSE(result.hung[1]);
+  }
 }
 
 TEST_CASE("a worker that dies makes the others exit with an error naming rank and activity") {

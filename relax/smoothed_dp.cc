@@ -595,14 +595,28 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
       for (int y : window[s + 1]) {
         edge_begin[s].push_back(entries.size());
         if (y <= x) continue;
+        const long key = static_cast<long>(x) * (L_ + 1) + y;
+        auto cached = near_terms_.find(key);
+        if (cached == near_terms_.end()) {
+          std::vector<RangeTerm> terms;
+          for (int slot : by_size_) {
+            const Terms t = StageTerms(slot, x, y);
+            const int fits = FittingLevels(t);
+            if (fits > 0) terms.push_back({t.t, t.e, t.c, slot, fits});
+          }
+          if (near_terms_count_ + terms.size() > kMaxCachedRangeTerms) {
+            near_terms_.clear();
+            near_terms_count_ = 0;
+          }
+          near_terms_count_ += terms.size();
+          cached = near_terms_.emplace(key, std::move(terms)).first;
+        }
         candidates.clear();
-        for (int slot : by_size_) {
-          const Terms t = StageTerms(slot, x, y);
-          const int fits = FittingLevels(t);
-          if (fits <= v) continue;
+        for (const RangeTerm& t : cached->second) {
+          if (t.fits <= v) continue;
           const double a = t.t + t.c + (mc - 1) * std::max(0.0, t.t - p.theta_seconds) +
                            std::max(0.0, t.e - p.phi_seconds);
-          candidates.push_back({static_cast<int>(devices_[slot]), slot, fits, a});
+          candidates.push_back({static_cast<int>(devices_[t.slot]), t.slot, t.fits, a});
         }
         const size_t first = entries.size();
         AppendFrontier(candidates, v, &entries);

@@ -28,6 +28,7 @@
 // range; the terms and memory fits of every (range, config) are computed once per object when
 // there are at most 8e6 of them, 32 bytes each) + O(S L^2 / 2) DP cells; memory
 // O(levels * (L + 1)^2) per evaluation. L counts cut positions (cut_positions) where given.
+#include <unordered_map>
 #include <vector>
 
 #include "relax/polish.h"
@@ -157,6 +158,10 @@ class SmoothedStageDp {
   // RangeTerms of every pair, pair p at [range_begin_[p], range_begin_[p + 1]); empty (computed
   // per evaluation) when pairs x configs exceeds kMaxCachedRangeTerms.
   std::vector<RangeTerm> range_terms_;
+  // DecodeNearPlan's terms of layer ranges [x, y) (key x * (L + 1) + y), kept between calls:
+  // successive windows overlap. Bounded by kMaxCachedRangeTerms terms (then cleared).
+  mutable std::unordered_map<long, std::vector<RangeTerm>> near_terms_;
+  mutable size_t near_terms_count_ = 0;
   std::vector<size_t> range_begin_;
   long edge_terms_ = 0;
 };

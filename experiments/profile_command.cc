@@ -50,7 +50,7 @@ bool HasPart(const std::vector<std::string>& parts, const std::string& part) {
 }
 
 int RunCollectiveWorker(const ProfileArgs& args) {
-  DieWithLauncher();
+  SetUpWorkerProcess();
   torch::set_num_threads(args.threads);
   const ProfileOptions options = OptionsFromArgs(args);
   RendezvousOptions rendezvous = RendezvousFromEnvironment();

@@ -80,7 +80,8 @@ namespace {
 constexpr const char* kLauncherPidVariable = "STRATOS_LAUNCHER_PID";
 }  // namespace
 
-void DieWithLauncher() {
+void SetUpWorkerProcess() {
+  signal(SIGPIPE, SIG_IGN);
   const char* launcher = std::getenv(kLauncherPidVariable);
   if (launcher == nullptr) return;
   prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -46,14 +46,17 @@ std::string SelfExecutable();
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
 int FreeTcpPort();
 
-// For a worker process: die with the launcher. Under LaunchLocalWorkers (which sets
-// STRATOS_LAUNCHER_PID), asks the kernel for SIGKILL when the launcher exits (prctl
-// PR_SET_PDEATHSIG), and exits at once (status 1) if the launcher is already gone; elsewhere
-// (torchrun, Slurm, tests) does nothing. Call it first thing in a worker. Throws nothing.
-void DieWithLauncher();
+// First thing in a worker process:
+// - SIGPIPE is ignored, so that a write to the socket of a peer that died fails with EPIPE (an
+//   error that names the peer) instead of killing this worker silently;
+// - it dies with the launcher: under LaunchLocalWorkers (which sets STRATOS_LAUNCHER_PID), asks
+//   the kernel for SIGKILL when the launcher exits (prctl PR_SET_PDEATHSIG), and exits at once
+//   (status 1) if the launcher is already gone; elsewhere (torchrun, Slurm, tests) not.
+// Throws nothing.
+void SetUpWorkerProcess();
 
 // Starts options.nproc workers and waits for all of them (or kills them, see LaunchOptions).
-// Workers that call DieWithLauncher() are killed when the launching process dies.
+// Workers that call SetUpWorkerProcess() are killed when the launching process dies.
 // Throws std::runtime_error if a worker cannot be started (the others are killed).
 LaunchResult LaunchLocalWorkers(const LaunchOptions& options);
 

@@ -818,7 +818,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
 }
 
 int RunWorkerProcess(const TrainOptions& options, const RendezvousOptions& rendezvous) {
-  DieWithLauncher();
+  SetUpWorkerProcess();
   std::string message;
   try {
     RendezvousOptions r = rendezvous;

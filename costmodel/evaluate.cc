@@ -52,23 +52,26 @@ Estimate Evaluate(const Problem& problem, const Plan& plan) {
   return Evaluate(CostModel(problem), plan);
 }
 
-Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
+namespace {
+
+// Evaluate() of a validated plan; pipeline rank r holds plan.stages[r], [r + p], ... and the
+// cost model's training.virtual_pipeline_stages says how many chunks each rank has.
+Estimate EvaluateRanks(const CostModel& cost_model, const Plan& plan) {
   const Problem& problem = cost_model.problem();
-  ValidateTrainingSpec(problem.training, "problem");
-  ValidatePlan(problem, plan);
   const int m = plan.num_microbatches;
-  const int p = plan.NumStages();
+  const int p = plan.NumPipelineRanks();
   const int v = problem.training.virtual_pipeline_stages;
   const double activation_factor = InterleavedActivationFactor(p, v);
   Estimate estimate;
   std::vector<double> t(p), e(p), c(p);
   const double capacity = cost_model.DeviceMemoryCapacityBytes();
   for (int s = 0; s < p; ++s) {
-    const StagePlan& stage = plan.stages[s];
+    const StageConfig& config = plan.stages[s].config;
     StageEstimate se;
-    se.terms = cost_model.StageOverhead(stage.config, m, s == 0, s == p - 1);
-    for (int l = stage.first_layer; l < stage.last_layer; ++l)
-      se.terms += cost_model.LayerTerms(l, stage.config, m);
+    se.terms = cost_model.StageOverhead(config, m, s == 0, s == p - 1);
+    for (int chunk = s; chunk < plan.NumStages(); chunk += p)
+      for (int l = plan.stages[chunk].first_layer; l < plan.stages[chunk].last_layer; ++l)
+        se.terms += cost_model.LayerTerms(l, config, m);
     se.microbatch_seconds = se.terms.MicrobatchSeconds();
     se.tail_seconds = se.terms.ExposedTailSeconds();
     se.one_time_seconds = se.terms.OneTimeSeconds();
@@ -111,6 +114,20 @@ Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
         batch * std::max(1, model.seq_length) / estimate.iteration_seconds;
   }
   return estimate;
+}
+
+}  // namespace
+
+Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
+  const Problem& problem = cost_model.problem();
+  ValidateTrainingSpec(problem.training, "problem");
+  ValidatePlan(problem, plan);
+  if (plan.virtual_stages == 1) return EvaluateRanks(cost_model, plan);
+  // The cost model prices a rank's chunks (their sends, the activations they hold) from the
+  // training spec's virtual stages.
+  Problem interleaved = problem;
+  interleaved.training.virtual_pipeline_stages = plan.virtual_stages;
+  return EvaluateRanks(CostModel(interleaved), plan);
 }
 
 nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
@@ -166,7 +183,7 @@ std::string EstimateReport(const Estimate& estimate, const Plan& plan) {
     const StageEstimate& se = estimate.stages[s];
     text += fmt::format(
         "{:>5} {:>9} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9} {:>6.1f}/{:<4.0f}\n",
-        s, fmt::format("{}-{}", plan.stages[s].first_layer, plan.stages[s].last_layer - 1),
+        s, plan.RankLayers(static_cast<int>(s)),
         1e3 * se.microbatch_seconds, 1e3 * se.terms.compute_seconds,
         1e3 * se.terms.tp_comm_seconds, 1e3 * se.terms.p2p_seconds, 1e3 * se.tail_seconds,
         1e3 * se.terms.dp_sync_seconds, se.microbatches_in_flight, se.peak_memory_bytes / kGiB,

@@ -47,7 +47,9 @@ struct Estimate {
 
 // Requires a structurally valid plan (ValidatePlan) and training options in range
 // (ValidateTrainingSpec); throws InputError otherwise.
-// Memory overflow is reported in the Estimate, not thrown.
+// Memory overflow is reported in the Estimate, not thrown. Estimate::stages has one entry per
+// pipeline rank: with plan.virtual_stages = v > 1, rank r's terms sum its chunks' layers and
+// are priced as problem.training.virtual_pipeline_stages = v prices them.
 Estimate Evaluate(const Problem& problem, const Plan& plan);
 
 // Same, reusing a CostModel (searchers evaluate many plans).

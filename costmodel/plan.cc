@@ -10,10 +10,23 @@ namespace stratos {
 
 using nlohmann::json;
 
+int Plan::NumPipelineRanks() const {
+  if (virtual_stages > 1 && NumStages() % virtual_stages == 0) return NumStages() / virtual_stages;
+  return NumStages();
+}
+
 int Plan::NumDevices() const {
   int devices = 0;
-  for (const StagePlan& stage : stages) devices += stage.config.NumDevices();
+  for (int r = 0; r < NumPipelineRanks(); ++r) devices += stages[r].config.NumDevices();
   return devices;
+}
+
+std::string Plan::RankLayers(int rank) const {
+  std::string text;
+  for (int s = rank; s < NumStages(); s += NumPipelineRanks())
+    text += fmt::format("{}{}-{}", text.empty() ? "" : ",", stages[s].first_layer,
+                        stages[s].last_layer - 1);
+  return text;
 }
 
 std::string Plan::Summary() const {
@@ -23,7 +36,10 @@ std::string Plan::Summary() const {
   std::string text = fmt::format("{} stage{} [{} layers] m={} {}", NumStages(),
                                  NumStages() == 1 ? "" : "s", layers, num_microbatches,
                                  ScheduleName(schedule));
-  for (int s = 0; s < NumStages(); ++s)
+  if (virtual_stages > 1)
+    text += fmt::format(" interleaved: {} ranks x {} virtual stages", NumPipelineRanks(),
+                        virtual_stages);
+  for (int s = 0; s < NumPipelineRanks(); ++s)
     text += fmt::format("; s{}: {}", s, stages[s].config.Label());
   return text;
 }
@@ -53,6 +69,29 @@ void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& w
   if (plan.num_microbatches < 1)
     ThrowInputError(where, "num_microbatches", plan.num_microbatches, "must be >= 1");
   if (plan.stages.empty()) ThrowInputError(where, "stages", "[]", "must list at least one stage");
+  const int v = plan.virtual_stages;
+  if (v < 1) ThrowInputError(where, "virtual_stages", v, "must be >= 1");
+  if (v > 1) {
+    if (plan.NumStages() % v != 0 || plan.NumStages() < 2 * v)
+      ThrowInputError(where, "stages", fmt::format("{} entries", plan.NumStages()),
+                      fmt::format("must be p x virtual_stages = p x {} with p >= 2 pipeline ranks",
+                                  v));
+    if (plan.schedule != Schedule::kOneFOneB)
+      ThrowInputError(where, "schedule", ScheduleName(plan.schedule),
+                      "virtual stages run the interleaved 1F1B schedule: must be \"1f1b\"");
+    if (problem.training.virtual_pipeline_stages != 1)
+      ThrowInputError(where, "virtual_stages", v,
+                      fmt::format("the problem already sets {} virtual pipeline stages; give them "
+                                  "in one place",
+                                  problem.training.virtual_pipeline_stages));
+    const int p = plan.NumPipelineRanks();
+    for (int s = p; s < plan.NumStages(); ++s)
+      if (!(plan.stages[s].config == plan.stages[s % p].config))
+        ThrowInputError(where, fmt::format("stages[{}]", s), plan.stages[s].config.Label(),
+                        fmt::format("virtual stage {} runs on pipeline rank {} and must have its "
+                                    "configuration ({})",
+                                    s, s % p, plan.stages[s % p].config.Label()));
+  }
   int expected_first = 0;
   for (int s = 0; s < plan.NumStages(); ++s) {
     const StagePlan& stage = plan.stages[s];
@@ -112,11 +151,13 @@ json PlanToJson(const Plan& plan) {
                       {"recompute", RecomputeName(c.recompute)},
                       {"grad_compression", CompressionToJson(c.grad_compression)}});
   }
-  return {{"schema", "stratos.plan/1"},
-          {"global_batch_size", plan.global_batch_size},
-          {"num_microbatches", plan.num_microbatches},
-          {"schedule", ScheduleName(plan.schedule)},
-          {"stages", stages}};
+  json out = {{"schema", "stratos.plan/1"},
+              {"global_batch_size", plan.global_batch_size},
+              {"num_microbatches", plan.num_microbatches},
+              {"schedule", ScheduleName(plan.schedule)},
+              {"stages", stages}};
+  if (plan.virtual_stages > 1) out["virtual_stages"] = plan.virtual_stages;
+  return out;
 }
 
 CompressionSpec CompressionFromJson(const json& j, const std::string& where,
@@ -152,6 +193,7 @@ Plan PlanFromJson(const json& j, const std::string& where) {
   plan.global_batch_size = top.Int("global_batch_size");
   plan.num_microbatches = top.Int("num_microbatches");
   plan.schedule = ParseSchedule(top.String("schedule"), where);
+  if (top.Has("virtual_stages")) plan.virtual_stages = top.Int("virtual_stages");
   const json& stages = top.Get("stages");
   if (!stages.is_array()) ThrowInputError(where, "stages", stages.dump(), "must be an array");
   for (size_t s = 0; s < stages.size(); ++s) {

@@ -23,10 +23,21 @@ struct Plan {
   int global_batch_size = 0;
   int num_microbatches = 1;
   Schedule schedule = Schedule::kOneFOneB;
+  // Model chunks per pipeline rank v (the interleaved 1F1B schedule, Narayanan et al. SC'21
+  // §2.2.2). With v > 1, `stages` lists the p v virtual stages in model order and virtual stage
+  // i runs on pipeline rank i % p with that rank's configuration (Megatron-LM's and
+  // torch.distributed.pipelining's "loop" placement). The searchers return v = 1.
+  int virtual_stages = 1;
   std::vector<StagePlan> stages;
 
+  // Entries of `stages`: pipeline stages, or virtual stages when virtual_stages > 1.
   int NumStages() const { return static_cast<int>(stages.size()); }
+  // Pipeline ranks p = NumStages() / virtual_stages (NumStages() when that does not divide).
+  int NumPipelineRanks() const;
+  // Devices of the pipeline ranks' meshes.
   int NumDevices() const;
+  // The layers pipeline rank `rank` holds, e.g. "0-3" or, interleaved, "0-3,16-19".
+  std::string RankLayers(int rank) const;
   // e.g. "4 stages [9|8|8|9 layers] m=64 1f1b; s0: mesh 1x4 dp2 tp2 zero1 recompute=none; ..."
   std::string Summary() const;
 };
@@ -37,12 +48,15 @@ struct Plan {
 std::vector<std::pair<int, int>> SplitLayersEvenly(int num_layers, int num_stages);
 
 // Structural validation: layers covered once and in order, degrees consistent with the mesh,
-// meshes fit the cluster, batch divisible. Throws InputError naming `where` (the plan file),
+// meshes fit the cluster, batch divisible; with virtual stages, a whole number of them per rank,
+// each with its rank's configuration, the 1F1B schedule and no interleaving also set in
+// problem.training (one or the other says how many chunks a rank has). Throws InputError naming `where` (the plan file),
 // the key path (e.g. "stages[2].tensor_parallel"), its value and the rule. Does NOT check
 // memory; Evaluate() reports per-stage memory and EstimateFits() decides.
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where = "plan");
 
-// JSON I/O. PlanFromJson throws InputError naming `where`, the key and the rule for unknown
+// JSON I/O ("virtual_stages" is written when > 1 and optional on reading, default 1).
+// PlanFromJson throws InputError naming `where`, the key and the rule for unknown
 // keys, missing keys, wrong types and a wrong "schema".
 nlohmann::json PlanToJson(const Plan& plan);
 Plan PlanFromJson(const nlohmann::json& json, const std::string& where);

@@ -122,7 +122,7 @@ void WriteJsonAtomically(const std::string& path, const nlohmann::json& json) {
 
 void WritePlanTrace(const std::string& path, const Estimate& estimate, const Plan& plan,
                     const std::string& process_name) {
-  const long long events = SimulatedEvents(plan.NumStages(), plan.num_microbatches);
+  const long long events = SimulatedEvents(plan.NumPipelineRanks(), plan.num_microbatches);
   if (events > kMaxTraceEvents) {
     fmt::print(stderr, "stratos: {} not written: {} events (more than {})\n", path, events,
                kMaxTraceEvents);

@@ -17,7 +17,7 @@
 #include "runtime/gpt.h"
 #include "runtime/launcher.h"
 #include "runtime/report.h"
-#include "runtime/schedule.h"
+#include "costmodel/schedule.h"
 
 namespace stratos {
 
@@ -190,6 +190,9 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
 void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
                       const std::string& where, int data_vocab_size) {
   CheckRuntimeModel(model);
+  if (plan.virtual_stages != 1)
+    ThrowInputError(where, "virtual_stages", plan.virtual_stages,
+                    "the runtime runs one model chunk per pipeline rank (no interleaved 1F1B yet)");
   if (plan.NumDevices() != world_size)
     ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
                     fmt::format("must equal the {} worker processes (--nproc / WORLD_SIZE)",

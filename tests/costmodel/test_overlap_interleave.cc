@@ -181,3 +181,43 @@ TEST_CASE("out-of-range training options are input errors naming the field") {
                        doctest::Contains("training.virtual_pipeline_stages = 0: must be >= 1"),
                        InputError);
 }
+
+TEST_CASE("a plan with virtual stages is priced as the same ranks under the interleaved option") {
+  // 16 blocks, p = 4 ranks, v = 2: rank r holds chunks r and r + 4 of 2 blocks each, so it holds
+  // the same layers (embedding with rank 0, head with rank 3) as UniformPlan's stage r.
+  Problem problem = OptionsProblem(16, 4);
+  Plan interleaved;
+  interleaved.global_batch_size = problem.training.global_batch_size;
+  interleaved.num_microbatches = 8;
+  interleaved.virtual_stages = 2;
+  const StageConfig config{1, 8, 2, 4, 1, Recompute::kNone};
+  for (int i = 0; i < 8; ++i) {
+    const int first = i == 0 ? 0 : 1 + 2 * i;
+    const int last = i == 7 ? 18 : 1 + 2 * (i + 1);
+    interleaved.stages.push_back({first, last, config});
+  }
+  CHECK(interleaved.NumPipelineRanks() == 4);
+  CHECK(interleaved.NumDevices() == 32);
+  CHECK(interleaved.RankLayers(0) == "0-2,9-10");
+  const Estimate chunks = Evaluate(problem, interleaved);
+  CHECK(chunks.stages.size() == 4);
+
+  Problem option = problem;
+  option.training.virtual_pipeline_stages = 2;
+  Plan ranks = UniformPlan(option, 4, 2, 4, 8);
+  const Estimate contiguous = Evaluate(option, ranks);
+  CHECK(chunks.iteration_seconds == doctest::Approx(contiguous.iteration_seconds).epsilon(1e-12));
+  for (int s = 0; s < 4; ++s)
+    CHECK(chunks.stages[s].peak_memory_bytes ==
+          doctest::Approx(contiguous.stages[s].peak_memory_bytes).epsilon(1e-12));
+  // Plain 1F1B on the same ranks has the larger bubble.
+  CHECK(Evaluate(problem, UniformPlan(problem, 4, 2, 4, 8)).iteration_seconds >
+        chunks.iteration_seconds);
+
+  // Both places at once is refused, and so is a chunk with another configuration than its rank.
+  CHECK_THROWS_AS(Evaluate(option, interleaved), InputError);
+  Plan mixed = interleaved;
+  mixed.stages[5].config.recompute = Recompute::kFull;
+  CHECK_THROWS_WITH_AS(Evaluate(problem, mixed),
+                       doctest::Contains("virtual stage 5 runs on pipeline rank 1"), InputError);
+}

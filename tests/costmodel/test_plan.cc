@@ -59,6 +59,30 @@ TEST_CASE("plan JSON round-trips") {
   CHECK(PlanError(ValidPlanJson()) == "");
 }
 
+TEST_CASE("virtual stages: optional on reading, written when > 1, a whole number per rank") {
+  CHECK_FALSE(PlanToJson(PlanFromJson(ValidPlanJson(), "p.json")).contains("virtual_stages"));
+  json j = ValidPlanJson();
+  j["virtual_stages"] = 2;
+  // Two entries are one pipeline rank with two chunks: p >= 2 is required.
+  CheckMentions(PlanError(j), {"stages", "2 entries", "p >= 2"});
+  json four = ValidPlanJson();
+  four["stages"] = json::array();
+  for (int i = 0; i < 4; ++i)
+    four["stages"].push_back({{"first_layer", 3 * i}, {"last_layer", 3 * i + 3}, {"mesh", {1, 1}},
+                              {"data_parallel", 1}, {"tensor_parallel", 1}, {"zero_stage", 0},
+                              {"recompute", "none"}});
+  four["virtual_stages"] = 2;
+  CHECK(PlanError(four) == "");
+  const Plan plan = PlanFromJson(four, "p.json");
+  CHECK(plan.NumPipelineRanks() == 2);
+  CHECK(PlanToJson(plan)["virtual_stages"] == 2);
+  four["schedule"] = "gpipe";
+  CheckMentions(PlanError(four), {"schedule", "gpipe", "interleaved 1F1B"});
+  four["schedule"] = "1f1b";
+  four["virtual_stages"] = 0;
+  CheckMentions(PlanError(four), {"virtual_stages", "0", ">= 1"});
+}
+
 TEST_CASE("SplitLayersEvenly gives contiguous ranges differing by at most one") {
   const auto ranges = SplitLayersEvenly(10, 4);
   REQUIRE(ranges.size() == 4);

@@ -1,4 +1,4 @@
-// In-process tests of the runtime's pieces: schedules, data, the GPT stages, the rendezvous
+// In-process tests of the runtime's pieces: data, the GPT stages, the rendezvous
 // environment and the single-process trainer.
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -12,22 +12,11 @@
 #include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
-#include "runtime/schedule.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace stratos {
 namespace {
-
-TEST_CASE("1F1B warms up p - s - 1 forwards and GPipe runs all forwards first") {
-  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 0, 4)) == "F0 F1 F2 F3 B0 B1 B2 B3");
-  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 1, 4)) == "F0 F1 F2 B0 F3 B1 B2 B3");
-  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 3, 4)) == "F0 B0 F1 B1 F2 B2 F3 B3");
-  CHECK(ScheduleString(StageSchedule(Schedule::kOneFOneB, 4, 0, 2)) == "F0 F1 B0 B1");
-  CHECK(ScheduleString(StageSchedule(Schedule::kGpipe, 2, 1, 3)) == "F0 F1 F2 B0 B1 B2");
-  CHECK_THROWS_AS(StageSchedule(Schedule::kGpipe, 2, 2, 3), InputError);
-  CHECK_THROWS_AS(StageSchedule(Schedule::kGpipe, 2, 0, 0), InputError);
-}
 
 TEST_CASE("tinyshakespeare has 65 characters and batches depend only on (seed, step)") {
   const CharDataset data(DefaultDataPath(), 16);

@@ -44,6 +44,19 @@ std::string Plan::Summary() const {
   return text;
 }
 
+bool SetMeshForDevices(StageConfig& config, int devices, int gpus_per_node) {
+  if (devices < 1 || gpus_per_node < 1) return false;
+  if (devices <= gpus_per_node) {
+    config.mesh_nodes = 1;
+    config.mesh_gpus_per_node = devices;
+    return true;
+  }
+  if (devices % gpus_per_node != 0) return false;
+  config.mesh_nodes = devices / gpus_per_node;
+  config.mesh_gpus_per_node = gpus_per_node;
+  return true;
+}
+
 std::vector<std::pair<int, int>> SplitLayersEvenly(int num_layers, int num_stages) {
   if (num_stages < 1 || num_stages > num_layers)
     ThrowInputError("plan", "pipeline_parallel", num_stages,

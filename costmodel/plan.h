@@ -42,6 +42,11 @@ struct Plan {
   std::string Summary() const;
 };
 
+// Sets config.mesh_nodes and config.mesh_gpus_per_node to the mesh of `devices` devices on
+// nodes of gpus_per_node: (1, devices) within a node, (devices / gpus_per_node, gpus_per_node)
+// for whole nodes. Returns false (config unchanged) if `devices` is neither.
+bool SetMeshForDevices(StageConfig& config, int devices, int gpus_per_node);
+
 // Splits num_layers into num_stages contiguous [first, last) ranges whose sizes differ by at most
 // one (the larger ones last, so the stage holding the embedding is not the heaviest).
 // Throws InputError if num_stages is not in [1, num_layers].

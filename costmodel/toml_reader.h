@@ -1,8 +1,7 @@
 #pragma once
-// Strict reading of TOML tables, with the file and key path in every error. Private to
-// costmodel: used only by costmodel's .cc files (model_io.cc, cluster_io.cc). It includes
-// <toml++/toml.h>, which is a PRIVATE dependency of the costmodel library, so no public header
-// may include this one.
+// Strict reading of TOML tables, with the file and key path in every error. Used only by .cc
+// files of libraries that link toml++ privately (costmodel's model_io.cc and cluster_io.cc,
+// interop's torchtitan.cc): it includes <toml++/toml.h>, so no public header may include it.
 //
 // Every error is an InputError; rule violations read "<file>: <key path> = <value>: <rule>",
 // e.g. "cluster.toml: node_group[1].gpus_per_node = 0: must be >= 1" (strings are shown in

@@ -38,6 +38,8 @@ struct SearchArgs {
   bool progress = true;
   // "name=value" searcher options (--option, repeatable; experiments/searchers.h SearcherSetup).
   std::vector<std::string> option_assignments;
+  // --export TARGET: the best plan also exported to DIR/export (interop/interop.h TargetNames).
+  std::string export_target;
 };
 
 // The flags of `search` and `compare`, one spelling for both, bound to `args` (whose values when
@@ -74,6 +76,43 @@ struct EvaluateArgs {
 // `stratos evaluate`: prints the estimate of one plan. Returns 0 if it fits memory, 1 otherwise
 // (with a one-line reason naming the stage and the overflow).
 int RunEvaluate(const EvaluateArgs& args);
+
+// --- plans out and in (experiments/interop_command.cc, interop/interop.h) ---
+
+struct ExportArgs {
+  ProblemArgs problem;  // the global batch comes from the plan file
+  std::string plan_file;
+  std::string target;  // TargetNames()
+  std::string output_dir = "out/export";
+  bool nearest = false;  // export the nearest plan the target runs instead of refusing
+  std::string plan_output;  // optional: the exported plan as stratos.plan/1 JSON
+};
+
+// `stratos export`: writes the files `target`'s user launches with into output_dir, as one set
+// (an earlier export's files are replaced together; a refused plan leaves them intact). A plan
+// the target cannot express throws InputError naming the stage, value and rule, or with
+// --nearest is replaced by the nearest plan the target runs (its changes and predicted time
+// beside the plan's are printed).
+int RunExport(const ExportArgs& args);
+
+struct ImportArgs {
+  std::string from;  // megatron | deepspeed | torchtitan
+  std::string file;
+  // --model: "" takes the shape from the configuration; --cluster, --nodes (0: from the
+  // configuration's torchrun/launcher flags where present, else the cluster file's),
+  // --seq-length, --dp-overlap as in search. The global batch and schedule come from the file.
+  ProblemArgs problem{"", "dgx-a100-80gb"};
+  bool search = false;
+  std::vector<std::string> algorithms = {"dp"};
+  double time_limit_seconds = 60;
+  std::string plan_output;  // optional: the imported plan as stratos.plan/1 JSON
+};
+
+// `stratos import`: reads a configuration into a plan, prints its estimate ("your
+// configuration: X s/iteration") and, with --search, the best plan the searchers find beside
+// it. Returns kExitNoResult if the configuration does not fit memory (without --search) or the
+// search finds nothing.
+int RunImport(const ImportArgs& args);
 
 struct BenchArgs {
   std::string output_dir = "out/bench";

@@ -25,17 +25,10 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
   const int gpus_per_node = problem.cluster.GpusPerNode();
   const int mesh_devices = args.data_parallel * args.tensor_parallel;
   StageConfig config;
-  if (mesh_devices <= gpus_per_node) {
-    config.mesh_nodes = 1;
-    config.mesh_gpus_per_node = mesh_devices;
-  } else {
-    if (mesh_devices % gpus_per_node != 0)
-      ThrowInputError(where, "--dp", args.data_parallel,
-                      fmt::format("dp x tp = {} must fit in a node or fill whole nodes of {} GPUs",
-                                  mesh_devices, gpus_per_node));
-    config.mesh_nodes = mesh_devices / gpus_per_node;
-    config.mesh_gpus_per_node = gpus_per_node;
-  }
+  if (!SetMeshForDevices(config, mesh_devices, gpus_per_node))
+    ThrowInputError(where, "--dp", args.data_parallel,
+                    fmt::format("dp x tp = {} must fit in a node or fill whole nodes of {} GPUs",
+                                mesh_devices, gpus_per_node));
   config.data_parallel = args.data_parallel;
   config.tensor_parallel = args.tensor_parallel;
   config.zero_stage = args.zero_stage;

@@ -16,6 +16,7 @@
 #include "experiments/run_commands.h"
 #include "experiments/runtime_bench.h"
 #include "experiments/searchers.h"
+#include "interop/interop.h"
 #include "runtime/device_info.h"
 
 namespace {
@@ -229,6 +230,60 @@ int main(int argc, char** argv) {
   cosearch_command->add_flag("--resume", cosearch.resume, "continue from OUTPUT_DIR/checkpoint");
   cosearch_command->add_flag("!--no-progress", cosearch.progress, "no progress lines");
 
+  stratos::ExportArgs export_args;
+  CLI::App* export_command = app.add_subcommand(
+      "export", "write what Megatron-LM, DeepSpeed, torchtitan or torch.distributed.pipelining "
+                "launch a plan with");
+  stratos::AddProblemFlags(export_command, export_args.problem);
+  export_command->add_option("--plan", export_args.plan_file, "plan JSON (stratos.plan/1)")
+      ->required();
+  export_command->add_option("--to", export_args.target, "target runtime")
+      ->required()
+      ->check(OneOf(stratos::TargetNames()));
+  export_command->add_option("--output", export_args.output_dir, "output directory")
+      ->check(OutputDirectory())
+      ->capture_default_str();
+  export_command->add_flag("--nearest", export_args.nearest,
+                           "export the nearest plan the target runs instead of refusing");
+  export_command->add_option("--plan-output", export_args.plan_output,
+                             "also write the exported plan (stratos.plan/1)");
+
+  stratos::ImportArgs import_args;
+  CLI::App* import_command = app.add_subcommand(
+      "import", "read a Megatron-LM, DeepSpeed or torchtitan configuration into a plan and "
+                "evaluate it (with --search: beside the best plan found)");
+  import_command->add_option("--from", import_args.from, "configuration kind")
+      ->required()
+      ->check(OneOf({"megatron", "deepspeed", "torchtitan"}));
+  import_command
+      ->add_option("file", import_args.file,
+                   "megatron: launch script or argument list; deepspeed: engine JSON or launch "
+                   "script; torchtitan: job TOML")
+      ->required();
+  import_command->add_option("--model", import_args.problem.model,
+                             "zoo model or file (default: the configuration's shape)");
+  import_command->add_option("--cluster", import_args.problem.cluster, "zoo cluster or file")
+      ->capture_default_str();
+  import_command
+      ->add_option("--nodes", import_args.problem.nodes,
+                   "nodes (default: the configuration's launcher flags, else the cluster's)")
+      ->check(IntAtLeast(1));
+  import_command->add_option("--seq-length", import_args.problem.seq_length, "sequence length")
+      ->check(IntAtLeast(1));
+  import_command->add_option("--dp-overlap", import_args.problem.dp_overlap,
+                             "share of the DP gradient sync hidden behind backward")
+      ->check(NumberIn(0, 1))
+      ->capture_default_str();
+  import_command->add_flag("--search", import_args.search,
+                           "also search the problem and print the best plan beside yours");
+  stratos::AddAlgorithmFlag(import_command, import_args.algorithms);
+  import_command->add_option("--time-limit", import_args.time_limit_seconds,
+                             "seconds per searcher (with --search)")
+      ->check(NumberAbove(0))
+      ->capture_default_str();
+  import_command->add_option("--plan-output", import_args.plan_output,
+                             "write the imported plan (stratos.plan/1)");
+
   // `stratos experiment run | report | options` (experiments/experiment_command.cc).
   stratos::ExperimentCommands experiment;
   stratos::AddExperimentCommands(app, experiment);
@@ -275,6 +330,8 @@ int main(int argc, char** argv) {
         throw stratos::InputError("command line: evaluate needs --plan FILE or --tp/--pp/--dp/--micro-batch");
       return stratos::RunEvaluate(evaluate);
     }
+    if (*export_command) return stratos::RunExport(export_args);
+    if (*import_command) return stratos::RunImport(import_args);
     if (*ladder) return stratos::RunBenchLadder(bench);
     if (*runtime_bench) return stratos::RunBenchRuntime(bench_runtime);
     if (*profile_command) return stratos::RunProfile(profile);

@@ -25,6 +25,10 @@ void EnsureDirectory(const std::string& dir) {
 }
 
 void WriteFileAtomically(const std::string& path, const std::string& text) {
+  WriteExecutableFile(path, text, false);
+}
+
+void WriteExecutableFile(const std::string& path, const std::string& text, bool executable) {
   // A temporary name of its own beside the target (mkstemp), so that concurrent writers of the
   // same file do not share one; removed if anything fails.
   std::string temporary = path + ".tmp-XXXXXX";
@@ -45,9 +49,9 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
   }
   // mkstemp makes the file private (0600); outputs are read by others like any file.
   using std::filesystem::perms;
-  std::filesystem::permissions(
-      temporary, perms::owner_read | perms::owner_write | perms::group_read | perms::others_read,
-      error);
+  perms mode = perms::owner_read | perms::owner_write | perms::group_read | perms::others_read;
+  if (executable) mode |= perms::owner_exec | perms::group_exec | perms::others_exec;
+  std::filesystem::permissions(temporary, mode, error);
   std::filesystem::rename(temporary, path, error);
   if (error) fail(fmt::format("{}: cannot move into place: {}", path, error.message()));
 }

@@ -20,6 +20,8 @@ void EnsureDirectory(const std::string& dir);
 // Throws InputError naming the file on failure.
 void WriteFileAtomically(const std::string& path, const std::string& text);
 void WriteJsonAtomically(const std::string& path, const nlohmann::json& json);
+// WriteFileAtomically, then mode 0755 when `executable` (launch scripts).
+void WriteExecutableFile(const std::string& path, const std::string& text, bool executable);
 
 // The outputs of one run as a set: written into a staging directory of their own inside `dir`
 // (dir/.staging-XXXXXX, mkdtemp), then moved into place together by Commit(), which also removes

@@ -11,6 +11,7 @@
 #include "experiments/commands.h"
 #include "experiments/output.h"
 #include "experiments/searchers.h"
+#include "interop/interop.h"
 
 namespace stratos {
 
@@ -79,6 +80,10 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
                    "per-stage gradient compression options, e.g. none,bf16,powersgd (changes the "
                    "math of training; see stratos cosearch)")
       ->capture_default_str();
+  command
+      ->add_option("--export", args.export_target,
+                   "also export the best plan for this runtime into OUTPUT_DIR/export")
+      ->check(cli::OneOf(TargetNames()));
   command->add_option("--output-dir", args.output_dir, "where outputs go")
       ->check(cli::OutputDirectory())->capture_default_str();
   command->add_flag("!--no-progress", args.progress, "no progress lines on stderr");
@@ -180,7 +185,31 @@ int RunSearch(const SearchArgs& args) {
     for (const AnytimePoint& point : o.result.summary.anytime)
       anytime += fmt::format("{},{},{}\n", o.algorithm, point.wall_seconds,
                              point.best_iteration_seconds);
-  OutputSet outputs(args.output_dir, {"plans", "traces", "anytime.csv", "summary.json"});
+  OutputSet outputs(args.output_dir, {"plans", "traces", "export", "anytime.csv", "summary.json"});
+  // --export: the best plan, written into the set (a refusal is reported after the set lands).
+  std::string export_error;
+  if (!args.export_target.empty()) {
+    const Outcome* best_outcome = nullptr;
+    for (const Outcome& o : outcomes)
+      if (o.estimate && (!best_outcome || o.estimate->iteration_seconds <
+                                              best_outcome->estimate->iteration_seconds))
+        best_outcome = &o;
+    if (best_outcome == nullptr) {
+      export_error = "no plan to export";
+    } else {
+      try {
+        const Target target = ParseTarget(args.export_target, "command line: --export");
+        EnsureDirectory(outputs.Path("export"));
+        for (const ExportFile& file :
+             ExportPlan(problem, *best_outcome->result.plan, target,
+                        fmt::format("{} plan", best_outcome->algorithm)))
+          WriteExecutableFile(outputs.Path("export") + "/" + file.name, file.text,
+                              file.executable);
+      } catch (const InputError& e) {
+        export_error = e.what();
+      }
+    }
+  }
   EnsureDirectory(outputs.Path("plans"));
   EnsureDirectory(outputs.Path("traces"));
   nlohmann::json results = nlohmann::json::array();
@@ -220,6 +249,14 @@ int RunSearch(const SearchArgs& args) {
   fmt::print("\nwrote {}/summary.json, anytime.csv, plans/ and traces/ (open a trace in "
              "chrome://tracing or Perfetto)\n",
              args.output_dir);
+  if (!args.export_target.empty()) {
+    if (!export_error.empty()) {
+      fmt::print(stderr, "stratos: --export {}: {}\n", args.export_target, export_error);
+      return kExitNoResult;
+    }
+    fmt::print("wrote {}/export/ ({} launch files of the best plan)\n", args.output_dir,
+               args.export_target);
+  }
   if (!std::isfinite(best)) {
     bool all_declined = true;
     std::string reasons;

@@ -51,8 +51,9 @@ int RunExport(const ExportArgs& args) {
   const Problem problem = ProblemForPlan(args.problem, plan);
   ValidatePlan(problem, plan, args.plan_file);
   const Estimate original = Evaluate(problem, plan);
-  fmt::print("plan {}: {}\npredicted iteration: {:.4f} s\n", args.plan_file, plan.Summary(),
-             original.iteration_seconds);
+  fmt::print("plan {}: {}\npredicted iteration: {:.4f} s{}\n", args.plan_file, plan.Summary(),
+             original.iteration_seconds,
+             original.Fits() ? "" : "; DOES NOT FIT: " + original.MemoryViolation());
   if (args.nearest) {
     const NearestPlan nearest = NearestPlanForTarget(problem, plan, target, args.plan_file);
     if (nearest.changes.empty()) {

@@ -435,6 +435,53 @@ expect "search --option reaches the searcher and is recorded" 0 '"relax.polish":
   sh -c '"$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo relax --option relax.polish=none --no-progress --output-dir "$1" >/dev/null && cat "$1/summary.json"' \
   "$STRATOS" "$WORK/opt"
 
+# Plans out and in (issue 14): the running example of ../shared/formats imported, exported to
+# every target, run as written (a stand-in torchrun prints the arguments it receives, one per
+# line) and imported back with the same estimate.
+EXAMPLE=../shared/formats/megatron_args.sh
+H100=(--cluster dgx-h100 --nodes 2)
+expect "import reads Megatron-LM's launch script" 0 "your configuration: 0\.[0-9]+ s/iteration" -- \
+  "$STRATOS" import --from megatron "$EXAMPLE" "${H100[@]}" --plan-output "$WORK/imported.json"
+expect "the imported plan is interleaved as written" 0 '"virtual_stages": 2' -- cat "$WORK/imported.json"
+LLAMA=(--model llama3-8b --seq-length 4096 "${H100[@]}")
+for target in megatron deepspeed torchtitan torch-pipelining; do
+  expect "export --to $target --nearest writes its files" 0 "wrote " -- \
+    "$STRATOS" export "${LLAMA[@]}" --plan "$WORK/imported.json" --to "$target" --nearest \
+    --output "$WORK/export/$target"
+done
+mkdir -p "$WORK/bin"
+printf '#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n' >"$WORK/bin/torchrun"
+chmod +x "$WORK/bin/torchrun"
+expect "the exported script hands Megatron the layout as one argument" 0 \
+  '^Et\*3\|t\*4\|t\*4\|t\*4\|t\*4\|t\*4\|t\*4\|t\*5L$' -- \
+  env PATH="$WORK/bin:$PATH" bash "$WORK/export/megatron/megatron_args.sh"
+expect "export then import gives the same estimate" 0 "same" -- sh -c \
+  'a=$("$0" import --from megatron "$1" --cluster dgx-h100 | grep "your configuration"); b=$("$0" import --from megatron "$2" --cluster dgx-h100 | grep "your configuration"); [ -n "$a" ] && [ "$a" = "$b" ] && echo same' \
+  "$STRATOS" "$EXAMPLE" "$WORK/export/megatron/megatron_args.sh"
+expect "torchtitan's job TOML reads back" 0 "your configuration" -- \
+  "$STRATOS" import --from torchtitan "$WORK/export/torchtitan/torchtitan_job.toml" "${H100[@]}"
+expect "deepspeed's launch script reads back with its engine JSON" 0 "your configuration" -- \
+  "$STRATOS" import --from deepspeed "$WORK/export/deepspeed/deepspeed_launch.sh" --cluster dgx-h100
+expect_one_line_error "a plan the target cannot run is refused naming the key, value and rule" \
+  "imported.json: virtual_stages = 2: deepspeed's pipeline engine has no interleaved schedule" -- \
+  "$STRATOS" export "${LLAMA[@]}" --plan "$WORK/imported.json" --to deepspeed \
+  --output "$WORK/export/megatron"
+expect "a refused export leaves the earlier files in place" 0 "" -- \
+  test -f "$WORK/export/megatron/megatron_args.sh"
+expect "export --nearest says what changed and the cost" 0 "changed: stages: .*predicted iteration" -- \
+  sh -c '"$0" export "$@" | tr "\n" " "' "$STRATOS" "${LLAMA[@]}" --plan "$WORK/imported.json" \
+  --to deepspeed --nearest --output "$WORK/export/nearest"
+expect "import --search prints the best plan beside the configuration" 0 "best found \(dp\)" -- \
+  "$STRATOS" import --from megatron "$EXAMPLE" "${H100[@]}" --search --algo dp --time-limit 60
+expect "search --export reports a refused export and still writes the search" 1 \
+  "--export torchtitan: .*torchtitan trains its registered llama3 flavors" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp --no-progress --export torchtitan --output-dir "$WORK/search-export"
+expect "... and its summary" 0 "" -- test -f "$WORK/search-export/summary.json"
+expect "search --export megatron writes the launch script" 0 "wrote .*/export/" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp --no-progress --export megatron --output-dir "$WORK/search-export"
+
 # Workers die with their launcher (issue 18, defect 8): kill -9 `stratos run` mid-training, and
 # its workers (their argument is the run's run_options.json) are gone within 10 s.
 workers_of() { pgrep -f -- "$WORK/orphans/run_options.json" | wc -l; }

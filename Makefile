@@ -3,14 +3,19 @@
 # `make install [PREFIX=/usr/local] [DESTDIR=...]` installs the binary and the data it reads.
 DEBIAN_PACKAGES := build-essential cmake pkg-config libtorch-dev libgloo-dev libeigen3-dev \
                    libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev doctest-dev \
-                   libfccp-dev coinor-libcbc-dev python3-matplotlib
+                   libfccp-dev coinor-libcbc-dev python3-matplotlib clang
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STRATOS := $(BUILD_DIR)/stratos
 PREFIX ?= /usr/local
+# `make fuzz`: libFuzzer harnesses (fuzz/) in a clang build with sanitizers, FUZZ_SECONDS each;
+# `make test` runs each for FUZZ_SMOKE_SECONDS.
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 10
 
-.PHONY: all deps configure build run test bench install clean
+.PHONY: all deps configure build run test bench install clean fuzz-build fuzz
 
 all: build
 
@@ -35,8 +40,18 @@ run: build
 	$(STRATOS) search --model gpt3-175b --cluster p3.16xlarge --nodes 64 --global-batch 1536 \
 	  --algo all --time-limit 20 --output-dir out/default
 
-test: build
+test: build fuzz-build
 	cd $(BUILD_DIR) && ctest --output-on-failure
+	bash fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SMOKE_SECONDS)
+
+$(FUZZ_DIR)/CMakeCache.txt:
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DSTRATOS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+fuzz-build: deps $(FUZZ_DIR)/CMakeCache.txt
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+
+fuzz: fuzz-build
+	bash fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 bench: build
 	$(STRATOS) bench ladder
@@ -47,4 +62,4 @@ install: configure
 	DESTDIR="$(DESTDIR)" cmake --install $(BUILD_DIR) --prefix "$(PREFIX)"
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR)

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "calibrate/profile.h"
+#include "costmodel/atomic_file.h"
 
 namespace stratos {
 
@@ -101,7 +102,7 @@ std::string ClusterToToml(const ClusterSpec& cluster, const std::string& header)
 
 void WriteClusterFile(const ClusterSpec& cluster, const std::string& path,
                       const std::string& header) {
-  WriteTextFileAtomically(path, ClusterToToml(cluster, header));
+  WriteFileAtomically(path, ClusterToToml(cluster, header));
 }
 
 }  // namespace stratos

@@ -5,11 +5,16 @@
 #include <limits>  // csv.h uses std::numeric_limits without including it
 
 #define CSV_IO_NO_THREAD  // read on the caller's thread: no std::thread inside the library
-// csv.h copies file names with strncpy into fixed buffers, which GCC flags once inlined.
+// csv.h copies file names with strncpy into fixed buffers, which GCC flags once inlined (clang
+// has no such warning).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-truncation"
+#endif
 #include <libfccp/csv.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include <fmt/format.h>
 

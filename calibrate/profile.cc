@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "calibrate/csv_reading.h"
+#include "costmodel/atomic_file.h"
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
 
@@ -227,20 +228,6 @@ Profile ReadProfileDir(const std::string& dir) {
   return profile;
 }
 
-void WriteTextFileAtomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(fmt::format("{}: cannot write file", temporary));
-    out << text;
-    if (!out.flush()) throw InputError(fmt::format("{}: write failed", temporary));
-  }
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) {
-    throw InputError(fmt::format("{}: cannot move into place: {}", path, error.message()));
-  }
-}
 
 void WriteProfileDir(const Profile& profile, const std::string& dir) {
   std::error_code error;
@@ -274,10 +261,10 @@ void WriteProfileDir(const Profile& profile, const std::string& dir) {
                          {"produced_by", profile.info.produced_by}};
   if (!profile.info.notes.empty()) info["notes"] = profile.info.notes;
   const fs::path root(dir);
-  WriteTextFileAtomically((root / "matmul.csv").string(), matmul);
-  WriteTextFileAtomically((root / "collective.csv").string(), collective);
-  WriteTextFileAtomically((root / "layer.csv").string(), layer);
-  WriteTextFileAtomically((root / "profile.json").string(), info.dump(2) + "\n");
+  WriteFileAtomically((root / "matmul.csv").string(), matmul);
+  WriteFileAtomically((root / "collective.csv").string(), collective);
+  WriteFileAtomically((root / "layer.csv").string(), layer);
+  WriteFileAtomically((root / "profile.json").string(), info.dump(2) + "\n");
 }
 
 }  // namespace stratos

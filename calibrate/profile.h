@@ -95,8 +95,5 @@ Profile ReadProfileDir(const std::string& dir);
 // file cannot be written. Floats are written with 17 significant digits (exact round trip).
 void WriteProfileDir(const Profile& profile, const std::string& dir);
 
-// Writes `text` to `path` through `path`.tmp and a rename, so a failure leaves any earlier file
-// intact. Throws InputError naming the file.
-void WriteTextFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace stratos

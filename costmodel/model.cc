@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "costmodel/error.h"
@@ -74,11 +75,21 @@ Shape ValidateShape(ModelSpec& model) {
                     "must be one of \"gpt\", \"llama\", \"bert\" to build transformer layers");
   }
   if (model.num_key_value_heads == 0) model.num_key_value_heads = model.num_attention_heads;
-  if (model.ffn_hidden_size == 0) model.ffn_hidden_size = 4 * model.hidden_size;
+  if (model.ffn_hidden_size == 0) {
+    if (model.hidden_size > INT_MAX / 4)
+      ThrowInputError(where, "model.hidden_size", model.hidden_size,
+                      "the default ffn_hidden_size 4 x hidden_size must be at most 2^31 - 1");
+    model.ffn_hidden_size = 4 * model.hidden_size;
+  }
   if (model.max_position_embeddings == 0) model.max_position_embeddings = model.seq_length;
 
   RequirePositive(model, "hidden_size", model.hidden_size);
   RequirePositive(model, "num_layers", model.num_layers);
+  if (model.num_layers > ModelSpec::kMaxLayers - 2)
+    ThrowInputError(where, "model.num_layers", model.num_layers,
+                    fmt::format("must be at most {} (stratos models hold at most {} layers with "
+                                "the embedding and the head)",
+                                ModelSpec::kMaxLayers - 2, ModelSpec::kMaxLayers));
   RequirePositive(model, "num_attention_heads", model.num_attention_heads);
   RequirePositive(model, "num_key_value_heads", model.num_key_value_heads);
   RequirePositive(model, "ffn_hidden_size", model.ffn_hidden_size);

@@ -54,6 +54,10 @@ struct LayerSpec {
 };
 
 struct ModelSpec {
+  // The most layers a model may hold (the readers refuse more): a bound on what every searcher
+  // and Evaluate() must allocate per model, far above operator-granularity 1T-parameter models.
+  static constexpr int kMaxLayers = 1 << 20;
+
   std::string name;
   std::string family;  // "gpt" | "llama" | "bert" | "explicit"
   std::string source;  // file it was read from, for error messages
@@ -88,8 +92,9 @@ struct ModelSpec {
 // with bias, learned positions. BERT: GPT block + token types, pooler and MLM head.
 // Fills defaults in place first (num_key_value_heads = heads, ffn_hidden_size = 4h,
 // max_position_embeddings = seq_length). Throws InputError if the shape is impossible (heads not
-// dividing hidden, kv heads not dividing heads, a size <= 0, an unknown family, or for gpt/bert
-// seq_length > max_position_embeddings).
+// dividing hidden, kv heads not dividing heads, a size <= 0, an unknown family, more than
+// kMaxLayers - 2 blocks, 4h above INT_MAX for the default FFN, or for gpt/bert seq_length >
+// max_position_embeddings).
 void BuildTransformerLayers(ModelSpec& model);
 
 }  // namespace stratos

@@ -66,7 +66,10 @@ void ReadExplicitLayers(const TomlTableReader& m, ModelSpec& model, const std::s
     layer.activation_sharded_bytes = l.RequireNumber("activation_bytes", 0);
     layer.output_bytes = l.Number("output_bytes", 0).value_or(0);
     layer.tp_allreduces_per_forward = 0;
-    const int count = static_cast<int>(l.Int("count", 1).value_or(1));
+    const int count = static_cast<int>(l.Int("count", 1, ModelSpec::kMaxLayers).value_or(1));
+    if (model.NumLayers() + count > ModelSpec::kMaxLayers)
+      l.Fail("count", fmt::format("the model would hold more than {} layers",
+                                  ModelSpec::kMaxLayers));
     const std::optional<std::string> name = l.String("name");
     for (int k = 0; k < count; ++k) {
       LayerSpec copy = layer;

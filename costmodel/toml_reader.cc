@@ -74,7 +74,8 @@ void TomlTableReader::AllowOnly(const std::vector<std::string>& known) const {
 }
 
 void TomlTableReader::Fail(std::string_view key, const std::string& rule) const {
-  ThrowInputError(where_, KeyPath(key), Repr(*Find(key)), rule);
+  const toml::node* node = Find(key);
+  ThrowInputError(where_, KeyPath(key), node != nullptr ? Repr(*node) : "(absent)", rule);
 }
 
 NumberSource TomlTableReader::Source(std::string_view key) const {

@@ -43,7 +43,8 @@ class TomlTableReader {
   // key of the table not in `known`.
   void AllowOnly(const std::vector<std::string>& known) const;
 
-  // Throws InputError "<where>: <key path> = <value>: <rule>"; `key` must be present.
+  // Throws InputError "<where>: <key path> = <value>: <rule>" (value "(absent)" for a key that
+  // is not there, e.g. a rule between a default and another key).
   [[noreturn]] void Fail(std::string_view key, const std::string& rule) const;
   // Throws InputError "<where>: <key path>: missing required key".
   [[noreturn]] void Missing(std::string_view key) const;

@@ -40,7 +40,7 @@ std::vector<std::string> ExportPlanToDirectory(const Problem& problem, const Pla
   for (const ExportFile& file : files) names.push_back(file.name);
   OutputSet outputs(dir, names);
   for (const ExportFile& file : files)
-    WriteExecutableFile(outputs.Path(file.name), file.text, file.executable);
+    WriteFileAtomically(outputs.Path(file.name), file.text, file.executable);
   outputs.Commit();
   return names;
 }

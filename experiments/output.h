@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/atomic_file.h"
+
 namespace stratos {
 
 struct Estimate;
@@ -14,14 +16,8 @@ struct Plan;
 // Creates `dir` (and parents). Throws InputError naming the directory if that fails.
 void EnsureDirectory(const std::string& dir);
 
-// Writes `text` to `path` atomically: into a temporary file of its own beside it
-// (path.tmp-XXXXXX, mkstemp), then renamed over it, so concurrent writers of one path never share
-// a temporary and a reader sees a whole file; the temporary is removed if anything fails.
-// Throws InputError naming the file on failure.
-void WriteFileAtomically(const std::string& path, const std::string& text);
+// WriteFileAtomically (costmodel/atomic_file.h) of the JSON, indented, with a final newline.
 void WriteJsonAtomically(const std::string& path, const nlohmann::json& json);
-// WriteFileAtomically, then mode 0755 when `executable` (launch scripts).
-void WriteExecutableFile(const std::string& path, const std::string& text, bool executable);
 
 // The outputs of one run as a set: written into a staging directory of their own inside `dir`
 // (dir/.staging-XXXXXX, mkdtemp), then moved into place together by Commit(), which also removes

@@ -203,7 +203,7 @@ int RunSearch(const SearchArgs& args) {
         for (const ExportFile& file :
              ExportPlan(problem, *best_outcome->result.plan, target,
                         fmt::format("{} plan", best_outcome->algorithm)))
-          WriteExecutableFile(outputs.Path("export") + "/" + file.name, file.text,
+          WriteFileAtomically(outputs.Path("export") + "/" + file.name, file.text,
                               file.executable);
       } catch (const InputError& e) {
         export_error = e.what();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "costmodel/atomic_file.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/pipeline_sim.h"
 #include "runtime/trainer.h"
@@ -16,13 +17,7 @@ using nlohmann::json;
 namespace {
 
 void WriteJson(const std::string& path, const json& value) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", tmp));
-    out << value.dump(2) << "\n";
-  }
-  std::filesystem::rename(tmp, path);
+  WriteFileAtomically(path, value.dump(2) + "\n");
 }
 
 const char* kKeys[] = {"step_seconds",      "forward_seconds",  "backward_seconds",

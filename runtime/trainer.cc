@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "costmodel/atomic_file.h"
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
 #include "costmodel/model_io.h"
@@ -497,13 +498,7 @@ std::string CheckpointStepDir(const std::string& dir, int step) {
 }
 
 void WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", tmp));
-    out << text;
-  }
-  fs::rename(tmp, path);
+  WriteFileAtomically(path, text);
 }
 
 }  // namespace

@@ -271,6 +271,17 @@ cp "$WORK/search/summary.json" "$WORK/summary.before"
   --output-dir "$WORK/search" >/dev/null 2>&1
 expect "a failed run leaves summary.json intact" 0 "" -- cmp "$WORK/summary.before" "$WORK/search/summary.json"
 
+# Sizes that cannot be held are refused where they are read (issue 18, defect 2): a layer
+# repeated 10^9 times used to take 15 GB in evaluate.
+printf '[model]\nfamily = "explicit"\n[[model.layer]]\nforward_flops = 1e9\nparam_bytes = 2e6\nactivation_bytes = 1e6\ncount = 1000000000\n' >"$WORK/huge_count.toml"
+expect_one_line_error "a layer count above the model limit is refused at the key" \
+  "huge_count.toml: model.layer\[0\].count = 1000000000: must be <= 1048576" -- \
+  "$STRATOS" evaluate --model "$WORK/huge_count.toml" --tp 1 --pp 1 --dp 8 --micro-batch 1 --global-batch 8
+printf '[model]\nfamily = "gpt"\nhidden_size = 64\nnum_layers = 2000000000\nnum_attention_heads = 4\nvocab_size = 100\nseq_length = 16\n' >"$WORK/huge_layers.toml"
+expect_one_line_error "a transformer with more blocks than the model limit is refused" \
+  "model.num_layers = 2000000000: must be at most 1048574" -- \
+  "$STRATOS" evaluate --model "$WORK/huge_layers.toml" --tp 1 --pp 1 --dp 8 --micro-batch 1 --global-batch 8
+
 # A run's outputs are one set (issue 18, defect 6): a search that finds no plan, into the
 # directory of one that did, leaves no plan or trace of the earlier problem beside its summary,
 # and no staging directory.

@@ -259,7 +259,8 @@ TEST_CASE("a profile directory round-trips exactly through its writer and reader
   CHECK(read.collectives[2].op == "send_recv");
   REQUIRE(read.layers.size() == 1);
   CHECK(read.layers[0].backward_seconds == 0.025);
-  CHECK_FALSE(fs::exists(dir + "/matmul.csv.tmp"));
+  for (const auto& entry : fs::directory_iterator(dir))
+    CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
 }
 
 // Writes a valid profile, replaces one file, and returns the reader's error.

@@ -52,6 +52,9 @@ class DpSolver {
     astar_.resize(static_cast<size_t>(num_levels_) * tables.NumGroups());
   }
 
+  // Checked once per row of Solve (Deadline::Expired propagates); nullptr: never.
+  void SetDeadline(const Deadline* deadline) { deadline_ = deadline; }
+
   GResult Solve(double t_max, double e_max) {
     FillAstar(t_max, e_max);
     const std::uint32_t* group = tables_->cell_group.data();
@@ -65,6 +68,7 @@ class DpSolver {
       const double* astar = Astar(tables_->level_of_stages[s]);
       for (int i = 0; i <= L_; ++i) Lo(s, i) = D_ + 1;
       for (int i = L_ - s; i >= 1; --i) {
+        if (deadline_ != nullptr) deadline_->Check();
         double* row = Row(s, i);
         std::fill(row, row + D_ + 1, kInf);
         int row_lo = D_ + 1;
@@ -193,6 +197,7 @@ class DpSolver {
   int& Lo(int s, int i) { return lo_[static_cast<size_t>(s) * (L_ + 1) + i]; }
 
   const StageFrontier* tables_ = nullptr;
+  const Deadline* deadline_ = nullptr;
   const SearchSpace& space_;
   const int L_, N_, D_, S_;
   int num_levels_ = 0;
@@ -298,45 +303,86 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     int e_act;
     std::shared_ptr<const StageFrontier> tables;  // kept for pass 2 while memory allows
   };
+  // The tables every microbatch count needs whatever the model: decline rather than fail to
+  // allocate them (or spend hours filling them).
+  const int N = static_cast<int>(space.mesh_sizes.size());
+  const double table_bytes =
+      FrontierCellBytes(L, N) +
+      (sizeof(double) * (space.num_devices + 1.0) + sizeof(int)) * max_stages * (L + 1.0);
+  const double memory_limit = MemoryLimitBytes(options);
+  if (table_bytes > memory_limit) {
+    summary.termination = TerminationType::kDeclined;
+    summary.message = fmt::format(
+        "problem too large for the DP: its tables for {} layers, {} mesh sizes, {} devices and "
+        "{} stages need {:.1f} GiB, over the memory limit of {:.1f} GiB (--memory-limit)",
+        L, N, space.num_devices, max_stages, table_bytes / (1u << 30), memory_limit / (1u << 30));
+    summary.wall_seconds = SecondsSince(start);
+    return result;
+  }
+  // Allocating and zeroing them is work no deadline check can interrupt: at a conservative
+  // 1 GiB/s (page faults included), tables that would overrun the time limit by more than a
+  // second are declined.
+  constexpr double kTableFillBytesPerSecond = 1024.0 * 1024.0 * 1024.0;
+  const double fill_seconds = table_bytes / kTableFillBytesPerSecond;
+  if (fill_seconds > options.time_limit_seconds && fill_seconds > 1.0) {
+    summary.termination = TerminationType::kDeclined;
+    summary.message = fmt::format(
+        "problem too large for the DP within the time limit: its tables for {} layers and {} "
+        "mesh sizes ({:.1f} GiB) take about {:.0f} s to fill, over the {:.3g} s given "
+        "(--time-limit)",
+        L, N, table_bytes / (1u << 30), table_bytes / kTableFillBytesPerSecond,
+        options.time_limit_seconds);
+    summary.wall_seconds = SecondsSince(start);
+    return result;
+  }
+  const Deadline deadline(start, options.time_limit_seconds);
+
   std::vector<Pending> pending;
   bool pass1_complete = true;
   DpSolver solver(space, L, max_stages);
+  solver.SetDeadline(&deadline);
   // Tables kept between the passes: a few MB per microbatch count on GPT ladders.
   constexpr double kKeptTablesBudgetBytes = 512.0 * 1024.0 * 1024.0;
   double kept_bytes = 0;
-  for (int m : space.num_microbatches) {
-    if (out_of_budget()) {
-      stopped = true;
-      pass1_complete = false;
-      break;
-    }
-    auto shared =
-        std::make_shared<const StageFrontier>(BuildStageFrontier(cost_model, space, max_stages, m));
-    const StageFrontier& tables = *shared;
-    if (tables.t_candidates.empty()) continue;
-    solver.Use(tables);
-    const int t_top = static_cast<int>(tables.t_candidates.size()) - 1;
-    const int e_top = static_cast<int>(tables.e_candidates.size()) - 1;
-    int t_act = t_top, e_act = e_top;
-    const double g = evaluate_g(solver, tables, t_top, e_top, &t_act, &e_act);
-    if (g == kInf) continue;
-    const double t_lb = std::max(tables.t_candidates.front(), tables.t_lower_bound);
-    const double e_lb = std::max(tables.e_candidates.front(), tables.e_lower_bound);
-    const double bound = (m - 1) * t_lb + e_lb + g;
-    if (t_act > 0 || e_act > 0) {
-      const double bytes = tables.Bytes();
-      if (kept_bytes + bytes <= kKeptTablesBudgetBytes) {
-        kept_bytes += bytes;
-      } else {
-        shared.reset();  // rebuilt in pass 2 if needed
+  try {
+    for (int m : space.num_microbatches) {
+      if (out_of_budget()) {
+        stopped = true;
+        pass1_complete = false;
+        break;
       }
-      pending.push_back({m, bound, g, t_act, e_act, shared});
+      auto shared = std::make_shared<const StageFrontier>(
+          BuildStageFrontier(cost_model, space, max_stages, m, &deadline));
+      const StageFrontier& tables = *shared;
+      if (tables.t_candidates.empty()) continue;
+      solver.Use(tables);
+      const int t_top = static_cast<int>(tables.t_candidates.size()) - 1;
+      const int e_top = static_cast<int>(tables.e_candidates.size()) - 1;
+      int t_act = t_top, e_act = e_top;
+      const double g = evaluate_g(solver, tables, t_top, e_top, &t_act, &e_act);
+      if (g == kInf) continue;
+      const double t_lb = std::max(tables.t_candidates.front(), tables.t_lower_bound);
+      const double e_lb = std::max(tables.e_candidates.front(), tables.e_lower_bound);
+      const double bound = (m - 1) * t_lb + e_lb + g;
+      if (t_act > 0 || e_act > 0) {
+        const double bytes = tables.Bytes();
+        if (kept_bytes + bytes <= kKeptTablesBudgetBytes) {
+          kept_bytes += bytes;
+        } else {
+          shared.reset();  // rebuilt in pass 2 if needed
+        }
+        pending.push_back({m, bound, g, t_act, e_act, shared});
+      }
+      progress(fmt::format("m={}: {} frontier entries, {} x {} candidate stage times x tails, "
+                           "bound {:.6g} s, best {:.6g} s",
+                           m, tables.entries.size(), tables.t_candidates.size(),
+                           tables.e_candidates.size(), bound, best),
+               false);
     }
-    progress(fmt::format("m={}: {} frontier entries, {} x {} candidate stage times x tails, "
-                         "bound {:.6g} s, best {:.6g} s",
-                         m, tables.entries.size(), tables.t_candidates.size(),
-                         tables.e_candidates.size(), bound, best),
-             false);
+  } catch (const Deadline::Expired&) {
+    stopped = true;
+    pass1_complete = false;
+    stop_reason = TerminationType::kTimeLimit;
   }
 
   // Pass 2: microbatch counts by ascending bound; best-first bisection of the rectangles of
@@ -344,88 +390,99 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   std::sort(pending.begin(), pending.end(),
             [](const Pending& x, const Pending& y) { return x.bound < y.bound; });
   double open_bound = kInf;  // least lower bound of the work left when stopped
-  for (size_t k = 0; k < pending.size() && !stopped; ++k) {
-    const int m = pending[k].m;
-    if (pending[k].bound >= best) break;  // sorted: every later m is pruned too
-    if (out_of_budget()) {
-      stopped = true;
-      open_bound = pending[k].bound;  // the least of the remaining ones
-      break;
-    }
-    ++summary.iterations;
-    std::shared_ptr<const StageFrontier> shared = std::move(pending[k].tables);
-    if (!shared)
-      shared = std::make_shared<const StageFrontier>(
-          BuildStageFrontier(cost_model, space, max_stages, m));
-    const StageFrontier& tables = *shared;
-    const std::vector<double>& tc = tables.t_candidates;
-    const std::vector<double>& ec = tables.e_candidates;
-    solver.Use(tables);
-    // No plan has its max below the lower bounds: candidates under them need no exploring.
-    const int t_first =
-        static_cast<int>(std::lower_bound(tc.begin(), tc.end(), tables.t_lower_bound) - tc.begin());
-    const int e_first =
-        static_cast<int>(std::lower_bound(ec.begin(), ec.end(), tables.e_lower_bound) - ec.begin());
-    RectangleQueue queue;
-    auto push = [&](int tl, int th, int el, int eh, double g_lower, bool corner) {
-      tl = std::max(tl, t_first);
-      el = std::max(el, e_first);
-      if (tl > th || el > eh) return;
-      queue.push({(m - 1) * tc[tl] + ec[el] + g_lower, tl, th, el, eh, g_lower, corner});
-    };
-    // After G(tc[tm], ec[em]) = g over rectangle r, by a plan with maxima (tc[ta], ec[ea]):
-    // [ta, tm] x [ea, em] is settled; G >= g on the rest of [tl, tm] x [el, em] (g == inf: all
-    // of it is infeasible), and G >= r.g_lower on the rest of r. The parts below (tm, em) try
-    // their corners first only if G grew.
-    auto split = [&](const Rectangle& r, int tm, int em, double g, int ta, int ea) {
-      if (g < kInf) {
-        ta = std::max(ta, r.tl);
-        ea = std::max(ea, r.el);
-        const bool progress = g > r.g_lower;
-        push(r.tl, ta - 1, r.el, em, g, progress);
-        push(ta, tm, r.el, ea - 1, g, progress);
-      }
-      push(tm + 1, r.th, r.el, r.eh, r.g_lower, true);
-      push(r.tl, tm, em + 1, r.eh, r.g_lower, true);
-    };
-    const int t_top = static_cast<int>(tc.size()) - 1, e_top = static_cast<int>(ec.size()) - 1;
-    split({0, 0, t_top, 0, e_top, 0, true}, t_top, e_top, pending[k].g_top, pending[k].t_act,
-          pending[k].e_act);
-    while (!queue.empty()) {
-      Rectangle r = queue.top();
-      if (r.bound >= best) break;
+  size_t current = 0;        // the pending count being searched
+  try {
+    for (size_t k = 0; k < pending.size() && !stopped; ++k) {
+      current = k;
+      const int m = pending[k].m;
+      if (pending[k].bound >= best) break;  // sorted: every later m is pruned too
       if (out_of_budget()) {
         stopped = true;
-        open_bound = r.bound;
-        if (k + 1 < pending.size()) open_bound = std::min(open_bound, pending[k + 1].bound);
+        open_bound = pending[k].bound;  // the least of the remaining ones
         break;
       }
-      queue.pop();
-      // Clip: candidates whose bound alone reaches the best plan need no exploring (the
-      // expression of Rectangle::bound, so that r.tl and r.el always stay).
-      auto t_room = [&](double t) { return (m - 1) * t + ec[r.el] + r.g_lower < best; };
-      auto e_room = [&](double e) { return (m - 1) * tc[r.tl] + e + r.g_lower < best; };
-      r.th = static_cast<int>(
-          std::partition_point(tc.begin() + r.tl, tc.begin() + r.th + 1, t_room) - tc.begin() - 1);
-      r.eh = static_cast<int>(
-          std::partition_point(ec.begin() + r.el, ec.begin() + r.eh + 1, e_room) - ec.begin() - 1);
-      // Evaluate the upper corner: G there bounds the whole rectangle, and its plan settles a
-      // block of it. Where the corner brought no progress (the parent's G did not grow), bisect
-      // instead, along the dimension whose span weighs more in the objective.
-      int tm = r.th, em = r.eh;
-      if (!r.corner) {
-        if (r.th > r.tl && (m - 1) * (tc[r.th] - tc[r.tl]) >= ec[r.eh] - ec[r.el])
-          tm = r.tl + (r.th - r.tl) / 2;
-        else if (r.eh > r.el)
-          em = r.el + (r.eh - r.el) / 2;
+      ++summary.iterations;
+      std::shared_ptr<const StageFrontier> shared = std::move(pending[k].tables);
+      if (!shared)
+        shared = std::make_shared<const StageFrontier>(
+            BuildStageFrontier(cost_model, space, max_stages, m, &deadline));
+      const StageFrontier& tables = *shared;
+      const std::vector<double>& tc = tables.t_candidates;
+      const std::vector<double>& ec = tables.e_candidates;
+      solver.Use(tables);
+      // No plan has its max below the lower bounds: candidates under them need no exploring.
+      const int t_first = static_cast<int>(
+          std::lower_bound(tc.begin(), tc.end(), tables.t_lower_bound) - tc.begin());
+      const int e_first = static_cast<int>(
+          std::lower_bound(ec.begin(), ec.end(), tables.e_lower_bound) - ec.begin());
+      RectangleQueue queue;
+      auto push = [&](int tl, int th, int el, int eh, double g_lower, bool corner) {
+        tl = std::max(tl, t_first);
+        el = std::max(el, e_first);
+        if (tl > th || el > eh) return;
+        queue.push({(m - 1) * tc[tl] + ec[el] + g_lower, tl, th, el, eh, g_lower, corner});
+      };
+      // After G(tc[tm], ec[em]) = g over rectangle r, by a plan with maxima (tc[ta], ec[ea]):
+      // [ta, tm] x [ea, em] is settled; G >= g on the rest of [tl, tm] x [el, em] (g == inf: all
+      // of it is infeasible), and G >= r.g_lower on the rest of r. The parts below (tm, em) try
+      // their corners first only if G grew.
+      auto split = [&](const Rectangle& r, int tm, int em, double g, int ta, int ea) {
+        if (g < kInf) {
+          ta = std::max(ta, r.tl);
+          ea = std::max(ea, r.el);
+          const bool progress = g > r.g_lower;
+          push(r.tl, ta - 1, r.el, em, g, progress);
+          push(ta, tm, r.el, ea - 1, g, progress);
+        }
+        push(tm + 1, r.th, r.el, r.eh, r.g_lower, true);
+        push(r.tl, tm, em + 1, r.eh, r.g_lower, true);
+      };
+      const int t_top = static_cast<int>(tc.size()) - 1, e_top = static_cast<int>(ec.size()) - 1;
+      split({0, 0, t_top, 0, e_top, 0, true}, t_top, e_top, pending[k].g_top, pending[k].t_act,
+            pending[k].e_act);
+      while (!queue.empty()) {
+        Rectangle r = queue.top();
+        if (r.bound >= best) break;
+        if (out_of_budget()) {
+          stopped = true;
+          open_bound = r.bound;
+          if (k + 1 < pending.size()) open_bound = std::min(open_bound, pending[k + 1].bound);
+          break;
+        }
+        queue.pop();
+        // Clip: candidates whose bound alone reaches the best plan need no exploring (the
+        // expression of Rectangle::bound, so that r.tl and r.el always stay).
+        auto t_room = [&](double t) { return (m - 1) * t + ec[r.el] + r.g_lower < best; };
+        auto e_room = [&](double e) { return (m - 1) * tc[r.tl] + e + r.g_lower < best; };
+        r.th = static_cast<int>(
+            std::partition_point(tc.begin() + r.tl, tc.begin() + r.th + 1, t_room) - tc.begin() -
+            1);
+        r.eh = static_cast<int>(
+            std::partition_point(ec.begin() + r.el, ec.begin() + r.eh + 1, e_room) - ec.begin() -
+            1);
+        // Evaluate the upper corner: G there bounds the whole rectangle, and its plan settles a
+        // block of it. Where the corner brought no progress (the parent's G did not grow), bisect
+        // instead, along the dimension whose span weighs more in the objective.
+        int tm = r.th, em = r.eh;
+        if (!r.corner) {
+          if (r.th > r.tl && (m - 1) * (tc[r.th] - tc[r.tl]) >= ec[r.eh] - ec[r.el])
+            tm = r.tl + (r.th - r.tl) / 2;
+          else if (r.eh > r.el)
+            em = r.el + (r.eh - r.el) / 2;
+        }
+        int ta = tm, ea = em;
+        const double g = evaluate_g(solver, tables, tm, em, &ta, &ea);
+        split(r, tm, em, g, ta, ea);
+        progress(fmt::format("m={}: {} G evaluations, {} open rectangles, best {:.6g} s", m,
+                             summary.evaluations, queue.size(), best),
+                 false);
       }
-      int ta = tm, ea = em;
-      const double g = evaluate_g(solver, tables, tm, em, &ta, &ea);
-      split(r, tm, em, g, ta, ea);
-      progress(fmt::format("m={}: {} G evaluations, {} open rectangles, best {:.6g} s", m,
-                           summary.evaluations, queue.size(), best),
-               false);
     }
+  } catch (const Deadline::Expired&) {
+    // Whatever was left of this count and the later ones is bounded by this count's bound.
+    stopped = true;
+    stop_reason = TerminationType::kTimeLimit;
+    open_bound = std::min(open_bound, pending[current].bound);
   }
 
   summary.wall_seconds = SecondsSince(start);

@@ -139,8 +139,18 @@ void Tighten(ColumnSet& set, double incumbent) {
   }
 }
 
+// Thrown by BuildColumns when the columns would exceed their budget.
+struct ColumnLimitReached {};
+
+// Bytes a column takes, in our set and in CBC's copies of the matrix (a handful of nonzeros,
+// bounds, cost, names), for the memory budget.
+constexpr double kBytesPerColumn = 512;
+
+// Checks `deadline` once per first layer (Deadline::Expired propagates) and throws
+// ColumnLimitReached past `max_columns` columns.
 ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
-                       const StageTable& table, int max_stages) {
+                       const StageTable& table, int max_stages, const Deadline& deadline,
+                       size_t max_columns) {
   const Problem& problem = cost_model.problem();
   const Schedule schedule = problem.training.schedule;
   const int L = problem.NumLayers();
@@ -173,6 +183,8 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
   std::vector<std::vector<Candidate>> bucket(static_cast<size_t>(L + 1) * (Q + 1));
   std::vector<Candidate> kept_in_cell;
   for (int i = 0; i < L; ++i) {
+    deadline.Check();
+    if (set.columns.size() > max_columns) throw ColumnLimitReached{};
     for (auto& b : bucket) b.clear();
     for (int c : table.ValidConfigs()) {
       if (space.configs[c].NumDevices() > D) continue;
@@ -727,6 +739,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   size_t num_columns = 0;       // built (valid, fitting, Pareto-optimal, on a chain)
   size_t num_milp_columns = 0;  // in the MILPs solved, after pruning by the incumbent
   double uniform_best = kInf;
+  const Deadline deadline(start, options.time_limit_seconds);
+  const double memory_limit = MemoryLimitBytes(options);
   for (int m : space.num_microbatches) {
     if (SecondsSince(start) >= options.time_limit_seconds) {
       stopped_by_time = true;
@@ -734,7 +748,23 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
     }
     const StageTable table(cost_model, space.configs, m);
     PerM entry;
-    entry.set = BuildColumns(cost_model, space, table, max_stages);
+    const double room = memory_limit / kBytesPerColumn - static_cast<double>(num_columns);
+    try {
+      entry.set = BuildColumns(cost_model, space, table, max_stages, deadline,
+                               static_cast<size_t>(std::max(0.0, room)));
+    } catch (const Deadline::Expired&) {
+      stopped_by_time = true;
+      break;
+    } catch (const ColumnLimitReached&) {
+      summary.termination = TerminationType::kDeclined;
+      summary.message = fmt::format(
+          "problem too large for the ILP: the columns of {} layers pass {:.0f} (about {:.0f} "
+          "bytes each with CBC's copies), over the memory limit of {:.1f} GiB (--memory-limit)",
+          L, memory_limit / kBytesPerColumn, kBytesPerColumn, memory_limit / (1u << 30));
+      summary.wall_seconds = SecondsSince(start);
+      result.plan.reset();
+      return result;
+    }
     entry.bound = entry.set.cheap_bound;
     entry.feasible = std::isfinite(entry.set.cheap_bound);
     num_columns += entry.set.columns.size();

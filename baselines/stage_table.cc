@@ -53,7 +53,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
 StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
-                                 int max_stages, int m) {
+                                 int max_stages, int m, const Deadline* deadline) {
   const Problem& problem = cost_model.problem();
   const int L = problem.NumLayers();
   const int N = static_cast<int>(space.mesh_sizes.size());
@@ -140,6 +140,7 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
     memory_monotone[c] = monotone;
   }
   for (int i = 0; i < L; ++i) {
+    if (deadline != nullptr) deadline->Check();
     // Cells (i, j) with j <= shared_end copy row i - 1.
     const int shared_end = i >= 2 ? std::min(L - 1, run_end[i]) : i;
     for (int j = i + 1; j <= shared_end; ++j)

@@ -12,6 +12,7 @@
 
 #include "costmodel/cost_model.h"
 #include "costmodel/search_space.h"
+#include "search/searcher.h"
 
 namespace stratos {
 
@@ -111,8 +112,16 @@ struct StageFrontier {
 
 // Builds the frontier of microbatch count `num_microbatches` for plans of up to `max_stages`
 // stages. O(L^2 * configs) time (stage terms; shared groups' frontiers are built once); memory
-// O(L^2 * mesh sizes) plus the groups' frontiers.
+// O(L^2 * mesh sizes) plus the groups' frontiers (FrontierCellBytes). With a deadline, checks it
+// once per first layer (Deadline::Expired propagates).
 StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
-                                 int max_stages, int num_microbatches);
+                                 int max_stages, int num_microbatches,
+                                 const Deadline* deadline = nullptr);
+
+// Bytes of a frontier's cell index for `num_layers` layers and `num_meshes` mesh sizes: what
+// BuildStageFrontier allocates whatever the model (the groups' frontiers come on top).
+inline double FrontierCellBytes(int num_layers, int num_meshes) {
+  return sizeof(std::uint32_t) * (num_layers + 1.0) * (num_layers + 1.0) * num_meshes;
+}
 
 }  // namespace stratos

@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <climits>
+
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
@@ -16,9 +19,14 @@ int Plan::NumPipelineRanks() const {
 }
 
 int Plan::NumDevices() const {
-  int devices = 0;
-  for (int r = 0; r < NumPipelineRanks(); ++r) devices += stages[r].config.NumDevices();
-  return devices;
+  // In 64 bits, saturated: a plan read from a file may claim any number (ValidatePlan refuses
+  // more than the cluster's).
+  long long devices = 0;
+  for (int r = 0; r < NumPipelineRanks(); ++r) {
+    const StageConfig& c = stages[r].config;
+    devices += static_cast<long long>(c.mesh_nodes) * c.mesh_gpus_per_node;
+  }
+  return static_cast<int>(std::min<long long>(devices, INT_MAX));
 }
 
 std::string Plan::RankLayers(int rank) const {

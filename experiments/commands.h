@@ -31,6 +31,7 @@ struct SearchArgs {
   ProblemArgs problem;
   std::vector<std::string> algorithms = {"all"};  // SearcherNames() or "all" (ExpandAlgorithms)
   double time_limit_seconds = 60;  // per searcher
+  double memory_limit_gib = 0;     // per searcher's tables; 0: half the physical memory
   int seed = 0;
   int max_stages = 0;              // 0: automatic (the flag takes >= 1)
   std::string grad_compressions = "none";  // comma list: per-stage options of the space

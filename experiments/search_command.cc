@@ -69,6 +69,11 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
   command->add_option("--time-limit", args.time_limit_seconds, "seconds per searcher")
       ->check(cli::NumberAbove(0))
       ->capture_default_str();
+  command
+      ->add_option("--memory-limit", args.memory_limit_gib,
+                   "GiB a searcher's tables may take (default: half the physical memory); more "
+                   "and it declines the problem")
+      ->check(cli::NumberAbove(0));
   command->add_option("--seed", args.seed, "random seed")
       ->check(cli::IntAtLeast(0))
       ->capture_default_str();
@@ -102,6 +107,7 @@ int RunSearch(const SearchArgs& args) {
     setups.push_back(std::make_unique<SearcherSetup>(name));
     SearchOptions& options = setups.back()->search_options();
     options.time_limit_seconds = args.time_limit_seconds;
+    options.memory_limit_bytes = args.memory_limit_gib * 1024.0 * 1024.0 * 1024.0;
     options.seed = args.seed;
     options.progress = args.progress;
     options.space.max_stages = args.max_stages;

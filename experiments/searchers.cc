@@ -72,6 +72,8 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
   OptionTable& t = table_;
   t.Double("search.time_limit_seconds", &search_.time_limit_seconds, "wall-clock budget, > 0");
   t.Long("search.max_evaluations", &search_.max_evaluations, "evaluation budget; 0 = unbounded");
+  t.Double("search.memory_limit_bytes", &search_.memory_limit_bytes,
+           "memory budget of a searcher's tables, bytes; 0 = half the physical memory");
   t.Int("search.seed", &search_.seed, "random seed");
   t.Int("search.threads", &search_.threads, "threads, >= 1");
   SpaceOptions& space = search_.space;

@@ -1,6 +1,7 @@
 #include "search/searcher.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +22,18 @@ void SearchOptions::Validate() const {
   if (threads < 1) {
     ThrowOptionError("search.threads", threads, "must be >= 1");
   }
+  if (!(memory_limit_bytes >= 0) || !std::isfinite(memory_limit_bytes)) {
+    ThrowOptionError("search.memory_limit_bytes", memory_limit_bytes,
+                     "must be >= 0 and finite (0 = half of the physical memory)");
+  }
   space.Validate();
+}
+
+double MemoryLimitBytes(const SearchOptions& options) {
+  if (options.memory_limit_bytes > 0) return options.memory_limit_bytes;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 4.0 * (1ull << 30);  // unknown: 4 GiB
+  return 0.5 * static_cast<double>(pages) * static_cast<double>(page);
 }
 
 const char* TerminationTypeName(TerminationType type) {

@@ -23,6 +23,10 @@ struct SearchOptions {
   double time_limit_seconds = 60.0;
   // Budget of plan (or surrogate batch) evaluations; 0 = unbounded.
   long max_evaluations = 0;
+  // Memory budget of the searcher's tables, bytes; 0 = half of this machine's physical memory
+  // (MemoryLimitBytes). A searcher whose tables would exceed it declines the problem ("problem
+  // too large: ...") instead of failing to allocate.
+  double memory_limit_bytes = 0;
   int seed = 0;
   int threads = 1;
   // Print progress lines to stderr on long work.
@@ -92,6 +96,27 @@ using SearchClock = std::chrono::steady_clock;
 
 // Seconds elapsed since `start` (wall clock, steady).
 double SecondsSince(SearchClock::time_point start);
+
+// options.memory_limit_bytes, or half of the physical memory when it is 0.
+double MemoryLimitBytes(const SearchOptions& options);
+
+// The time limit as a point to poll from inside long loops (table builds, DP sweeps): Check()
+// throws Deadline::Expired once it has passed, for the searcher to catch and stop with its best
+// plan so far. Cheap enough to call once per row of an O(L^2) loop.
+class Deadline {
+ public:
+  struct Expired {};
+  Deadline(SearchClock::time_point start, double seconds)
+      : end_(start + std::chrono::duration_cast<SearchClock::duration>(
+                         std::chrono::duration<double>(seconds))) {}
+  bool Passed() const { return SearchClock::now() >= end_; }
+  void Check() const {
+    if (Passed()) throw Expired{};
+  }
+
+ private:
+  SearchClock::time_point end_;
+};
 
 // An empty result whose summary names `algorithm` and records the time limit given (best and
 // initial seconds start at SearchSummary::kNoPlanSeconds).

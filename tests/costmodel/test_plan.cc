@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -81,6 +82,14 @@ TEST_CASE("virtual stages: optional on reading, written when > 1, a whole number
   four["schedule"] = "1f1b";
   four["virtual_stages"] = 0;
   CheckMentions(PlanError(four), {"virtual_stages", "0", ">= 1"});
+}
+
+TEST_CASE("a mesh too large to count is refused, not overflowed (found by fuzz_plan_json)") {
+  json j = ValidPlanJson();
+  j["stages"][0]["mesh"] = {999999991, 8};
+  const Plan plan = PlanFromJson(j, "p.json");
+  CHECK(plan.NumDevices() == INT_MAX);
+  CheckMentions(PlanError(j), {"stages", "devices in all", "the cluster has only"});
 }
 
 TEST_CASE("SplitLayersEvenly gives contiguous ranges differing by at most one") {

@@ -3,6 +3,7 @@
 // script with Megatron-DeepSpeed flags for the model, TP and PP; reading them back.
 #include <fmt/format.h>
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -46,10 +47,10 @@ int JsonInt(const json& object, const char* key, const std::string& where, int f
 // The batch, ZeRO and recomputation of a DeepSpeed engine JSON, on a layout whose DP is known.
 void ReadEngineJson(const json& config, const std::string& where, ParallelLayout& layout) {
   if (!config.is_object()) ThrowInputError(where, "(top)", config.type_name(), "must be an object");
-  const int dp = layout.data_parallel;
-  int micro = JsonInt(config, "train_micro_batch_size_per_gpu", where, 0);
-  int accumulation = JsonInt(config, "gradient_accumulation_steps", where, 0);
-  int batch = JsonInt(config, "train_batch_size", where, 0);
+  const long long dp = layout.data_parallel;
+  long long micro = JsonInt(config, "train_micro_batch_size_per_gpu", where, 0);
+  long long accumulation = JsonInt(config, "gradient_accumulation_steps", where, 0);
+  long long batch = JsonInt(config, "train_batch_size", where, 0);
   // DeepSpeed's rule (runtime/config.py _batch_assertion): batch = micro x accumulation x DP;
   // any two give the third.
   if (micro == 0 && accumulation == 0) accumulation = 1;
@@ -57,13 +58,13 @@ void ReadEngineJson(const json& config, const std::string& where, ParallelLayout
   if (accumulation == 0 && batch > 0 && micro > 0 && batch % (micro * dp) == 0)
     accumulation = batch / (micro * dp);
   if (batch == 0 && micro > 0 && accumulation > 0) batch = micro * accumulation * dp;
-  if (micro < 1 || accumulation < 1 || batch != micro * accumulation * dp)
+  if (micro < 1 || accumulation < 1 || batch != micro * accumulation * dp || batch > INT_MAX)
     ThrowInputError(where, "train_batch_size", batch,
                     fmt::format("must equal train_micro_batch_size_per_gpu x "
                                 "gradient_accumulation_steps x DP = {} x {} x {}",
                                 micro, accumulation, dp));
-  layout.micro_batch_size = micro;
-  layout.global_batch_size = batch;
+  layout.micro_batch_size = static_cast<int>(micro);
+  layout.global_batch_size = static_cast<int>(batch);
   if (config.contains("zero_optimization")) {
     const json& zero = config.at("zero_optimization");
     layout.zero_stage = JsonInt(zero, "stage", where + ": zero_optimization", 0);
@@ -124,13 +125,14 @@ ImportedConfig ImportDeepSpeed(const std::string& path, const std::string& text,
     const int micro = JsonInt(config, "train_micro_batch_size_per_gpu", path, 0);
     const int accumulation = JsonInt(config, "gradient_accumulation_steps", path, 0);
     const int batch = JsonInt(config, "train_batch_size", path, 0);
-    if (micro > 0 && accumulation > 0 && batch > 0 && batch != micro * accumulation * world_size)
+    if (micro > 0 && accumulation > 0 && batch > 0 &&
+        batch != static_cast<long long>(micro) * accumulation * world_size)
       ThrowInputError(path, "train_batch_size", batch,
                       fmt::format("gives DP = {} / ({} x {}) = {}, not the cluster's {} GPUs: the "
                                   "engine JSON alone carries no TP or PP; import the "
                                   "Megatron-DeepSpeed launch script that names it",
                                   batch, micro, accumulation,
-                                  static_cast<double>(batch) / (micro * accumulation),
+                                  static_cast<double>(batch) / (static_cast<double>(micro) * accumulation),
                                   world_size));
     ReadEngineJson(config, path, imported.layout);
     imported.layout.blocks.clear();  // filled by the caller from the model: one stage
@@ -140,11 +142,11 @@ ImportedConfig ImportDeepSpeed(const std::string& path, const std::string& text,
   // flags, and the engine JSON named by --deepspeed_config (relative to the script).
   const std::map<std::string, std::string> flags = FlagValues(ShellWords(text));
   int world = world_size;
-  auto launcher = [&](const char* flag) {
-    auto it = flags.find(flag);
-    return it == flags.end() ? 0 : std::atoi(it->second.c_str());
-  };
-  const int nodes = launcher("--num_nodes"), gpus = launcher("--num_gpus");
+  const int nodes = FlagInt(flags, "--num_nodes", path, 0);
+  const int gpus = FlagInt(flags, "--num_gpus", path, 0);
+  if (static_cast<long long>(nodes) * gpus > ClusterSpec::kMaxDevices)
+    ThrowInputError(path, "--num_nodes x --num_gpus", static_cast<long long>(nodes) * gpus,
+                    fmt::format("must be at most {}", ClusterSpec::kMaxDevices));
   if (nodes > 0 && gpus > 0) world = nodes * gpus;
   ImportedConfig imported = ImportMegatron(path, text, world);
   if (nodes > 0 && gpus > 0) {

@@ -45,7 +45,9 @@ struct ParallelLayout {
   // rank i % p); the first also holds the embedding, the last the final norm and head.
   std::vector<int> blocks;
 
-  int WorldSize() const { return tensor_parallel * pipeline_parallel * data_parallel; }
+  long long WorldSize() const {
+    return static_cast<long long>(tensor_parallel) * pipeline_parallel * data_parallel;
+  }
   // Microbatches per DP replica per step: global / (micro x DP).
   int NumMicrobatches() const { return global_batch_size / (micro_batch_size * data_parallel); }
   // Whether `blocks` is Megatron's default placement: L / (p v) blocks in every virtual stage.

@@ -220,7 +220,7 @@ Plan PlanFromLayout(const Problem& problem, const ParallelLayout& layout,
   if (v < 1) ThrowInputError(where, "virtual stages", v, "must be >= 1");
   if (v > 1 && p < 2)
     ThrowInputError(where, "virtual stages", v, "interleaving needs at least 2 pipeline ranks");
-  if (static_cast<int>(layout.blocks.size()) != p * v)
+  if (static_cast<long long>(layout.blocks.size()) != static_cast<long long>(p) * v)
     ThrowInputError(where, "stages", layout.blocks.size(),
                     fmt::format("must be pipeline ranks x virtual stages = {}", p * v));
   const int total = std::accumulate(layout.blocks.begin(), layout.blocks.end(), 0);
@@ -232,20 +232,22 @@ Plan PlanFromLayout(const Problem& problem, const ParallelLayout& layout,
   config.tensor_parallel = layout.tensor_parallel;
   config.zero_stage = layout.zero_stage;
   config.recompute = layout.recompute;
-  const int mesh_devices = layout.data_parallel * layout.tensor_parallel;
-  if (!SetMeshForDevices(config, mesh_devices, problem.cluster.GpusPerNode()))
+  const long long mesh_devices = static_cast<long long>(layout.data_parallel) * layout.tensor_parallel;
+  if (mesh_devices > ClusterSpec::kMaxDevices ||
+      !SetMeshForDevices(config, static_cast<int>(mesh_devices), problem.cluster.GpusPerNode()))
     ThrowInputError(where, "data parallel x tensor parallel", mesh_devices,
                     fmt::format("a pipeline rank's devices must fit in a node or fill whole nodes "
                                 "of {} GPUs",
                                 problem.cluster.GpusPerNode()));
-  const int per_microbatch = layout.micro_batch_size * layout.data_parallel;
+  const long long per_microbatch =
+      static_cast<long long>(layout.micro_batch_size) * layout.data_parallel;
   if (layout.micro_batch_size < 1 || layout.global_batch_size % per_microbatch != 0)
     ThrowInputError(where, "micro batch size", layout.micro_batch_size,
                     fmt::format("micro batch x DP = {} must divide the global batch {}",
                                 per_microbatch, layout.global_batch_size));
   Plan plan;
   plan.global_batch_size = layout.global_batch_size;
-  plan.num_microbatches = layout.global_batch_size / per_microbatch;
+  plan.num_microbatches = static_cast<int>(layout.global_batch_size / per_microbatch);
   plan.schedule = layout.schedule;
   plan.virtual_stages = v;
   int next = 0;

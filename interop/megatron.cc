@@ -32,25 +32,6 @@ std::string LayoutString(const ParallelLayout& layout) {
 // Whether Megatron places the blocks this way without being told: L / (p v) per virtual stage.
 bool DefaultPlacement(const ParallelLayout& layout) { return layout.EvenBlocks(); }
 
-int ParseInt(const std::map<std::string, std::string>& flags, const std::string& flag,
-             const std::string& where, int fallback, int min_value = 1) {
-  auto it = flags.find(flag);
-  if (it == flags.end()) return fallback;
-  const std::string& text = it->second;
-  size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size())
-    ThrowInputError(where, flag, fmt::format("\"{}\"", text), "must be an integer");
-  if (value < min_value || value > 1'000'000'000)
-    ThrowInputError(where, flag, value, fmt::format("must be in [{}, 1e9]", min_value));
-  return static_cast<int>(value);
-}
-
 // Blocks per virtual stage from a layout string; `v` is set from the entries and p.
 std::vector<int> ParseLayoutString(const std::string& text, int p, int& v,
                                    const std::string& where) {
@@ -77,10 +58,16 @@ std::vector<int> ParseLayoutString(const std::string& text, int p, int& v,
         size_t digits = ++k;
         while (k < e.size() && std::isdigit(static_cast<unsigned char>(e[k]))) ++k;
         if (k == digits) ThrowInputError(where, flag, text, "'*' must be followed by a count");
+        if (k - digits > 7 || std::stoi(e.substr(digits, k - digits)) > ModelSpec::kMaxLayers)
+          ThrowInputError(where, flag, text,
+                          fmt::format("a repeat count must be at most {}", ModelSpec::kMaxLayers));
         repeat = std::stoi(e.substr(digits, k - digits));
       }
       if (c == 't') {
         count += repeat;
+        if (count > ModelSpec::kMaxLayers)
+          ThrowInputError(where, flag, text,
+                          fmt::format("more than {} layers in a stage", ModelSpec::kMaxLayers));
       } else if (c == 'E' || c == 'L') {
         const bool ok = repeat == 1 && (c == 'E' ? i == 0 : i == n - 1);
         if (!ok)
@@ -105,6 +92,25 @@ std::vector<int> ParseLayoutString(const std::string& text, int p, int& v,
 }
 
 }  // namespace
+
+int FlagInt(const std::map<std::string, std::string>& flags, const std::string& flag,
+             const std::string& where, int fallback, int min_value) {
+  auto it = flags.find(flag);
+  if (it == flags.end()) return fallback;
+  const std::string& text = it->second;
+  size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size())
+    ThrowInputError(where, flag, fmt::format("\"{}\"", text), "must be an integer");
+  if (value < min_value || value > 1'000'000'000)
+    ThrowInputError(where, flag, value, fmt::format("must be in [{}, 1e9]", min_value));
+  return static_cast<int>(value);
+}
 
 std::vector<FlagGroup> MegatronFlagGroups(const Problem& problem, const ParallelLayout& layout,
                                           bool deepspeed) {
@@ -228,7 +234,7 @@ ImportedConfig ImportMegatron(const std::string& path, const std::string& text, 
   const std::map<std::string, std::string> flags = FlagValues(ShellWords(text));
   auto has = [&](const std::string& flag) { return flags.count(flag) > 0; };
   for (const char* flag : {"--context-parallel-size", "--expert-model-parallel-size"})
-    if (ParseInt(flags, flag, path, 1) != 1)
+    if (FlagInt(flags, flag, path, 1) != 1)
       ThrowInputError(path, flag, flags.at(flag),
                       "stratos plans have no context or expert parallelism (must be 1)");
   if (has("--num-experts"))
@@ -236,7 +242,7 @@ ImportedConfig ImportMegatron(const std::string& path, const std::string& text, 
                     "stratos plans dense models (no mixture of experts)");
   ImportedConfig imported;
   ParallelLayout& layout = imported.layout;
-  const int L = ParseInt(flags, "--num-layers", path, 0);
+  const int L = FlagInt(flags, "--num-layers", path, 0);
   if (L == 0)
     ThrowInputError(path, "--num-layers", "(missing)",
                     "the layer count is required (Megatron-LM and Megatron-DeepSpeed launches "
@@ -248,49 +254,54 @@ ImportedConfig ImportMegatron(const std::string& path, const std::string& text, 
     model.name = "megatron-import";
     model.source = path;
     model.num_layers = L;
-    model.hidden_size = ParseInt(flags, "--hidden-size", path, 0);
-    model.num_attention_heads = ParseInt(flags, "--num-attention-heads", path, 0);
-    model.num_key_value_heads = ParseInt(
+    model.hidden_size = FlagInt(flags, "--hidden-size", path, 0);
+    model.num_attention_heads = FlagInt(flags, "--num-attention-heads", path, 0);
+    model.num_key_value_heads = FlagInt(
         flags, "--num-query-groups", path,
-        ParseInt(flags, "--num-key-value-heads", path, model.num_attention_heads));
-    model.ffn_hidden_size = ParseInt(flags, "--ffn-hidden-size", path, 4 * model.hidden_size);
-    model.seq_length = ParseInt(flags, "--seq-length", path, 0);
+        FlagInt(flags, "--num-key-value-heads", path, model.num_attention_heads));
+    model.ffn_hidden_size = FlagInt(flags, "--ffn-hidden-size", path, 0);  // 0: 4 h
+    model.seq_length = FlagInt(flags, "--seq-length", path, 0);
     model.max_position_embeddings =
-        ParseInt(flags, "--max-position-embeddings", path, model.seq_length);
-    model.vocab_size = ParseInt(flags, "--vocab-size", path, 0);
+        FlagInt(flags, "--max-position-embeddings", path, model.seq_length);
+    model.vocab_size = FlagInt(flags, "--vocab-size", path, 0);
     model.tie_word_embeddings = !has("--untie-embeddings-and-output-weights");
   }
-  const int nodes = ParseInt(flags, "--nnodes", path, 0);
-  int per_node = ParseInt(flags, "--nproc_per_node", path, 0);
-  if (per_node == 0) per_node = ParseInt(flags, "--nproc-per-node", path, 0);
+  const int nodes = FlagInt(flags, "--nnodes", path, 0);
+  int per_node = FlagInt(flags, "--nproc_per_node", path, 0);
+  if (per_node == 0) per_node = FlagInt(flags, "--nproc-per-node", path, 0);
   int world = world_size;
   if (nodes > 0 && per_node > 0) {
     imported.world_known = true;
     layout.nodes = nodes;
     layout.gpus_per_node = per_node;
+    if (static_cast<long long>(nodes) * per_node > ClusterSpec::kMaxDevices)
+      ThrowInputError(path, "--nnodes x --nproc_per_node", static_cast<long long>(nodes) * per_node,
+                      fmt::format("must be at most {}", ClusterSpec::kMaxDevices));
     world = nodes * per_node;
   }
   if (world <= 0)
     ThrowInputError(path, "--nnodes x --nproc_per_node", "(missing)",
                     "give the world size (torchrun flags in the file, or the cluster)");
-  layout.tensor_parallel = ParseInt(flags, "--tensor-model-parallel-size", path, 1);
-  const int p = layout.pipeline_parallel = ParseInt(flags, "--pipeline-model-parallel-size", path, 1);
-  const int model_parallel = layout.tensor_parallel * p;
+  layout.tensor_parallel = FlagInt(flags, "--tensor-model-parallel-size", path, 1);
+  const int p = layout.pipeline_parallel = FlagInt(flags, "--pipeline-model-parallel-size", path, 1);
+  const long long model_parallel = static_cast<long long>(layout.tensor_parallel) * p;
   if (world % model_parallel != 0)
     ThrowInputError(path, "--tensor-model-parallel-size x --pipeline-model-parallel-size",
                     model_parallel, fmt::format("must divide the world size {}", world));
-  layout.data_parallel = world / model_parallel;
-  layout.micro_batch_size = ParseInt(flags, "--micro-batch-size", path, 1);
-  layout.global_batch_size = ParseInt(flags, "--global-batch-size", path,
-                                      layout.micro_batch_size * layout.data_parallel);
-  if (layout.global_batch_size % (layout.micro_batch_size * layout.data_parallel) != 0)
+  layout.data_parallel = static_cast<int>(world / model_parallel);
+  layout.micro_batch_size = FlagInt(flags, "--micro-batch-size", path, 1);
+  layout.global_batch_size = FlagInt(flags, "--global-batch-size", path, 0);
+  const long long per_step = static_cast<long long>(layout.micro_batch_size) * layout.data_parallel;
+  if (layout.global_batch_size == 0 && per_step <= 1'000'000'000)
+    layout.global_batch_size = static_cast<int>(per_step);
+  if (layout.global_batch_size == 0 || layout.global_batch_size % per_step != 0)
     ThrowInputError(path, "--global-batch-size", layout.global_batch_size,
                     fmt::format("must be a multiple of micro-batch x DP = {} x {}",
                                 layout.micro_batch_size, layout.data_parallel));
   layout.bf16 = has("--bf16") || has("--fp16");
   layout.sequence_parallel = has("--sequence-parallel") && layout.tensor_parallel > 1;
   layout.zero_stage = has("--use-distributed-optimizer") ? 1 : 0;
-  if (has("--deepspeed")) layout.zero_stage = ParseInt(flags, "--zero-stage", path, 0, 0);
+  if (has("--deepspeed")) layout.zero_stage = FlagInt(flags, "--zero-stage", path, 0, 0);
   if (layout.zero_stage > 3)
     ThrowInputError(path, "--zero-stage", layout.zero_stage, "must be 0, 1, 2 or 3");
   if (has("--recompute-granularity")) {
@@ -309,7 +320,7 @@ ImportedConfig ImportMegatron(const std::string& path, const std::string& text, 
   }
   if (layout.recompute == Recompute::kFull && has("--recompute-method") &&
       flags.at("--recompute-method") == "block" &&
-      ParseInt(flags, "--recompute-num-layers", path, 1) * p * layout.virtual_stages < L)
+      static_cast<long long>(FlagInt(flags, "--recompute-num-layers", path, 1)) * p < L)
     ThrowInputError(path, "--recompute-method", "block",
                     "stratos recomputes every layer of a stage or none (use uniform, or block "
                     "with all layers)");
@@ -320,18 +331,22 @@ ImportedConfig ImportMegatron(const std::string& path, const std::string& text, 
         ParseLayoutString(flags.at("--pipeline-model-parallel-layout"), p, layout.virtual_stages,
                           path);
   } else {
-    int v = ParseInt(flags, "--num-virtual-stages-per-pipeline-rank", path, 1);
+    int v = FlagInt(flags, "--num-virtual-stages-per-pipeline-rank", path, 1);
     if (has("--num-layers-per-virtual-pipeline-stage")) {
-      const int per = ParseInt(flags, "--num-layers-per-virtual-pipeline-stage", path, 1);
-      if (L % (per * p) != 0)
+      const int per = FlagInt(flags, "--num-layers-per-virtual-pipeline-stage", path, 1);
+      if (static_cast<long long>(per) * p > L || L % (per * p) != 0)
         ThrowInputError(path, "--num-layers-per-virtual-pipeline-stage", per,
                         fmt::format("x {} pipeline ranks must divide the {} layers", p, L));
       v = L / (per * p);
     }
+    if (static_cast<long long>(p) * v > L + 2)
+      ThrowInputError(path, "--num-virtual-stages-per-pipeline-rank", v,
+                      fmt::format("{} pipeline ranks x {} virtual stages exceed the {} layers", p, v,
+                                  L + 2));
     layout.virtual_stages = v;
     const int n = p * v;
-    const int first = ParseInt(flags, "--decoder-first-pipeline-num-layers", path, -1, 0);
-    const int last = ParseInt(flags, "--decoder-last-pipeline-num-layers", path, -1, 0);
+    const int first = FlagInt(flags, "--decoder-first-pipeline-num-layers", path, -1, 0);
+    const int last = FlagInt(flags, "--decoder-last-pipeline-num-layers", path, -1, 0);
     // First / last stage counts are per rank; split into v chunks.
     int rest = L, middle_ranks = p;
     if (first >= 0) rest -= first, --middle_ranks;

@@ -46,6 +46,11 @@ std::vector<std::string> ShellWords(const std::string& text);
 // the value ""); the last occurrence wins. Keys keep their leading dashes.
 std::map<std::string, std::string> FlagValues(const std::vector<std::string>& words);
 
+// The integer value of `flag` in `flags` (FlagValues), `fallback` when absent. Throws InputError
+// naming `where` and the flag for a non-integer or a value outside [min_value, 1e9].
+int FlagInt(const std::map<std::string, std::string>& flags, const std::string& flag,
+            const std::string& where, int fallback, int min_value = 1);
+
 ImportedConfig ImportMegatron(const std::string& path, const std::string& text, int world_size);
 ImportedConfig ImportDeepSpeed(const std::string& path, const std::string& text, int world_size);
 ImportedConfig ImportTorchtitan(const std::string& path, const std::string& text, int world_size);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <climits>
 #include <set>
 
 #include "costmodel/error.h"
@@ -170,17 +171,22 @@ ImportedConfig ImportTorchtitan(const std::string& path, const std::string& text
   int shard = static_cast<int>(parallel.Int("data_parallel_shard_degree", -1).value_or(-1));
   if (shard == 0) parallel.Fail("data_parallel_shard_degree", "must be -1 or >= 1");
   if (shard == -1) {
-    const int used = layout.tensor_parallel * p * replicate;
+    const long long used = static_cast<long long>(layout.tensor_parallel) * p * replicate;
     if (world_size <= 0 || world_size % used != 0)
       ThrowInputError(path, "parallelism.data_parallel_shard_degree", -1,
                       fmt::format("\"all leftover ranks\" needs a world size divisible by {} "
                                   "(give the cluster)",
                                   used));
-    shard = world_size / used;
+    shard = static_cast<int>(world_size / used);
   }
   if (replicate > 1 && shard > 1)
     ThrowInputError(path, "parallelism.data_parallel_replicate_degree", replicate,
                     "HSDP (replicate and shard both > 1) has no stratos equivalent");
+  const long long world64 = static_cast<long long>(layout.tensor_parallel) * p * replicate * shard;
+  if (world64 > ClusterSpec::kMaxDevices)
+    ThrowInputError(path, "parallelism", fmt::format("{} ranks", world64),
+                    fmt::format("the degrees must multiply to at most {}",
+                                ClusterSpec::kMaxDevices));
   layout.data_parallel = replicate * shard;
   if (shard > 1) {
     const std::string reshard = parallel.String("fsdp_reshard_after_forward").value_or("default");
@@ -190,14 +196,17 @@ ImportedConfig ImportTorchtitan(const std::string& path, const std::string& text
     const bool reshards = reshard == "always" || (reshard == "default" && p == 1);
     layout.zero_stage = reshards ? 3 : 2;
   }
-  const int world = layout.WorldSize();
+  const long long world = layout.WorldSize();
   if (world_size > 0 && world != world_size)
     ThrowInputError(path, "parallelism", fmt::format("{} ranks", world),
                     fmt::format("the degrees must multiply to the world size {}", world_size));
   const int local = training.RequireInt("local_batch_size", 1);
   const int global = static_cast<int>(training.Int("global_batch_size", -1).value_or(-1));
-  layout.global_batch_size = global > 0 ? global : local * layout.data_parallel;
-  if (layout.global_batch_size % (local * layout.data_parallel) != 0)
+  const long long per_step = static_cast<long long>(local) * layout.data_parallel;
+  if (global <= 0 && per_step > INT_MAX)
+    training.Fail("local_batch_size", "local_batch_size x DP must be at most 2^31 - 1");
+  layout.global_batch_size = global > 0 ? global : static_cast<int>(per_step);
+  if (layout.global_batch_size % per_step != 0)
     training.Fail("global_batch_size",
                   fmt::format("must be a multiple of local_batch_size x DP = {} x {}", local,
                               layout.data_parallel));

@@ -269,6 +269,10 @@ TEST_CASE("imports refuse what stratos plans cannot hold, naming file, flag or k
          "\"Et*4|t*3mL\"\n";
   CHECK(Contains(InputErrorMessage([&] { ImportConfig(Target::kMegatron, dir + "/layout.sh", 8); }),
                  "'m' has no stratos equivalent"));
+  std::ofstream(dir + "/repeat.sh")  // found by fuzz_import: std::stoi threw out_of_range
+      << "--num-layers 8 --pipeline-model-parallel-layout \"Et*99999999999|tL\"\n";
+  CHECK(Contains(InputErrorMessage([&] { ImportConfig(Target::kMegatron, dir + "/repeat.sh", 8); }),
+                 "a repeat count must be at most 1048576"));
   std::ofstream(dir + "/hsdp.toml") << "[model]\nflavor = \"8B\"\n[training]\nlocal_batch_size = 1\n"
                                        "[parallelism]\ndata_parallel_replicate_degree = 2\n"
                                        "data_parallel_shard_degree = 4\n";

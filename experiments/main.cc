@@ -235,6 +235,9 @@ int main(int argc, char** argv) {
       "export", "write what Megatron-LM, DeepSpeed, torchtitan or torch.distributed.pipelining "
                 "launch a plan with");
   stratos::AddProblemFlags(export_command, export_args.problem);
+  // The plan file carries its global batch and schedule.
+  export_command->remove_option(export_command->get_option("--global-batch"));
+  export_command->remove_option(export_command->get_option("--schedule"));
   export_command->add_option("--plan", export_args.plan_file, "plan JSON (stratos.plan/1)")
       ->required();
   export_command->add_option("--to", export_args.target, "target runtime")

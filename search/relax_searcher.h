@@ -88,8 +88,7 @@ struct RelaxOptions {
   // one) microbatch options' plans at every layer boundary near their cuts (DecodeNearPlan,
   // within the widest coarse gap): majorize-minimize, then the level search. Operator-granularity
   // GPT-3 175B / 128 DGX A100 / 1536 (962 layers), polish none: the DP optimum, 16.529 s, in
-  // 18 s (DP: 350 s); with every 8th boundary and full-resolution price decodes instead, 0.34%
-  // above it in 53 s. 0: never; else >= 2.
+  // 18 s (DP: 350 s; experiments/specs/scale-175b-ops.toml). 0: never; else >= 2.
   int coarse_layers = 128;
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
   // are spread geometrically over [min_stages, max_stages].

@@ -278,6 +278,15 @@ TEST_CASE("imports refuse what stratos plans cannot hold, naming file, flag or k
                                        "data_parallel_shard_degree = 4\n";
   CHECK(Contains(InputErrorMessage([&] { ImportConfig(Target::kTorchtitan, dir + "/hsdp.toml", 8); }),
                  "hsdp.toml: parallelism.data_parallel_replicate_degree = 2: HSDP"));
+  // A rule broken through a key left at its default (found by fuzz_import: a null dereference).
+  std::ofstream(dir + "/absent.toml")
+      << "[model]\nflavor = \"8B\"\n[training]\nlocal_batch_size = 8\n[parallelism]\n"
+         "pipeline_parallel_degree = 2\ndata_parallel_shard_degree = 1\n"
+         "module_fqns_per_model_part = [[\"layers.0\"], [\"layers.1\"], [\"layers.2\"], "
+         "[\"layers.3\"]]\n";
+  CHECK(Contains(InputErrorMessage([&] { ImportConfig(Target::kTorchtitan, dir + "/absent.toml", 2); }),
+                 "parallelism.pipeline_parallel_schedule = (absent): \"1F1B\" runs one stage per "
+                 "rank, the config has 2"));
   std::ofstream(dir + "/ds.json") << R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1,
                                         "gradient_accumulation_steps": 8})";
   CHECK(Contains(InputErrorMessage([&] { ImportConfig(Target::kDeepSpeed, dir + "/ds.json", 16); }),

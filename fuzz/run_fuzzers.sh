@@ -17,9 +17,14 @@ for h in $HARNESSES; do
   cp -n fuzz/corpus/"$h"/* "$corpus"/ 2>/dev/null
   log="$BUILD/logs/$h.log"
   # -timeout: one input taking longer is a finding; -rss_limit_mb: so is a memory blow-up.
-  "$BUILD/fuzz/fuzz_$h" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
+  # Harnesses that read files write them under TMPDIR: inside BUILD, removed afterwards
+  # (libFuzzer may exit without running destructors).
+  scratch="$BUILD/tmp/$h"
+  rm -rf "$scratch" && mkdir -p "$scratch"
+  TMPDIR="$scratch" "$BUILD/fuzz/fuzz_$h" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$h-" "$corpus" >"$log" 2>&1
   code=$?
+  rm -rf "$scratch"
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   if [ "$code" -eq 0 ]; then

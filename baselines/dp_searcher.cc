@@ -310,14 +310,17 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
       FrontierCellBytes(L, N) +
       (sizeof(double) * (space.num_devices + 1.0) + sizeof(int)) * max_stages * (L + 1.0);
   const double memory_limit = MemoryLimitBytes(options);
-  if (table_bytes > memory_limit) {
+  auto decline = [&](std::string message) {
     summary.termination = TerminationType::kDeclined;
-    summary.message = fmt::format(
-        "problem too large for the DP: its tables for {} layers, {} mesh sizes, {} devices and "
-        "{} stages need {:.1f} GiB, over the memory limit of {:.1f} GiB (--memory-limit)",
-        L, N, space.num_devices, max_stages, table_bytes / (1u << 30), memory_limit / (1u << 30));
+    summary.message = std::move(message);
     summary.wall_seconds = SecondsSince(start);
     return result;
+  };
+  if (table_bytes > memory_limit) {
+    return decline(fmt::format(
+        "problem too large for the DP: its tables for {} layers, {} mesh sizes, {} devices and "
+        "{} stages need {:.1f} GiB, over the memory limit of {:.1f} GiB (--memory-limit)",
+        L, N, space.num_devices, max_stages, table_bytes / (1u << 30), memory_limit / (1u << 30)));
   }
   // Allocating and zeroing them is work no deadline check can interrupt: at a conservative
   // 1 GiB/s (page faults included), tables that would overrun the time limit by more than a
@@ -325,15 +328,11 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   constexpr double kTableFillBytesPerSecond = 1024.0 * 1024.0 * 1024.0;
   const double fill_seconds = table_bytes / kTableFillBytesPerSecond;
   if (fill_seconds > options.time_limit_seconds && fill_seconds > 1.0) {
-    summary.termination = TerminationType::kDeclined;
-    summary.message = fmt::format(
+    return decline(fmt::format(
         "problem too large for the DP within the time limit: its tables for {} layers and {} "
         "mesh sizes ({:.1f} GiB) take about {:.0f} s to fill, over the {:.3g} s given "
         "(--time-limit)",
-        L, N, table_bytes / (1u << 30), table_bytes / kTableFillBytesPerSecond,
-        options.time_limit_seconds);
-    summary.wall_seconds = SecondsSince(start);
-    return result;
+        L, N, table_bytes / (1u << 30), fill_seconds, options.time_limit_seconds));
   }
   const Deadline deadline(start, options.time_limit_seconds);
 

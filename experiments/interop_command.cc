@@ -29,8 +29,6 @@ std::string PercentChange(double after, double before) {
   return fmt::format("{:+.1f}%", 100 * (after / before - 1));
 }
 
-}  // namespace
-
 // Writes ExportPlan's files into `dir` as one set (OutputSet); returns their names.
 std::vector<std::string> ExportPlanToDirectory(const Problem& problem, const Plan& plan,
                                                Target target, const std::string& dir,
@@ -44,6 +42,8 @@ std::vector<std::string> ExportPlanToDirectory(const Problem& problem, const Pla
   outputs.Commit();
   return names;
 }
+
+}  // namespace
 
 int RunExport(const ExportArgs& args) {
   const Target target = ParseTarget(args.target, "command line: --to");

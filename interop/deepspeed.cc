@@ -5,9 +5,7 @@
 
 #include <climits>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
@@ -162,17 +160,7 @@ ImportedConfig ImportDeepSpeed(const std::string& path, const std::string& text,
   std::filesystem::path json_path = config_flag->second;
   if (json_path.is_relative()) json_path = std::filesystem::path(path).parent_path() / json_path;
   const std::string json_where = json_path.string();
-  std::ifstream in(json_path);
-  if (!in) throw InputError(fmt::format("{}: cannot open (named by {} --deepspeed_config)",
-                                        json_where, path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json config;
-  try {
-    config = json::parse(buffer.str());
-  } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: JSON parse error: {}", json_where, e.what()));
-  }
+  const json config = ReadJsonInputFile(json_where, "DeepSpeed config (--deepspeed_config)");
   const Recompute flagged = imported.layout.recompute;
   ReadEngineJson(config, json_where, imported.layout);
   if (flagged != Recompute::kNone) imported.layout.recompute = flagged;

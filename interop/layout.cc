@@ -265,6 +265,23 @@ Plan PlanFromLayout(const Problem& problem, const ParallelLayout& layout,
   return plan;
 }
 
+std::vector<std::vector<std::string>> StageModules(const ParallelLayout& layout) {
+  std::vector<std::vector<std::string>> stages;
+  int block = 0;
+  const size_t n = layout.blocks.size();
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<std::string> modules;
+    if (i == 0) modules.push_back("tok_embeddings");
+    for (int b = 0; b < layout.blocks[i]; ++b) modules.push_back(fmt::format("layers.{}", block++));
+    if (i + 1 == n) {
+      modules.push_back("norm");
+      modules.push_back("output");
+    }
+    stages.push_back(modules);
+  }
+  return stages;
+}
+
 std::vector<ExportFile> ExportPlan(const Problem& problem, const Plan& plan, Target target,
                                    const std::string& where) {
   const ParallelLayout layout = LayoutForTarget(problem, plan, target, where);

@@ -29,9 +29,6 @@ std::string LayoutString(const ParallelLayout& layout) {
   return text;
 }
 
-// Whether Megatron places the blocks this way without being told: L / (p v) per virtual stage.
-bool DefaultPlacement(const ParallelLayout& layout) { return layout.EvenBlocks(); }
-
 // Blocks per virtual stage from a layout string; `v` is set from the entries and p.
 std::vector<int> ParseLayoutString(const std::string& text, int p, int& v,
                                    const std::string& where) {
@@ -163,7 +160,8 @@ std::vector<FlagGroup> MegatronFlagGroups(const Problem& problem, const Parallel
   if (layout.sequence_parallel) add(parallel, "--sequence-parallel");
   add(parallel, fmt::format("--pipeline-model-parallel-size {}", layout.pipeline_parallel));
   if (layout.pipeline_parallel > 1) {
-    if (!DefaultPlacement(layout)) {
+    // Even blocks are Megatron's own placement; anything else needs the layout flag.
+    if (!layout.EvenBlocks()) {
       add(parallel, fmt::format("--pipeline-model-parallel-layout \"{}\"", LayoutString(layout)));
     } else if (layout.virtual_stages > 1) {
       add(parallel, fmt::format("--num-layers-per-virtual-pipeline-stage {}", layout.blocks[0]));

@@ -29,6 +29,11 @@ std::vector<FlagGroup> MegatronFlagGroups(const Problem& problem, const Parallel
 // "#!/bin/bash" script body lines that print a bash array per group.
 std::string BashArrays(const std::vector<FlagGroup>& groups);
 
+// The module names of each virtual stage in torchtitan's and torch's llama naming: the first
+// stage starts with "tok_embeddings", blocks are "layers.<k>", the last ends with "norm",
+// "output". One entry per layout.blocks entry.
+std::vector<std::vector<std::string>> StageModules(const ParallelLayout& layout);
+
 ExportFile MegatronScript(const Problem& problem, const ParallelLayout& layout);
 std::vector<ExportFile> DeepSpeedFiles(const Problem& problem, const ParallelLayout& layout);
 ExportFile TorchtitanToml(const Problem& problem, const ParallelLayout& layout,

@@ -23,18 +23,9 @@ std::vector<ExportFile> TorchPipeliningFiles(const Problem& problem, const Plan&
     csv += row + "\n";
   }
   nlohmann::json stages = nlohmann::json::array();
-  int block = 0;
-  const int n = static_cast<int>(layout.blocks.size());
-  for (int i = 0; i < n; ++i) {
-    nlohmann::json modules = nlohmann::json::array();
-    if (i == 0) modules.push_back("tok_embeddings");
-    for (int b = 0; b < layout.blocks[i]; ++b) modules.push_back(fmt::format("layers.{}", block++));
-    if (i == n - 1) {
-      modules.push_back("norm");
-      modules.push_back("output");
-    }
-    stages.push_back({{"stage", i}, {"rank", i % p}, {"modules", modules}});
-  }
+  const std::vector<std::vector<std::string>> modules = StageModules(layout);
+  for (size_t i = 0; i < modules.size(); ++i)
+    stages.push_back({{"stage", i}, {"rank", i % p}, {"modules", modules[i]}});
   const char* schedule = layout.virtual_stages > 1 ? "Interleaved1F1B"
                          : plan.schedule == Schedule::kGpipe ? "GPipe"
                                                              : "1F1B";

@@ -43,17 +43,10 @@ const char* ScheduleClass(const ParallelLayout& layout) {
 // Quoted TOML list of the module names of each virtual stage.
 std::string ModuleParts(const ParallelLayout& layout) {
   std::string text = "module_fqns_per_model_part = [\n";
-  int block = 0;
-  const int n = static_cast<int>(layout.blocks.size());
-  for (int i = 0; i < n; ++i) {
-    std::vector<std::string> names;
-    if (i == 0) names.push_back("\"tok_embeddings\"");
-    for (int b = 0; b < layout.blocks[i]; ++b) names.push_back(fmt::format("\"layers.{}\"", block++));
-    if (i == n - 1) {
-      names.push_back("\"norm\"");
-      names.push_back("\"output\"");
-    }
-    text += "  [" + fmt::format("{}", fmt::join(names, ", ")) + "],\n";
+  for (const std::vector<std::string>& modules : StageModules(layout)) {
+    std::vector<std::string> quoted;
+    for (const std::string& name : modules) quoted.push_back("\"" + name + "\"");
+    text += fmt::format("  [{}],\n", fmt::join(quoted, ", "));
   }
   return text + "]\n";
 }

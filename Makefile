@@ -15,7 +15,16 @@ FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 10
 
-.PHONY: all deps configure build run test bench install clean fuzz-build fuzz
+# `make carry-headers` (on a machine with the Debian packages) copies the header-only
+# dependencies and the training text into third_party/ (git-ignored), for a GPU machine that has
+# CUDA and the Python torch package but no Debian packages; there, experiments/gpu/gpu_checks.sh
+# builds against that torch and runs the GPU checks. `make test-gpu` runs the gpu test suite
+# (each test skips without a CUDA device).
+CARRIED_HEADERS := /usr/include/eigen3 /usr/include/nlohmann /usr/include/toml++ \
+                   /usr/include/CLI /usr/include/fmt /usr/include/doctest /usr/include/libfccp
+SHARED_DATA ?= ../shared/data
+
+.PHONY: all deps configure build run test test-gpu bench install clean fuzz-build fuzz carry-headers
 
 all: build
 
@@ -53,6 +62,14 @@ fuzz-build: deps $(FUZZ_DIR)/CMakeCache.txt
 fuzz: fuzz-build
 	bash fuzz/run_fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
+test-gpu: build
+	cd $(BUILD_DIR) && ./tests/runtime_test -ts=gpu
+
+carry-headers: deps
+	rm -rf third_party && mkdir -p third_party/include
+	cp -r $(CARRIED_HEADERS) third_party/include/
+	cp $(SHARED_DATA)/tinyshakespeare.txt third_party/
+
 bench: build
 	$(STRATOS) bench ladder
 
@@ -62,4 +79,4 @@ install: configure
 	DESTDIR="$(DESTDIR)" cmake --install $(BUILD_DIR) --prefix "$(PREFIX)"
 
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) third_party

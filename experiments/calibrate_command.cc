@@ -30,6 +30,7 @@ std::string CommandLine(const CalibrateArgs& args, const std::string& profile_fl
   if (!args.holdout.empty() && args.holdout != "none") {
     line += fmt::format(" --holdout {}", args.holdout);
   }
+  if (args.matmul_dtype != "f16") line += fmt::format(" --matmul-dtype {}", args.matmul_dtype);
   if (!args.name.empty()) line += fmt::format(" --name {}", args.name);
   line += fmt::format(" --output {}", PathForDisplay(args.output));
   return line;
@@ -46,6 +47,7 @@ int RunCalibrate(const CalibrateArgs& args) {
   CalibrateOptions options;
   options.holdout = ParseHoldout(args.holdout);
   options.ring_links_per_gpu = args.ring_links;
+  options.matmul_dtype = args.matmul_dtype;
   options.name = args.name;
   const std::string command = CommandLine(args, loaded.flag);
   options.source = fmt::format("{}: fitted on {}; held out: {}", command, loaded.description,
@@ -98,6 +100,12 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "NVLink links per GPU of a switchless intra-node topology (V100 SXM2: 6; 0: "
                    "bandwidth per GPU); default: the base cluster's")
       ->check(cli::IntAtLeast(0));
+  commands.calibrate
+      ->add_option("--matmul-dtype", c.matmul_dtype,
+                   "GEMM rows of this dtype fit the device's curve (bf16: a GPU profiled with "
+                   "`stratos profile --device cuda --dtype bf16`)")
+      ->check(cli::OneOf({"f16", "bf16", "f32"}))
+      ->capture_default_str();
   commands.calibrate->add_option("--name", c.name,
                                  "name of the calibrated cluster (default: <base>-calibrated)");
   commands.calibrate->add_option("--output", c.output, "calibrated cluster file (.toml)")

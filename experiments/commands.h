@@ -149,6 +149,7 @@ struct CalibrateArgs {
   std::string cluster = "p3.16xlarge";  // base cluster: zoo name or file
   std::string holdout = "none";         // calibrate/calibrate.h ParseHoldout
   int ring_links = -1;                  // -1: the base cluster's
+  std::string matmul_dtype = "f16";     // GEMM rows of this dtype fit the curve: f16 | bf16 | f32
   std::string name;                     // "": <base>-calibrated
   std::string output = "out/calibrate/cluster.toml";
 };

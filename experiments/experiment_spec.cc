@@ -1,6 +1,7 @@
 #include "experiments/experiment_spec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>

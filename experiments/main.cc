@@ -1,6 +1,7 @@
 // `stratos`: finds how to parallelize the training of a model on a cluster.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <functional>
 
@@ -143,7 +144,7 @@ int main(int argc, char** argv) {
 
   stratos::RunArgs run;
   CLI::App* run_command = app.add_subcommand(
-      "run", "run a plan on this machine: spawn one worker process per device (Gloo on CPU)");
+      "run", "run a plan on this machine: spawn one worker process per device (Gloo on CPU, NCCL on CUDA)");
   stratos::WorkerArgs worker;
   CLI::App* worker_command = app.add_subcommand(
       "worker", "one rank of a run (launched by `stratos run`, torchrun --no-python or srun)");
@@ -173,12 +174,21 @@ int main(int argc, char** argv) {
     command->add_option("--checkpoint-every", flags->checkpoint_every, "steps between checkpoints (0: at the end)")->check(IntAtLeast(0));
     command->add_flag("--resume", flags->resume, "continue from the latest checkpoint");
     command->add_option("--timeout", flags->timeout_seconds, "c10d timeout, seconds")->check(NumberAbove(0))->capture_default_str();
-    command->add_option("--backend", flags->backend, "process-group backend")->check(OneOf({"gloo", "nccl", "auto"}))->capture_default_str();
+    command->add_option("--backend", flags->backend, "process-group backend (auto: NCCL for cuda, Gloo for cpu)")->check(OneOf({"gloo", "nccl", "auto"}))->capture_default_str();
+    command->add_option("--device", flags->device, "where the tensors live (cuda: one GPU per worker)")->check(OneOf({"cpu", "cuda"}))->capture_default_str();
+    command->add_option("--dtype", flags->dtype, "f32, or bf16 autocast with fp32 master weights (cuda)")->check(OneOf({"f32", "bf16"}))->capture_default_str();
+    command->add_option("--cluster", flags->cluster, "cluster description (zoo name or file) to predict on and report MFU against (default: this machine's workers)");
     command->add_option("--threads", flags->threads, "intra-op threads per worker")->check(IntAtLeast(1))->capture_default_str();
   }
   run_command->add_option("--nproc", run.nproc, "worker processes (default: the plan's devices)")->check(IntAtLeast(1));
   run_command->add_option("--deadline", run.deadline_seconds, "kill workers after this many seconds")->check(NumberAbove(0))->capture_default_str();
   worker_command->add_option("--config", worker.config_file, "run_options.json written by `stratos run`");
+  stratos::RunReportArgs run_report;
+  CLI::App* run_report_command = app.add_subcommand(
+      "run-report", "re-derive a run's reports from its measurement.json, predicted on another cluster");
+  run_report_command->add_option("measurement", run_report.measurement_file, "measurement.json of a run")->required()->check(CLI::ExistingFile);
+  run_report_command->add_option("--cluster", run_report.cluster, "predict on this cluster (zoo name or file; default: the run's)");
+  run_report_command->add_option("--output-dir", run_report.output_dir)->check(OutputDirectory())->capture_default_str();
 
   stratos::ProfileArgs profile;
   CLI::App* profile_command = app.add_subcommand(
@@ -341,14 +351,17 @@ int main(int argc, char** argv) {
     if (*cosearch_command) return stratos::RunCoSearch(cosearch);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
+    if (*run_report_command) return stratos::RunRunReport(run_report);
     if (const std::optional<int> code = stratos::RunCalibrationCommands(calibration)) return *code;
     if (const std::optional<int> code = stratos::RunExperimentCommands(experiment)) return *code;
     if (*validate_command) return stratos::RunValidate(validate);
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();
-      fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {})\ndata directory: {}\n",
+      fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {}; NCCL: {})\n"
+                 "data directory: {}\n",
                  info.torch_version, info.cuda_available ? "yes" : "no", info.cuda_device_count,
-                 info.gloo_available ? "yes" : "no", stratos::DataDir());
+                 info.gloo_available ? "yes" : "no", info.nccl_available ? "yes" : "no",
+                 stratos::DataDir());
       return stratos::kExitSuccess;
     }
   } catch (const stratos::InputError& e) {

@@ -1,6 +1,7 @@
 #include "experiments/option_table.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <cmath>

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "calibrate/profile.h"
@@ -13,6 +14,7 @@
 #include "experiments/commands.h"
 #include "experiments/output.h"
 #include "runtime/communicator.h"
+#include "runtime/device.h"
 #include "runtime/device_info.h"
 #include "runtime/launcher.h"
 #include "runtime/profiler.h"
@@ -35,6 +37,15 @@ ProfileOptions OptionsFromArgs(const ProfileArgs& args) {
     options.layer_seq_lens = {64};
     options.layer_micro_batches = {1, 2};
     options.collective_bytes = {1 << 10, 1 << 20, 1 << 24};  // wide: bandwidth shows above scheduling noise
+  } else if (args.device == "cuda") {
+    // A GPU's grid: GEMMs up to the sizes of large models' layers, blocks of 350M- to 7B-class
+    // hidden sizes, messages up to 256 MiB.
+    options.gemm_sizes = {256, 512, 1024, 2048, 4096, 8192};
+    options.layer_hiddens = {1024, 2048, 4096};
+    options.layer_seq_lens = {1024, 2048};
+    options.layer_micro_batches = {1, 4};
+    options.layer_tensor_parallel = {1, 2};
+    options.collective_bytes = {1 << 16, 1 << 20, 1 << 24, 1 << 28};
   }
   options.Validate();
   return options;
@@ -55,9 +66,13 @@ int RunCollectiveWorker(const ProfileArgs& args) {
   const ProfileOptions options = OptionsFromArgs(args);
   RendezvousOptions rendezvous = RendezvousFromEnvironment();
   rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_seconds * 1e3));
+  rendezvous.device = args.device;
+  std::optional<c10::DeviceGuard> device_guard;  // one GPU per rank (NCCL)
+  if (args.device == "cuda") device_guard.emplace(RankDevice("cuda", rendezvous.local_rank));
   ProcessGroups groups(rendezvous);
   Profile part;
-  part.info = {"cpu-worker", "gloo", "stratos profile (collective workers)", ""};
+  part.info = {args.device == "cpu" ? "cpu-worker" : "cuda", groups.Backend(),
+               "stratos profile (collective workers)", ""};
   part.collectives = ProfileCollectives(options, groups);
   if (groups.Rank() == 0) WriteProfileDir(part, CollectivePartDir(args.output_dir));
   groups.World().Barrier();
@@ -83,6 +98,12 @@ int RunProfile(const ProfileArgs& args) {
       runtime.torch_version, args.threads, args.nproc, std::thread::hardware_concurrency(),
       args.repeats);
 
+  if (HasPart(args.parts, "collective") && args.device == "cuda" &&
+      args.nproc > static_cast<int>(torch::cuda::device_count()))
+    ThrowInputError("command line", "--nproc", args.nproc,
+                    fmt::format("the CUDA collective sweep runs one rank per GPU, and this machine "
+                                "has {} (profile --parts matmul,layer alone here)",
+                                torch::cuda::device_count()));
   if (HasPart(args.parts, "matmul")) {
     fmt::print("profiling GEMMs ({} shapes) ...\n",
                options.gemm_sizes.size() * options.gemm_sizes.size() * options.gemm_sizes.size());

@@ -11,7 +11,9 @@
 #include "experiments/commands.h"
 #include "experiments/run_commands.h"
 #include "runtime/data.h"
+#include "experiments/output.h"
 #include "runtime/launcher.h"
+#include "runtime/report.h"
 #include "runtime/trainer.h"
 
 namespace stratos {
@@ -32,6 +34,9 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   options.resume = flags.resume;
   options.timeout_seconds = flags.timeout_seconds;
   options.backend = flags.backend;
+  options.device = flags.device;
+  options.dtype = flags.dtype;
+  options.cluster = flags.cluster;
   options.threads = flags.threads;
   if (!flags.plan_file.empty()) {
     options.plan = ReadPlanFile(flags.plan_file);
@@ -48,6 +53,14 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   }
   options.Validate();
   return options;
+}
+
+void PrintMfu(const nlohmann::json& measurement) {
+  fmt::print("MFU {:.1f}% ({:.4g} TFLOP/s of model FLOPs per device; peak {:.4g} TFLOP/s of {})\n",
+             100.0 * measurement.at("mfu").get<double>(),
+             measurement.at("model_flops_per_second_per_device").get<double>() / 1e12,
+             measurement.at("mfu_peak_flops").get<double>() / 1e12,
+             measurement.at("mfu_peak_source").get<std::string>());
 }
 
 std::string ReadText(const std::string& path) {
@@ -82,7 +95,8 @@ int RunRun(const RunArgs& args) {
   const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
   const CharDataset data(options.data_path.empty() ? DefaultDataPath() : options.data_path,
                          model.seq_length);
-  CheckRuntimePlan(model, options.plan, options.plan.NumDevices(), where, data.VocabSize());
+  CheckRuntimePlan(model, options.plan, options.plan.NumDevices(), where, data.VocabSize(),
+                   options.cluster);
   fmt::print("plan: {}\n", options.plan.Summary());
   fmt::print("launching {} workers; logs in {}/logs\n", options.plan.NumDevices(),
              options.output_dir);
@@ -114,8 +128,42 @@ int RunRun(const RunArgs& args) {
                stage.at("backward_seconds").get<double>(),
                stage.at("communication_seconds").get<double>(),
                stage.at("idle_seconds").get<double>());
+  PrintMfu(measurement);
   fmt::print("wrote {0}/measurement.json, {0}/trace.json, {0}/predicted_vs_measured.json\n",
              options.output_dir);
+  return kExitSuccess;
+}
+
+int RunRunReport(const RunReportArgs& args) {
+  const std::string& where = args.measurement_file;
+  const nlohmann::json measurement = ReadJsonInputFile(where, "measurement");
+  RunRecord record;
+  try {
+    record.options = measurement.at("options");
+    if (!args.cluster.empty()) record.options["cluster"] = args.cluster;
+    const TrainOptions options = TrainOptionsFromJson(record.options, where + ": options");
+    record.model = LoadRuntimeModel(options.model, options.seq_length);
+    record.first_step = measurement.at("first_step").get<int>();
+    record.losses = measurement.at("losses").get<std::vector<double>>();
+    record.flops_per_worker =
+        measurement.at("predicted_vs_measured").at("flops_per_worker").get<double>();
+    for (const nlohmann::json& rank : measurement.at("ranks")) record.ranks.push_back(rank);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not a stratos.measurement/1 file ({})", where, e.what()));
+  }
+  EnsureDirectory(args.output_dir);
+  const nlohmann::json derived = WriteRunReports(record, args.output_dir);
+  const auto& comparison = derived.at("predicted_vs_measured");
+  fmt::print("{}: measured {:.4f} s per iteration, predicted {:.4f} s on {} ({:+.1f}%)\n", where,
+             comparison.at("measured_iteration_seconds").get<double>(),
+             comparison.at("predicted_iteration_seconds").get<double>(),
+             comparison.at("cluster").get<std::string>(),
+             100.0 * (comparison.at("predicted_iteration_seconds").get<double>() /
+                          comparison.at("measured_iteration_seconds").get<double>() -
+                      1.0));
+  PrintMfu(derived);
+  fmt::print("wrote {0}/measurement.json, {0}/trace.json, {0}/predicted_vs_measured.json\n",
+             args.output_dir);
   return kExitSuccess;
 }
 

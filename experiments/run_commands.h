@@ -36,7 +36,10 @@ struct RunFlags {
   int checkpoint_every = 0;        // steps; 0: at the end only
   bool resume = false;
   double timeout_seconds = 60;     // rendezvous and collectives (c10d timeout)
-  std::string backend = "auto";    // gloo | nccl | auto
+  std::string backend = "auto";    // gloo | nccl | auto (follows --device)
+  std::string device = "cpu";      // cpu | cuda
+  std::string dtype = "f32";       // f32 | bf16 (cuda)
+  std::string cluster;             // predict on / MFU against this cluster; "": local workers
   int threads = 1;                 // intra-op threads per worker
 };
 
@@ -57,6 +60,18 @@ struct RunArgs {
 // trajectory, iteration time, tokens/s and predicted-vs-measured summary. Returns 0 if every
 // worker succeeded, 1 otherwise (the per-rank errors are printed from DIR/errors/).
 int RunRun(const RunArgs& args);
+
+struct RunReportArgs {
+  std::string measurement_file;  // a run's measurement.json
+  std::string cluster;           // predict on this cluster (zoo name or file); "": the run's
+  std::string output_dir = "out/run-report";
+};
+
+// `stratos run-report`: re-derives a run's reports (measurement.json, trace.json,
+// predicted_vs_measured.json) from its measurement.json, predicted on `cluster` — e.g. a
+// cluster calibrated after the run — and prints predicted vs measured iteration time and MFU.
+// Throws InputError for an unreadable or malformed measurement file.
+int RunRunReport(const RunReportArgs& args);
 
 struct WorkerArgs {
   RunFlags flags;

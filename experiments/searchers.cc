@@ -1,6 +1,7 @@
 #include "experiments/searchers.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <sstream>

@@ -3,9 +3,18 @@
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_NCCL
+#include <torch/version.h>
+// The backends this build has (cmake/torch_gpu.cmake): STRATOS_NO_GLOO when LibTorch ships no
+// gloo headers, STRATOS_WITH_NCCL when it has CUDA and nccl.h was found.
+#ifndef STRATOS_NO_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef STRATOS_WITH_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -23,6 +32,15 @@ class RendezvousStore {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// What a c10d process group is in this LibTorch: from 2.0 the per-device Backend (Gloo, NCCL)
+// that a ProcessGroup dispatches to; before, the ProcessGroup itself. Both have the collectives
+// this file calls with the same signatures.
+#if TORCH_VERSION_MAJOR >= 2
+using C10dGroup = c10d::Backend;
+#else
+using C10dGroup = c10d::ProcessGroup;
+#endif
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -110,7 +128,7 @@ class CopyBackWork : public CommWork {
 
 class C10dCommunicator : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name, bool gloo)
+  C10dCommunicator(c10::intrusive_ptr<C10dGroup> group, std::string name, bool gloo)
       : group_(std::move(group)), name_(std::move(name)), gloo_(gloo) {}
   int Rank() const override { return group_->getRank(); }
   int Size() const override { return group_->getSize(); }
@@ -160,7 +178,7 @@ class C10dCommunicator : public Communicator {
     return std::make_shared<C10dWork>(std::move(work), this, std::move(what));
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<C10dGroup> group_;
   std::string name_;
   bool gloo_;
 };
@@ -186,6 +204,7 @@ int EnvInt(const char* name, const char* fallback_name, int fallback_value, bool
   return static_cast<int>(value);
 }
 
+#ifndef STRATOS_NO_GLOO
 // GLOO_SOCKET_IFNAME wins (as in PyTorch); a loopback master means a one-machine run, where the
 // host name may not resolve to a reachable address; otherwise the address of this host name.
 std::shared_ptr<::gloo::transport::Device> GlooDevice(const RendezvousOptions& options) {
@@ -196,6 +215,7 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const RendezvousOptions& o
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 
 }  // namespace
 
@@ -204,11 +224,25 @@ std::unique_ptr<Communicator> MakeSelfCommunicator(const std::string& name) {
 }
 
 bool NcclAvailable() {
-#ifdef USE_C10D_NCCL
+#ifdef STRATOS_WITH_NCCL
   return torch::cuda::is_available();
 #else
   return false;
 #endif
+}
+
+bool GlooAvailable() {
+#ifdef STRATOS_NO_GLOO
+  return false;
+#else
+  return true;
+#endif
+}
+
+std::string ResolveBackend(const std::string& backend, const std::string& device) {
+  if (backend == "auto") return device == "cuda" && NcclAvailable() ? "nccl" : "gloo";
+  if (backend == "gloo" || backend == "nccl") return backend;
+  ThrowInputError("runtime options", "backend", backend, "must be gloo, nccl or auto");
 }
 
 RendezvousOptions RendezvousFromEnvironment() {
@@ -229,13 +263,7 @@ RendezvousOptions RendezvousFromEnvironment() {
 
 ProcessGroups::ProcessGroups(const RendezvousOptions& options)
     : options_(options), store_(std::make_unique<RendezvousStore>()) {
-  if (options.backend == "auto") {
-    backend_ = NcclAvailable() ? "nccl" : "gloo";
-  } else if (options.backend == "gloo" || options.backend == "nccl") {
-    backend_ = options.backend;
-  } else {
-    ThrowInputError("runtime options", "backend", options.backend, "must be gloo, nccl or auto");
-  }
+  backend_ = ResolveBackend(options.backend, options.device);
   if (backend_ == "nccl" && !NcclAvailable())
     throw InputError("runtime options: backend = nccl: this LibTorch has no CUDA/NCCL");
   try {
@@ -274,10 +302,15 @@ std::unique_ptr<Communicator> ProcessGroups::NewGroup(const std::string& name,
   const int group_rank = static_cast<int>(it - global_ranks.begin());
   const int group_size = static_cast<int>(global_ranks.size());
   if (group_size == 1) return MakeSelfCommunicator(name);
+  if (backend_ == "gloo" && !GlooAvailable())
+    throw InputError(fmt::format(
+        "runtime options: backend = gloo: this LibTorch ships no Gloo headers (built with "
+        "STRATOS_NO_GLOO), so group {} of {} ranks cannot be created; run on CUDA (NCCL)",
+        name, group_size));
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_->store);
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<C10dGroup> group;
   try {
-#ifdef USE_C10D_NCCL
+#ifdef STRATOS_WITH_NCCL
     if (backend_ == "nccl") {
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = options_.timeout;
@@ -285,6 +318,7 @@ std::unique_ptr<Communicator> ProcessGroups::NewGroup(const std::string& name,
                                                           nccl_options);
     }
 #endif
+#ifndef STRATOS_NO_GLOO
     if (!group) {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
       gloo_options->devices.push_back(GlooDevice(options_));
@@ -292,6 +326,8 @@ std::unique_ptr<Communicator> ProcessGroups::NewGroup(const std::string& name,
       group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, group_rank, group_size,
                                                           gloo_options);
     }
+#endif
+    STRATOS_CHECK(group, "no {} backend in this build", backend_);
   } catch (const std::exception& e) {
     throw CommError(fmt::format("rank {}: creating process group {} of {} ranks failed: {}",
                                 options_.rank, name, group_size, C10dWork::FirstLine(e.what())));

@@ -83,8 +83,10 @@ struct RendezvousOptions {
   std::string file_store_path;
   // Rendezvous and every collective fail after this long without progress.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
-  // "gloo" | "nccl" | "auto" (nccl when CUDA and NCCL are available, else gloo).
+  // "gloo" | "nccl" | "auto" (ResolveBackend with `device`).
   std::string backend = "auto";
+  // Where the run's tensors live: "cpu" | "cuda".
+  std::string device = "cpu";
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun, or Slurm via
@@ -92,8 +94,14 @@ struct RendezvousOptions {
 // InputError("environment: RANK = x: ...") for missing or malformed values.
 RendezvousOptions RendezvousFromEnvironment();
 
-// Whether this build can create NCCL process groups (LibTorch with CUDA and NCCL).
+// Whether this build can create NCCL process groups (LibTorch with CUDA and NCCL, and a GPU).
 bool NcclAvailable();
+// Whether this build has the Gloo backend (LibTorch shipped its headers).
+bool GlooAvailable();
+// The backend a run uses: "auto" follows where the tensors live, NCCL for CUDA tensors when
+// NcclAvailable(), else Gloo (which also moves CUDA tensors, through host memory); "gloo" and
+// "nccl" are kept. Throws InputError for any other name.
+std::string ResolveBackend(const std::string& backend, const std::string& device);
 
 // The processes of one run: the world group, the store, and factories for subgroups.
 class ProcessGroups {
@@ -106,6 +114,7 @@ class ProcessGroups {
   Communicator& World() { return *world_; }
   int Rank() const { return options_.rank; }
   int WorldSize() const { return options_.world_size; }
+  int LocalRank() const { return options_.local_rank; }
   const std::string& Backend() const { return backend_; }
 
   // Creates the subgroup of `global_ranks` (sorted, containing this rank); `name` must be

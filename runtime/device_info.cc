@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "runtime/communicator.h"
+
 namespace stratos {
 
 RuntimeInfo QueryRuntimeInfo() {
@@ -10,11 +12,8 @@ RuntimeInfo QueryRuntimeInfo() {
   info.torch_version = TORCH_VERSION;
   info.cuda_available = torch::cuda::is_available();
   info.cuda_device_count = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
-#ifdef USE_C10D_GLOO
-  info.gloo_available = true;
-#else
-  info.gloo_available = false;
-#endif
+  info.gloo_available = GlooAvailable();
+  info.nccl_available = NcclAvailable();
   return info;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "costmodel/error.h"
+#include "runtime/device.h"
 
 namespace stratos {
 
@@ -169,11 +170,26 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, int64_
   // q, k, v: (b, s, heads * d) -> (b, s, heads * d)
   const int64_t b = q.size(0), s = q.size(1), d = q.size(2) / heads;
   auto split = [&](const Tensor& t) { return t.view({b, s, heads, d}).transpose(1, 2); };
+#if TORCH_VERSION_MAJOR >= 2
+  // softmax(q k^T / sqrt(d) + causal mask) v, fused (Dao et al. 2022 FlashAttention on CUDA).
+  Tensor out = at::scaled_dot_product_attention(split(q), split(k), split(v), {}, 0.0,
+                                                /*is_causal=*/true);
+#else
   Tensor scores = torch::matmul(split(q), split(k).transpose(-2, -1)) / std::sqrt(double(d));
-  Tensor mask = torch::ones({s, s}, torch::kBool).triu(1);  // (s, s): future positions
+  Tensor mask = torch::ones({s, s}, q.options().dtype(torch::kBool)).triu(1);  // future positions
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   Tensor out = torch::matmul(torch::softmax(scores, -1), split(v));  // (b, heads, s, d)
+#endif
   return out.transpose(1, 2).contiguous().view({b, s, heads * d});
+}
+
+// Megatron-LM's RowParallelLinear: the partial products all-reduced over TP, the replicated bias
+// added once after; with one TP rank, the bias goes into the GEMM (its epilogue on CUDA).
+// x: (..., in / tp), weight: (out, in / tp), bias: (out,) -> (..., out)
+Tensor RowParallelLinear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         Communicator* tp) {
+  if (tp->Size() == 1) return torch::linear(x, weight, bias);
+  return ReduceFromTensorParallel(torch::linear(x, weight), tp) + bias;
 }
 
 struct BlockLayer;
@@ -190,6 +206,7 @@ struct AttentionCheckpoint : torch::autograd::Function<AttentionCheckpoint> {
   static Tensor forward(AutogradContext* ctx, Tensor q, Tensor k, Tensor v, int64_t heads) {
     ctx->save_for_backward({q, k, v});
     ctx->saved_data["heads"] = heads;
+    ctx->saved_data["autocast"] = AutocastEnabled();
     return CausalAttention(q, k, v, heads);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
@@ -198,7 +215,9 @@ struct AttentionCheckpoint : torch::autograd::Function<AttentionCheckpoint> {
     for (const Tensor& t : saved) inputs.push_back(t.detach().requires_grad_(true));
     Tensor out;
     {
+      // The backward runs on autograd's thread: recompute under the forward's autocast state.
       torch::AutoGradMode enable(true);
+      AutocastScope autocast(ctx->saved_data["autocast"].toBool());
       out = CausalAttention(inputs[0], inputs[1], inputs[2], ctx->saved_data["heads"].toInt());
     }
     variable_list grads = torch::autograd::grad({out}, inputs, {grad[0]});
@@ -238,17 +257,20 @@ struct BlockLayer : Layer {
   Tensor Compute(const Tensor& in) {
     const auto& P = params;
     const int64_t local_heads = x.a / x.tp;
-    Tensor h1 = CopyToTensorParallel(torch::layer_norm(in, {x.h}, P[0], P[1], 1e-5), tp);
+    // Under autocast the normalized input is cast once for the three projections.
+    Tensor h1 = CopyToTensorParallel(
+        AutocastInput(torch::layer_norm(in, {x.h}, P[0], P[1], 1e-5)), tp);
     Tensor q = torch::linear(h1, P[2], P[3]);  // (b, s, h / tp)
     Tensor k = torch::linear(h1, P[4], P[5]);
     Tensor v = torch::linear(h1, P[6], P[7]);
     Tensor attn = recompute == Recompute::kSelective
                       ? AttentionCheckpoint::apply(q, k, v, local_heads)
                       : CausalAttention(q, k, v, local_heads);
-    Tensor out = in + ReduceFromTensorParallel(torch::linear(attn, P[8]), tp) + P[9];
-    Tensor h2 = CopyToTensorParallel(torch::layer_norm(out, {x.h}, P[10], P[11], 1e-5), tp);
+    Tensor out = in + RowParallelLinear(attn, P[8], P[9], tp);
+    Tensor h2 = CopyToTensorParallel(
+        AutocastInput(torch::layer_norm(out, {x.h}, P[10], P[11], 1e-5)), tp);
     Tensor m = torch::gelu(torch::linear(h2, P[12], P[13]));  // (b, s, f / tp)
-    return out + ReduceFromTensorParallel(torch::linear(m, P[14]), tp) + P[15];
+    return out + RowParallelLinear(m, P[14], P[15], tp);
   }
   Tensor Forward(const Tensor& in, const Tensor&) override {
     if (recompute == Recompute::kFull) return BlockCheckpoint::apply(in, this);
@@ -259,6 +281,7 @@ struct BlockLayer : Layer {
 Tensor BlockCheckpoint::forward(AutogradContext* ctx, Tensor x, BlockLayer* block) {
   ctx->save_for_backward({x});
   ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+  ctx->saved_data["autocast"] = AutocastEnabled();
   return block->Compute(x);
 }
 
@@ -268,6 +291,7 @@ variable_list BlockCheckpoint::backward(AutogradContext* ctx, variable_list grad
   Tensor y;
   {
     torch::AutoGradMode enable(true);
+    AutocastScope autocast(ctx->saved_data["autocast"].toBool());
     y = block->Compute(x);
   }
   torch::autograd::backward({y}, {grad[0]});
@@ -313,12 +337,17 @@ uint64_t ParamSeed(uint64_t seed, int layer, const std::string& name) {
 }  // namespace
 
 GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
-                   Communicator* tp, uint64_t seed)
+                   Communicator* tp, uint64_t seed, torch::Device device, bool bf16)
     : first_layer_(first_layer),
       last_layer_(last_layer),
       num_model_layers_(model.NumLayers()),
-      hidden_(model.hidden_size) {
+      hidden_(model.hidden_size),
+      bf16_(bf16) {
   CheckRuntimeModel(model);
+  if (bf16 && !device.is_cuda())
+    throw std::runtime_error("bf16 autocast runs on CUDA only; the CPU runtime trains in fp32");
+  if (bf16 && !AutocastSupported())
+    throw std::runtime_error(fmt::format("bf16 needs LibTorch >= 2.4 (this is {})", TORCH_VERSION));
   const std::string where = model.source.empty() ? model.name : model.source;
   STRATOS_CHECK(0 <= first_layer && first_layer < last_layer && last_layer <= model.NumLayers(),
                 "stage layers [{}, {}) of {}", first_layer, last_layer, model.NumLayers());
@@ -366,7 +395,7 @@ GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Reco
       for (int64_t d : local_shape(spec)) n *= d;
       total += n;
     }
-  flat_ = torch::empty({total}, torch::kFloat32);
+  flat_ = torch::empty({total}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   const double std_normal = 0.02;
   const double std_scaled = 0.02 / std::sqrt(2.0 * std::max(1, num_blocks));
   int64_t offset = 0;
@@ -415,6 +444,7 @@ GptStage::~GptStage() = default;
 bool GptStage::IsLast() const { return last_layer_ == num_model_layers_; }
 
 Tensor GptStage::Forward(const Tensor& input, const Tensor& targets) {
+  AutocastScope autocast(bf16_);
   Tensor x = input;
   for (auto& layer : layers_) x = layer->Forward(x, targets);
   return x;

@@ -17,7 +17,12 @@
 //
 // Parameters are initialized from the full (unsharded) tensor drawn from a generator seeded by
 // (seed, layer, parameter), then sliced: a run's initial weights do not depend on its plan.
-// All parameters of a stage are views into one flat fp32 buffer (FlatParameters()).
+// All parameters of a stage are views into one flat fp32 buffer (FlatParameters()) on the
+// stage's device. With bf16 (CUDA only) the forward runs under autocast (runtime/device.h):
+// GEMMs and attention in bf16, layer norms and the loss in fp32, fp32 parameters (the master
+// weights) and gradients; the residual stream stays fp32. Attention is
+// at::scaled_dot_product_attention (fused: FlashAttention on CUDA) with LibTorch >= 2.0, the
+// explicit masked softmax before.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -55,18 +60,22 @@ struct ParameterInfo {
 
 class GptStage {
  public:
-  // Builds layers [first_layer, last_layer) of `model` for TP rank tp->Rank() of tp->Size().
-  // Throws InputError if the model is not supported (CheckRuntimeModel) or TP does not divide
-  // the heads, the ffn size or the vocabulary.
+  // Builds layers [first_layer, last_layer) of `model` for TP rank tp->Rank() of tp->Size(),
+  // with its parameters on `device` (initialized on the CPU, so equal on every device) and, if
+  // `bf16`, a bf16-autocast forward (CUDA only). Throws InputError if the model is not supported
+  // (CheckRuntimeModel) or TP does not divide the heads, the ffn size or the vocabulary, and
+  // std::runtime_error for bf16 on a CPU device or on a LibTorch without autocast (< 2.4).
   GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
-           Communicator* tp, uint64_t seed);
+           Communicator* tp, uint64_t seed, torch::Device device = torch::Device(torch::kCPU),
+           bool bf16 = false);
   ~GptStage();
   GptStage(const GptStage&) = delete;
   GptStage& operator=(const GptStage&) = delete;
 
   bool IsFirst() const { return first_layer_ == 0; }
   bool IsLast() const;
-  // input: token ids (b, s) int64 on the first stage, hidden states (b, s, h) fp32 otherwise.
+  // input: token ids (b, s) int64 on the first stage, hidden states (b, s, h) fp32 otherwise,
+  // on the stage's device.
   // targets: (b, s) int64 token ids, used on the last stage only.
   // Returns the mean cross entropy (scalar) on the last stage, hidden states (b, s, h) otherwise.
   torch::Tensor Forward(const torch::Tensor& input, const torch::Tensor& targets);
@@ -77,6 +86,8 @@ class GptStage {
   torch::Tensor FlatParameters() const { return flat_; }  // (num_local_parameters,)
   int64_t NumLocalParameters() const { return flat_.numel(); }
   int HiddenSize() const { return hidden_; }
+  torch::Device Device() const { return flat_.device(); }
+  bool Bf16() const { return bf16_; }
 
   struct Layer;  // defined in gpt.cc
 
@@ -85,6 +96,7 @@ class GptStage {
   int last_layer_;
   int num_model_layers_;
   int hidden_;
+  bool bf16_;
   std::vector<std::unique_ptr<Layer>> layers_;
   torch::Tensor flat_;
   std::vector<torch::Tensor> parameters_;

@@ -208,7 +208,7 @@ LaunchResult RunLocal(const TrainOptions& options, const std::string& executable
   const CharDataset data(options.data_path.empty() ? DefaultDataPath() : options.data_path,
                          model.seq_length);
   const int nproc = options.plan.NumDevices();
-  CheckRuntimePlan(model, options.plan, nproc, "plan", data.VocabSize());
+  CheckRuntimePlan(model, options.plan, nproc, "plan", data.VocabSize(), options.cluster);
 
   std::filesystem::create_directories(options.output_dir);
   std::filesystem::remove_all(options.output_dir + "/errors");

@@ -7,6 +7,7 @@
 
 #include "costmodel/error.h"
 #include "costmodel/model.h"
+#include "runtime/device.h"
 #include "runtime/gpt.h"
 
 namespace stratos {
@@ -132,9 +133,12 @@ std::vector<MatmulRow> ProfileMatmuls(const ProfileOptions& options) {
 
 std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
   options.Validate();
-  if (options.device != "cpu" || options.dtype != "f32")
-    ThrowInputError("profile options", "device", options.device,
-                    "the block profile runs the runtime's fp32 CPU GPT (runtime/gpt.h) only");
+  if (options.dtype == "f16")
+    ThrowInputError("profile options", "dtype", options.dtype,
+                    "the block profile runs the runtime's GPT (runtime/gpt.h): f32, or bf16 "
+                    "autocast on CUDA");
+  const torch::Device device = options.device == "cuda" ? RankDevice("cuda", 0) : torch::kCPU;
+  const bool bf16 = options.dtype == "bf16";
   std::vector<LayerRow> rows;
   for (int hidden : options.layer_hiddens)
     for (int seq : options.layer_seq_lens)
@@ -152,8 +156,9 @@ std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
           BuildTransformerLayers(model);
           if (model.num_attention_heads % tp != 0) continue;
           ShardShapeCommunicator shape(tp);
-          GptStage block(model, 1, 2, Recompute::kNone, &shape, /*seed=*/1);
-          const torch::Tensor input = torch::randn({micro_batch, seq, hidden});
+          GptStage block(model, 1, 2, Recompute::kNone, &shape, /*seed=*/1, device, bf16);
+          const torch::Tensor input =
+              torch::randn({micro_batch, seq, hidden}, torch::TensorOptions().device(device));
           const torch::Tensor no_targets;
           LayerRow row;
           row.hidden = hidden;
@@ -172,8 +177,10 @@ std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
           for (int i = 0; i <= options.repeats; ++i) {
             const torch::Tensor x = input.clone().requires_grad_(true);
             const torch::Tensor loss = block.Forward(x, no_targets).sum();
+            Synchronize(options);
             const auto start = Clock::now();
             loss.backward();
+            Synchronize(options);
             if (i > 0)  // the first is a warm-up
               backward.push_back(std::chrono::duration<double>(Clock::now() - start).count());
           }

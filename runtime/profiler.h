@@ -41,7 +41,8 @@ struct ProfileOptions {
 // GEMM throughput over options.gemm_sizes^3 on options.device in options.dtype.
 std::vector<MatmulRow> ProfileMatmuls(const ProfileOptions& options);
 
-// One transformer block (runtime/gpt.h's GPT-2 block) of one TP rank: forward of a
+// One transformer block (runtime/gpt.h's GPT-2 block; on CUDA in f32 or bf16 autocast) of one
+// TP rank: forward of a
 // (micro_batch, seq_len, hidden) input and backward of its output's sum; forward_flops is the
 // cost model's count for that shard (LayerSpec::forward_flops x micro_batch / tensor_parallel).
 // Block forward/backward over the layer grid; points whose TP does not divide the heads are

@@ -90,9 +90,37 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
       {"options", record.options},
   };
 
-  // Predicted: the cost model on this machine's cluster description.
-  const Problem problem = RuntimeProblem(record.model, plan, world, record.flops_per_worker);
+  // Predicted: the cost model on the run's cluster description (options.cluster), or on this
+  // machine's workers (LocalCpuCluster, whose peak is the measured matmul FLOP/s of a worker:
+  // one CPU thread, or the GPU in the run's dtype).
+  const std::string cluster = record.options.value("cluster", "");
+  const std::string device = record.options.value("device", "cpu");
+  const std::string dtype = record.options.value("dtype", "f32");
+  Problem problem =
+      RuntimeProblem(record.model, plan, world, record.flops_per_worker, cluster, dtype);
+  if (cluster.empty() && device == "cuda") {
+    problem.cluster.name = "local-cuda";
+    problem.cluster.devices.front().source =
+        "peak = measured " + dtype + " matmul FLOP/s of this GPU; memory and bandwidth assumed";
+  }
   const Estimate estimate = Evaluate(problem, plan);
+  // Model FLOPs utilization (Chowdhery et al. 2022, PaLM, App. B): the model's FLOPs per
+  // iteration (forward + backward, no recomputation; the cost model's Megatron-LM count) over
+  // the iteration time and the devices' peak.
+  double model_flops = 0;
+  for (int s = 0; s < plan.NumStages(); ++s) {
+    const StageConfig& c = plan.stages[s].config;
+    model_flops +=
+        estimate.stages[s].terms.model_flops * m * c.data_parallel * c.tensor_parallel;
+  }
+  const double peak_flops = problem.cluster.Device().peak_flops;
+  const double achieved = iteration_seconds > 0 ? model_flops / iteration_seconds / world : 0.0;
+  measurement["model_flops_per_iteration"] = model_flops;
+  measurement["model_flops_per_second_per_device"] = achieved;
+  measurement["mfu"] = peak_flops > 0 ? achieved / peak_flops : 0.0;
+  measurement["mfu_peak_flops"] = peak_flops;
+  measurement["mfu_peak_source"] =
+      fmt::format("{} of cluster {}", problem.cluster.Device().name, problem.cluster.name);
   const SimResult sim = SimulatePipeline(SimStagesFromEstimate(estimate), m, plan.schedule);
   json rows = json::array();
   for (int s = 0; s < plan.NumStages(); ++s) {
@@ -127,8 +155,12 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
       {"iteration_ratio",
        estimate.iteration_seconds > 0 ? iteration_seconds / estimate.iteration_seconds : 0.0},
       {"stages", rows},
-      {"note", "predicted: costmodel::Evaluate of the same plan on LocalCpuCluster (fp32, one "
-               "thread per worker, assumed loopback network); ratios are measured / predicted"}};
+      {"note", cluster.empty()
+                   ? "predicted: costmodel::Evaluate of the same plan on this machine's workers "
+                     "(LocalCpuCluster: measured matmul peak, assumed memory and network); "
+                     "ratios are measured / predicted"
+                   : "predicted: costmodel::Evaluate of the same plan on cluster " + cluster +
+                         "; ratios are measured / predicted"}};
   measurement["predicted_vs_measured"] = comparison;
 
   if (!output_dir.empty()) {

@@ -6,15 +6,18 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "costmodel/atomic_file.h"
+#include "costmodel/cluster_io.h"
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
 #include "runtime/compression.h"
 #include "runtime/data.h"
+#include "runtime/device.h"
 #include "runtime/gpt.h"
 #include "runtime/launcher.h"
 #include "runtime/report.h"
@@ -48,6 +51,13 @@ void TrainOptions::Validate() const {
     throw InputError("run options: resume needs a checkpoint directory (--checkpoint-dir)");
   if (fault_kind != "exit" && fault_kind != "hang" && fault_kind != "throw")
     ThrowInputError(where, "fault_kind", fault_kind, "must be exit, hang or throw");
+  if (device != "cpu" && device != "cuda")
+    ThrowInputError(where, "device", fmt::format("\"{}\"", device), "must be cpu or cuda");
+  if (dtype != "f32" && dtype != "bf16")
+    ThrowInputError(where, "dtype", fmt::format("\"{}\"", dtype), "must be f32 or bf16");
+  if (dtype == "bf16" && device != "cuda")
+    ThrowInputError(where, "dtype", "\"bf16\"",
+                    "needs device cuda (bf16 autocast); the CPU runtime trains in fp32");
 }
 
 json TrainOptionsToJson(const TrainOptions& o) {
@@ -69,6 +79,9 @@ json TrainOptionsToJson(const TrainOptions& o) {
           {"resume", o.resume},
           {"timeout_seconds", o.timeout_seconds},
           {"backend", o.backend},
+          {"device", o.device},
+          {"dtype", o.dtype},
+          {"cluster", o.cluster},
           {"threads", o.threads},
           {"trace_steps", o.trace_steps},
           {"fault_rank", o.fault_rank},
@@ -101,6 +114,9 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
       else if (key == "resume") o.resume = v.get<bool>();
       else if (key == "timeout_seconds") o.timeout_seconds = JsonNumber<double>(v, where, key);
       else if (key == "backend") o.backend = v.get<std::string>();
+      else if (key == "device") o.device = v.get<std::string>();
+      else if (key == "dtype") o.dtype = v.get<std::string>();
+      else if (key == "cluster") o.cluster = v.get<std::string>();
       else if (key == "threads") o.threads = JsonNumber<int>(v, where, key);
       else if (key == "trace_steps") o.trace_steps = JsonNumber<int>(v, where, key);
       else if (key == "fault_rank") o.fault_rank = JsonNumber<int>(v, where, key);
@@ -159,26 +175,31 @@ ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker) {
   return cluster;
 }
 
-double MeasureMatmulFlops(int n) {
+double MeasureMatmulFlops(int n, torch::Device device, torch::ScalarType dtype) {
   torch::NoGradGuard no_grad;
-  Tensor a = torch::ones({n, n}), b = torch::ones({n, n});
-  torch::mm(a, b);  // warm-up
+  const auto options = torch::TensorOptions().dtype(dtype).device(device);
+  Tensor a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+  Tensor c = torch::mm(a, b);  // warm-up
   const int reps = 5;
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) torch::mm(a, b);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return reps * 2.0 * n * n * n / std::max(seconds, 1e-9);
+  DeviceTimer timer(device);
+  const int start = timer.Mark();
+  for (int i = 0; i < reps; ++i) torch::mm_out(c, a, b);
+  const int end = timer.Mark();
+  timer.Synchronize();
+  return reps * 2.0 * n * n * n / std::max(timer.Seconds(start, end), 1e-9);
 }
 
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
-                       double flops_per_worker) {
+                       double flops_per_worker, const std::string& cluster,
+                       const std::string& dtype) {
   Problem problem;
   problem.model = model;
-  problem.cluster = LocalCpuCluster(num_workers, flops_per_worker);
+  problem.cluster = cluster.empty() ? LocalCpuCluster(num_workers, flops_per_worker)
+                                    : ReadClusterFile(ResolveClusterPath(cluster));
   problem.training.global_batch_size = plan.global_batch_size;
   problem.training.schedule = plan.schedule;
-  problem.training.activation_dtype_bytes = 4;
+  // bf16 autocast keeps fp32 parameters, gradients and Adam state; activations are mostly bf16.
+  problem.training.activation_dtype_bytes = dtype == "bf16" ? 2 : 4;
   problem.training.param_dtype_bytes = 4;
   problem.training.grad_dtype_bytes = 4;
   problem.training.optimizer_state_bytes_per_param = 8;
@@ -189,7 +210,7 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
 }
 
 void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
-                      const std::string& where, int data_vocab_size) {
+                      const std::string& where, int data_vocab_size, const std::string& cluster) {
   CheckRuntimeModel(model);
   if (plan.virtual_stages != 1)
     ThrowInputError(where, "virtual_stages", plan.virtual_stages,
@@ -198,7 +219,7 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
     ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
                     fmt::format("must equal the {} worker processes (--nproc / WORLD_SIZE)",
                                 world_size));
-  ValidatePlan(RuntimeProblem(model, plan, world_size), plan, where);
+  ValidatePlan(RuntimeProblem(model, plan, world_size, 1e10, cluster), plan, where);
   const StageConfig& first = plan.stages.front().config;
   for (int s = 0; s < plan.NumStages(); ++s) {
     const StageConfig& c = plan.stages[s].config;
@@ -261,12 +282,6 @@ Plan UniformRuntimePlan(const ModelSpec& model, int pp, int dp, int tp, int micr
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 struct Layout {
   int pp = 1, dp = 1, tp = 1;
   int stage = 0, dp_rank = 0, tp_rank = 0;
@@ -300,7 +315,7 @@ class GradientSynchronizer {
   GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap,
                        GradientCompressor* compressor)
       : stage_(stage), dp_(dp), overlap_(overlap && dp->Size() > 1), compressor_(compressor) {
-    flat_grads_ = torch::zeros({stage.NumLocalParameters()});
+    flat_grads_ = torch::zeros({stage.NumLocalParameters()}, stage.FlatParameters().options());
     const auto& infos = stage.ParameterInfos();
     // Buckets over parameters in reverse order (the order backward produces their gradients).
     int64_t bucket_elements = 0;
@@ -430,8 +445,8 @@ class ShardedAdam {
     shard_ = (n + D - 1) / D;
     begin_ = zero1_ ? std::min(n, dp->Rank() * shard_) : 0;
     end_ = std::min(n, begin_ + shard_);
-    m_ = torch::zeros({end_ - begin_});
-    v_ = torch::zeros({end_ - begin_});
+    m_ = torch::zeros({end_ - begin_}, params_.options());
+    v_ = torch::zeros({end_ - begin_}, params_.options());
   }
 
   // grads: (n,) averaged over DP.
@@ -448,10 +463,10 @@ class ShardedAdam {
     p.addcdiv_(m_, denom, -options_.learning_rate / bias1);
     if (zero1_) {
       const int D = dp_->Size();
-      Tensor local = torch::zeros({shard_});
+      Tensor local = torch::zeros({shard_}, params_.options());
       local.narrow(0, 0, end_ - begin_).copy_(p);
       std::vector<Tensor> parts;
-      for (int r = 0; r < D; ++r) parts.push_back(torch::empty({shard_}));
+      for (int r = 0; r < D; ++r) parts.push_back(torch::empty({shard_}, params_.options()));
       dp_->AllGather(parts, local);
       const int64_t n = params_.numel();
       for (int r = 0; r < D; ++r) {
@@ -462,7 +477,8 @@ class ShardedAdam {
   }
 
   int64_t StepCount() const { return step_; }
-  std::vector<Tensor> State() const { return {m_, v_, torch::tensor({step_})}; }
+  // On the CPU, so that a checkpoint loads on any device.
+  std::vector<Tensor> State() const { return {m_.cpu(), v_.cpu(), torch::tensor({step_})}; }
   void LoadState(const Tensor& m, const Tensor& v, int64_t step) {
     STRATOS_CHECK(m.numel() == m_.numel() && v.numel() == v_.numel(),
                   "checkpoint optimizer shard of {} elements, expected {}", m.numel(), m_.numel());
@@ -510,6 +526,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
   torch::set_num_threads(options.threads);
   Activity activity;
   const int rank = groups.Rank();
+  const torch::Device device = RankDevice(options.device, groups.LocalRank());
+  std::optional<c10::DeviceGuard> device_guard;  // the current CUDA device: streams, events, NCCL
+  if (device.is_cuda()) device_guard.emplace(device);
+  const auto float_options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   Layout layout;
   const Plan& plan = options.plan;
   layout.pp = plan.NumStages();
@@ -523,7 +543,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
     const std::string data_path = options.data_path.empty() ? DefaultDataPath() : options.data_path;
     const CharDataset data(data_path, model.seq_length);
-    CheckRuntimePlan(model, plan, groups.WorldSize(), "plan", data.VocabSize());
+    CheckRuntimePlan(model, plan, groups.WorldSize(), "plan", data.VocabSize(), options.cluster);
 
     // Groups: TP, DP, and the tied-embedding pair.
     activity.what = "creating process groups";
@@ -548,10 +568,15 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     activity.what = "building the model";
     const StagePlan& stage_plan = plan.stages[layout.stage];
     GptStage stage(model, stage_plan.first_layer, stage_plan.last_layer,
-                   stage_plan.config.recompute, tp.get(), options.seed);
+                   stage_plan.config.recompute, tp.get(), options.seed, device,
+                   options.dtype == "bf16");
     // Gradient compression only where gradients travel (DP > 1), as the cost model prices it.
     std::unique_ptr<GradientCompressor> compressor;
     if (stage_plan.config.grad_compression.kind != GradCompression::kNone && layout.dp > 1) {
+      if (device.is_cuda())
+        ThrowInputError("plan", fmt::format("stages[{}].grad_compression", layout.stage),
+                        stage_plan.config.grad_compression.Label(),
+                        "the runtime compresses gradients on CPU workers only (device cpu)");
       std::vector<std::vector<int64_t>> shapes;
       for (const Tensor& p : stage.Parameters()) shapes.push_back(p.sizes().vec());
       CompressorOptions compressor_options;
@@ -612,15 +637,19 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
 
     activity.what = "waiting at the start barrier";
     world.Barrier();
-    const Clock::time_point run_start = Clock::now();
+    // Times come from the device's timeline (CUDA events; the host clock on CPU), read once per
+    // step after the step's work: regions are (name, category, StepTimes field, marks).
+    DeviceTimer timer(device);
+    struct Region {
+      std::string name;
+      const char* category;
+      double StepTimes::*field;
+      int from, to;
+    };
+    std::vector<Region> regions;
     std::vector<TraceEvent> events;
     std::vector<StepTimes> times;
     const int trace_from = options.steps - options.trace_steps;
-    auto record = [&](int step, std::string name, const char* category, Clock::time_point a,
-                      Clock::time_point e) {
-      if (step >= trace_from)
-        events.push_back({std::move(name), category, Seconds(run_start, a), Seconds(a, e)});
-    };
 
     for (int step = start_step; step < options.steps; ++step) {
       activity = Activity{};
@@ -633,12 +662,12 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       }
       StepTimes t;
       const double tp_blocked_before = tp->BlockedSeconds();
-      const Clock::time_point step_start = Clock::now();
+      const int step_start = timer.Mark();
       sync.BeginStep();
       std::vector<Tensor> inputs(m), outputs(m);
       std::vector<std::shared_ptr<CommWork>> sends;
       std::vector<Tensor> send_buffers;
-      double loss_sum = 0;
+      std::vector<Tensor> losses;  // per microbatch, on the device (read once, after the step)
       for (const PipelineOp& op : schedule) {
         const int i = op.microbatch;
         activity.microbatch = i;
@@ -647,29 +676,31 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           Tensor input, targets;
           const bool need_batch = stage.IsFirst() || stage.IsLast();
           CharDataset::Batch batch;
-          if (need_batch) batch = data.TrainBatch(options.seed, step, B, first_sample, b);
+          if (need_batch) {
+            batch = data.TrainBatch(options.seed, step, B, first_sample, b);
+            batch.inputs = batch.inputs.to(device);
+            batch.targets = batch.targets.to(device);
+          }
           if (stage.IsFirst()) {
             input = batch.inputs;
           } else {
             activity.what = "receiving activations";
             activity.peer = prev_rank;
-            const auto a = Clock::now();
-            input = torch::empty({b, S, H});
+            const int a = timer.Mark();
+            input = torch::empty({b, S, H}, float_options);
             world.RecvAsync(input, prev_rank, 2 * i)->Wait();
-            const auto e = Clock::now();
-            t.p2p_wait += Seconds(a, e);
-            record(step, fmt::format("recv F{}", i), "p2p_wait", a, e);
+            regions.push_back({fmt::format("recv F{}", i), "p2p_wait", &StepTimes::p2p_wait, a,
+                               timer.Mark()});
             input.requires_grad_(true);
           }
           activity.what = "running the forward pass";
           activity.peer = -1;
-          const auto a = Clock::now();
+          const int a = timer.Mark();
           Tensor out = stage.Forward(input, stage.IsLast() ? batch.targets : Tensor());
-          const auto e = Clock::now();
-          t.forward += Seconds(a, e);
-          record(step, fmt::format("F{}", i), "forward", a, e);
+          regions.push_back({fmt::format("F{}", i), "forward", &StepTimes::forward, a,
+                             timer.Mark()});
           if (stage.IsLast()) {
-            loss_sum += out.item<double>() / m;
+            losses.push_back(out.detach());
           } else {
             activity.what = "sending activations";
             activity.peer = next_rank;
@@ -684,25 +715,23 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           if (!stage.IsLast()) {
             activity.what = "receiving gradients";
             activity.peer = next_rank;
-            const auto a = Clock::now();
-            grad = torch::empty({b, S, H});
+            const int a = timer.Mark();
+            grad = torch::empty({b, S, H}, float_options);
             world.RecvAsync(grad, next_rank, 2 * i + 1)->Wait();
-            const auto e = Clock::now();
-            t.p2p_wait += Seconds(a, e);
-            record(step, fmt::format("recv B{}", i), "p2p_wait", a, e);
+            regions.push_back({fmt::format("recv B{}", i), "p2p_wait", &StepTimes::p2p_wait, a,
+                               timer.Mark()});
           }
           if (i == m - 1) sync.Arm();
           activity.what = "running the backward pass";
           activity.peer = -1;
-          const auto a = Clock::now();
+          const int a = timer.Mark();
           if (stage.IsLast()) {
             torch::autograd::backward({outputs[i] / static_cast<double>(m)});
           } else {
             torch::autograd::backward({outputs[i]}, {grad});
           }
-          const auto e = Clock::now();
-          t.backward += Seconds(a, e);
-          record(step, fmt::format("B{}", i), "backward", a, e);
+          regions.push_back({fmt::format("B{}", i), "backward", &StepTimes::backward, a,
+                             timer.Mark()});
           if (!stage.IsFirst()) {
             activity.what = "sending gradients";
             activity.peer = prev_rank;
@@ -717,14 +746,13 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       activity.microbatch = -1;
       activity.what = "completing sends";
       {
-        const auto a = Clock::now();
+        const int a = timer.Mark();
         for (auto& work : sends) work->Wait();
-        const auto e = Clock::now();
-        t.p2p_wait += Seconds(a, e);
+        regions.push_back({"complete sends", "p2p_wait", &StepTimes::p2p_wait, a, timer.Mark()});
       }
       activity.what = "all-reducing gradients over DP";
       activity.peer = -1;
-      const auto sync_start = Clock::now();
+      const int sync_start = timer.Mark();
       Tensor grads = sync.Finish();
       {
         torch::NoGradGuard no_grad;
@@ -736,21 +764,32 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         }
         if (layout.dp > 1 && !compressor) grads.div_(layout.dp);
       }
-      const auto sync_end = Clock::now();
-      t.dp_sync = Seconds(sync_start, sync_end);
-      record(step, "grad sync", "dp_sync", sync_start, sync_end);
+      const int sync_end = timer.Mark();
+      regions.push_back({"grad sync", "dp_sync", &StepTimes::dp_sync, sync_start, sync_end});
       activity.what = "running the optimizer step";
       adam.Step(grads);
-      const auto opt_end = Clock::now();
-      t.optimizer = Seconds(sync_end, opt_end);
-      record(step, "optimizer", "optimizer", sync_end, opt_end);
+      const int opt_end = timer.Mark();
+      regions.push_back({"optimizer", "optimizer", &StepTimes::optimizer, sync_end, opt_end});
 
       activity.what = "all-reducing the loss";
+      double loss_sum = 0;
+      if (!losses.empty())
+        loss_sum = torch::stack(losses).to(torch::kFloat64).sum().item<double>() / m;
       Tensor loss = torch::tensor({stage.IsLast() && layout.tp_rank == 0 ? loss_sum : 0.0},
-                                  torch::kFloat64);
+                                  torch::TensorOptions().dtype(torch::kFloat64).device(device));
       world.AllReduceSum(loss);
       result.losses.push_back(loss.item<double>() / layout.dp);
-      t.step = Seconds(step_start, Clock::now());
+      const int step_end = timer.Mark();
+      timer.Synchronize();
+      for (const Region& r : regions) {
+        const double seconds = timer.Seconds(r.from, r.to);
+        if (r.field != nullptr) t.*(r.field) += seconds;
+        if (step >= trace_from && r.name != "complete sends")
+          events.push_back({r.name, r.category, timer.Offset(r.from), seconds});
+      }
+      t.step = timer.Seconds(step_start, step_end);
+      regions.clear();
+      timer.Clear();
       t.tp_comm = tp->BlockedSeconds() - tp_blocked_before;
       times.push_back(t);
 
@@ -764,6 +803,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         for (const Tensor& s : adam.State()) state.push_back(s);
         if (compressor)
           for (const Tensor& s : compressor->State()) state.push_back(s);
+        for (Tensor& tensor : state) tensor = tensor.cpu();  // loadable on any device
         torch::save(state, fmt::format("{}/rank_{}.pt", dir, rank));
         world.Barrier();
         if (rank == 0) WriteTextFile(options.checkpoint_dir + "/latest", std::to_string(step + 1));
@@ -799,7 +839,13 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       record.model = model;
       record.first_step = start_step;
       record.losses = result.losses;
-      record.flops_per_worker = MeasureMatmulFlops();
+      // The local description's peak: a matmul on this rank's device in the run's dtype.
+      if (options.cluster.empty())
+        record.flops_per_worker =
+            device.is_cuda()
+                ? MeasureMatmulFlops(4096, device,
+                                     options.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32)
+                : MeasureMatmulFlops();
       for (int r = 0; r < groups.WorldSize(); ++r)
         record.ranks.push_back(json::parse(groups.StoreGet(fmt::format("measure/{}", r))));
       result.measurement = WriteRunReports(record, options.output_dir);
@@ -822,6 +868,7 @@ int RunWorkerProcess(const TrainOptions& options, const RendezvousOptions& rende
     RendezvousOptions r = rendezvous;
     r.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
     r.backend = options.backend;
+    r.device = options.device;
     ProcessGroups groups(r);
     TrainWorker(options, groups);
     return 0;

@@ -48,7 +48,15 @@ struct TrainOptions {
   int checkpoint_every = 0;      // steps; 0 = only at the end (when checkpoint_dir is set)
   bool resume = false;           // continue from checkpoint_dir's latest checkpoint
   double timeout_seconds = 60;   // rendezvous and every collective
-  std::string backend = "auto";  // gloo | nccl | auto
+  std::string backend = "auto";  // gloo | nccl | auto (ResolveBackend: follows `device`)
+  // Where the tensors live: cpu, or cuda (rank r on GPU LOCAL_RANK mod the GPU count).
+  std::string device = "cpu";
+  // f32, or bf16 (CUDA only): bf16 autocast with fp32 master weights, gradients and Adam state
+  // (runtime/gpt.h).
+  std::string dtype = "f32";
+  // Cluster description (zoo name or file) the measurement is predicted on and whose device's
+  // peak FLOP/s MFU is reported against; "": this machine's CPU workers (LocalCpuCluster).
+  std::string cluster;
   int threads = 1;               // intra-op threads per worker (LibTorch)
   int trace_steps = 3;           // the last N steps go into the Chrome trace
   // Fault injection for tests: rank fault_rank, at the start of step fault_step, exits
@@ -72,21 +80,27 @@ ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length);
 // `flops_per_worker` FLOP/s (measured), memory split evenly, and an assumed loopback network
 // (1 GB/s, 30 us per step) that the predicted-vs-measured report calibrates.
 ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker);
-// FLOP/s of one fp32 matmul of size n on this thread (a short benchmark).
-double MeasureMatmulFlops(int n = 256);
+// FLOP/s of an n x n x n matmul on `device` in `dtype` (a short benchmark; on the CPU, one
+// thread's with the default).
+double MeasureMatmulFlops(int n = 256, torch::Device device = torch::Device(torch::kCPU),
+                          torch::ScalarType dtype = torch::kFloat32);
 
-// The problem a runtime plan is checked against: the model, LocalCpuCluster(num_workers) and
-// fp32 training (4-byte activations, weights and gradients; Adam moments 8 bytes/param).
+// The problem a runtime plan is checked against and predicted on: the model, the cluster
+// description `cluster` (zoo name or file; "": LocalCpuCluster(num_workers, flops_per_worker))
+// and the runtime's training: fp32 weights and gradients, Adam moments 8 bytes/param,
+// activations 4 bytes (2 with dtype "bf16"). Throws InputError for an unreadable cluster.
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
-                       double flops_per_worker = 1e10);
+                       double flops_per_worker = 1e10, const std::string& cluster = "",
+                       const std::string& dtype = "f32");
 
 // Refuses, before any process is launched, a plan this runtime cannot execute: ValidatePlan
-// against RuntimeProblem, plus the world size equal to the plan's devices, equal DP and TP in
-// every stage, ZeRO stage 0 or 1, TP dividing heads, ffn and vocabulary, the vocabulary holding
-// the data's characters, and a microbatch of at least one sample per replica.
+// against RuntimeProblem (on `cluster`), plus the world size equal to the plan's devices, equal
+// DP and TP in every stage, ZeRO stage 0 or 1, TP dividing heads, ffn and vocabulary, the
+// vocabulary holding the data's characters, and a microbatch of at least one sample per replica.
 // Throws InputError naming `where` (the plan file) and the field.
 void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
-                      const std::string& where, int data_vocab_size = 0);
+                      const std::string& where, int data_vocab_size = 0,
+                      const std::string& cluster = "");
 
 // A Megatron-style uniform plan: pp stages of even layer ranges, each dp x tp devices.
 // Throws InputError if a degree is < 1 or micro_batch * dp does not divide global_batch.

@@ -131,6 +131,14 @@ TEST_CASE("a run writes its measurement, a Chrome trace and the predicted-vs-mea
   CHECK(comparison.at("predicted_iteration_seconds").get<double>() > 0);
   CHECK(comparison.at("measured_iteration_seconds").get<double>() > 0);
   CHECK(comparison.at("stages").size() == 2);
+  // MFU: the model FLOPs the cost model counts per microbatch and stage, m microbatches.
+  double flops = 0;
+  for (const auto& stage : comparison.at("stages"))
+    flops += stage.at("predicted_model_flops_per_microbatch").get<double>() * 2;
+  CHECK(measurement.at("model_flops_per_iteration").get<double>() == doctest::Approx(flops));
+  CHECK(measurement.at("mfu").get<double>() ==
+        doctest::Approx(flops / measurement.at("iteration_seconds").get<double>() / 2 /
+                        measurement.at("mfu_peak_flops").get<double>()));
 }
 
 TEST_CASE("an invalid plan is refused before any worker is launched") {

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The GPU checks (README "The GPU path"), as one script for a machine with an NVIDIA GPU, CUDA and
+# the Python torch package but no Debian packages. Before copying the tree there, run
+# `make carry-headers` on a machine with the packages (header-only dependencies and the training
+# text into third_party/). This script then
+#   1. builds stratos and runtime_test against that torch's CUDA LibTorch (no CBC: no ILP),
+#   2. runs the gpu test suite and the device tests,
+#   3. trains the tiny GPT for 20 steps in fp32 on the CPU and on the GPU (loss parity),
+#   4. trains a GPT-3 1.3B-shaped model (24 blocks, hidden 2048, sequence 2048) in bf16 and
+#      reports MFU against the GPU's dense bf16 peak,
+#   5. profiles GEMMs and transformer blocks in bf16 and calibrates the GPU's description,
+#   6. runs single-GPU plans (microbatch, recomputation, sequence length) whose measured
+#      iteration times are compared with the calibrated description's predictions.
+# Usage: bash experiments/gpu/gpu_checks.sh RESULTS_DIR [BUDGET_SECONDS]
+# Leaves RESULTS_DIR/gpu_checks.tgz (every output, refreshed after each part) and
+# RESULTS_DIR/summary.txt; stops starting new parts once BUDGET_SECONDS (default 480) have passed.
+set -u
+RESULTS=${1:?usage: gpu_checks.sh RESULTS_DIR [BUDGET_SECONDS]}
+BUDGET=${2:-480}
+mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+BUILD=${BUILD:-build-gpu}
+B=$BUILD/stratos
+SUMMARY=$RESULTS/summary.txt
+: > "$SUMMARY"
+say() { echo "== $(date +%T) [${SECONDS}s] $*" | tee -a "$SUMMARY"; }
+pack() { tar czf "$RESULTS/gpu_checks.tgz" -C "$WORK" . 2>/dev/null; }
+left() { [ "$SECONDS" -lt "$BUDGET" ]; }
+
+nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$GPU" in
+  *H200*) CLUSTER=h200-node ;;
+  *H100*) CLUSTER=dgx-h100 ;;
+  *) CLUSTER=dgx-a100-80gb ;;
+esac
+say "GPU: $GPU; base cluster description: $CLUSTER"
+python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' | tee -a "$SUMMARY"
+
+# 1. Build.
+[ -d third_party/include ] || { say "no third_party/include: run make carry-headers first"; exit 1; }
+mkdir -p shared/data && cp third_party/tinyshakespeare.txt shared/data/  # SharedDataPath
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+GENERATOR=$(command -v ninja >/dev/null && echo Ninja || echo "Unix Makefiles")
+build() {
+  cmake -S . -B "$BUILD" -G "$GENERATOR" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "$@" >> "$WORK/configure.log" 2>&1 || return 1
+  cmake --build "$BUILD" -j "$(nproc)" --target stratos runtime_test -- \
+    $([ "$GENERATOR" = Ninja ] && echo -k 0) >> "$WORK/build.log" 2>&1
+}
+say "configure and build"
+if ! build; then
+  grep -E "error|Error" "$WORK/configure.log" "$WORK/build.log" | head -30 | tee -a "$SUMMARY"
+  say "build failed; again without NCCL"
+  build -DSTRATOS_NCCL=OFF || { grep -E "error" "$WORK/build.log" | tail -30 | tee -a "$SUMMARY"; pack; exit 1; }
+fi
+grep "runtime backends" "$WORK/configure.log" | tail -1 | tee -a "$SUMMARY"
+"$B" version | tee -a "$SUMMARY"
+pack
+
+# 2. Tests.
+say "gpu test suite"
+"$BUILD/tests/runtime_test" -ts=gpu -s > "$WORK/test_gpu.log" 2>&1
+echo "gpu suite exit $?" | tee -a "$SUMMARY"
+grep -E "MESSAGE|relative|TFLOP|bf16 loss|test cases|ERROR|FAILED" "$WORK/test_gpu.log" | head -40 | tee -a "$SUMMARY"
+"$BUILD/tests/runtime_test" -sf='*test_device.cc' > "$WORK/test_device.log" 2>&1
+echo "device tests exit $?; $(grep 'test cases' "$WORK/test_device.log")" | tee -a "$SUMMARY"
+pack
+
+# 3. Loss parity, tiny GPT in fp32: CPU vs GPU.
+say "loss parity (gpt-tiny, fp32, 20 steps)"
+for device in cpu cuda; do
+  "$B" run --model gpt-tiny --steps 20 --device $device --output-dir "$WORK/parity_$device" \
+    > "$WORK/parity_$device.log" 2>&1 || tail -5 "$WORK/parity_$device.log" | tee -a "$SUMMARY"
+done
+python3 - "$WORK" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+w = sys.argv[1]
+try:
+    a = json.load(open(f"{w}/parity_cpu/measurement.json"))["losses"]
+    b = json.load(open(f"{w}/parity_cuda/measurement.json"))["losses"]
+    worst = max(abs(x - y) / x for x, y in zip(a, b))
+    print(f"parity: {len(a)} steps, CPU {a[0]:.5f} -> {a[-1]:.5f}, CUDA {b[0]:.5f} -> {b[-1]:.5f}, "
+          f"largest relative difference {worst:.2e}")
+except Exception as e:
+    print("parity: no result", e)
+PY
+pack
+
+# 4. MFU: GPT-3 1.3B-shaped, bf16, sequence 2048.
+run_plan() {  # name micro_batch recompute seq global_batch cluster [steps]
+  local name=$1 mb=$2 rc=$3 seq=$4 gb=$5 cluster=$6 steps=${7:-3}
+  "$B" run --model gpt3-1.3b --device cuda --dtype bf16 --micro-batch "$mb" --recompute "$rc" \
+    --seq-length "$seq" --global-batch "$gb" --steps "$steps" --threads 8 --cluster "$cluster" \
+    --deadline 240 --output-dir "$WORK/$name" > "$WORK/$name.log" 2>&1
+  local rc_=$?
+  echo "$name (mb $mb, recompute $rc, seq $seq, global batch $gb): exit $rc_; $(grep -E '^iteration|^MFU' "$WORK/$name.log" | tr '\n' ' ')" | tee -a "$SUMMARY"
+  [ $rc_ = 0 ] || tail -4 "$WORK/$name.log" | tee -a "$SUMMARY"
+}
+say "MFU run"
+run_plan mfu_mb8 8 none 2048 32 "$CLUSTER" 4
+pack
+
+# 5. Profile and calibration.
+if left; then
+  say "profile (GEMMs, blocks; bf16)"
+  "$B" profile --device cuda --dtype bf16 --parts matmul,layer --repeats 5 --threads 8 \
+    --output-dir "$WORK/profile" > "$WORK/profile.log" 2>&1
+  echo "profile exit $?" | tee -a "$SUMMARY"
+  "$B" calibrate --profile "$WORK/profile" --cluster "$CLUSTER" --matmul-dtype bf16 \
+    --name "$CLUSTER-calibrated" --output "$WORK/calibrated.toml" > "$WORK/calibrate.log" 2>&1
+  echo "calibrate exit $?" | tee -a "$SUMMARY"
+  tail -15 "$WORK/calibrate.log" | tee -a "$SUMMARY"
+  pack
+fi
+PREDICT_ON=$CLUSTER
+[ -f "$WORK/calibrated.toml" ] && PREDICT_ON=$WORK/calibrated.toml
+
+# 6. Single-GPU plans: predicted (calibrated description) vs measured.
+say "plans, predicted on $PREDICT_ON"
+while read -r name mb rc seq gb; do
+  left || { say "budget spent: $name and later plans not run"; break; }
+  run_plan "$name" "$mb" "$rc" "$seq" "$gb" "$PREDICT_ON"
+  pack
+done <<'PLANS'
+p_mb1_none_s2048 1 none 2048 8
+p_mb2_none_s2048 2 none 2048 8
+p_mb4_full_s2048 4 full 2048 16
+p_mb4_sel_s2048 4 selective 2048 16
+p_mb8_none_s1024 8 none 1024 16
+p_mb2_full_s1024 2 full 1024 8
+PLANS
+python3 - "$WORK" <<'PY' | tee -a "$SUMMARY"
+import json, sys, glob, os
+errors = []
+for path in sorted(glob.glob(f"{sys.argv[1]}/p_*/measurement.json")):
+    m = json.load(open(path))
+    c = m["predicted_vs_measured"]
+    e = c["predicted_iteration_seconds"] / c["measured_iteration_seconds"] - 1
+    errors.append(abs(e))
+    print(f"{os.path.basename(os.path.dirname(path)):20s} measured {c['measured_iteration_seconds']:.4f} s "
+          f"predicted {c['predicted_iteration_seconds']:.4f} s ({100 * e:+.1f}%)  MFU {100 * m['mfu']:.1f}%")
+if errors:
+    print(f"MAPE over {len(errors)} plans: {100 * sum(errors) / len(errors):.1f}%")
+PY
+pack
+say "done"

@@ -1,0 +1,80 @@
+#pragma once
+// Where a run's tensors live and how their work is timed: the device a rank uses, bf16
+// autocast (torch.amp-style mixed precision) for CUDA, and a timer that reads the device's own
+// timeline (CUDA events) instead of the host clock, which on CUDA only sees kernel launches.
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+// LibTorch at least major.minor (Debian's libtorch-dev is 1.13; the Python torch package of a GPU
+// machine 2.x: the device-generic autocast API is from 2.4, Event::elapsedTime from 2.3).
+#define STRATOS_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||          \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace stratos {
+
+// The device of a rank: "cpu", or "cuda" -> cuda:(local_rank mod the GPU count). Throws
+// InputError("run options: device = cuda: ...") when this LibTorch sees no CUDA device, and for
+// any other name.
+torch::Device RankDevice(const std::string& device, int local_rank);
+
+// Whether this LibTorch can run bf16 autocast on CUDA (>= 2.4).
+bool AutocastSupported();
+
+// Enables autocast (torch.amp) to `dtype` for CUDA tensors on this thread while alive, as
+// `with torch.autocast("cuda", dtype)` does: matmuls, linear layers and attention run in dtype,
+// reductions (layer norm, softmax, cross entropy) in fp32, parameters stay fp32. `enabled` false
+// makes it a no-op. Restores the previous state and, leaving the outermost scope, clears the
+// cache of cast weights. Throws std::runtime_error when enabled on a LibTorch older than 2.4.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, torch::ScalarType dtype = torch::kBFloat16);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+  bool previous_enabled_ = false;
+  torch::ScalarType previous_dtype_ = torch::kBFloat16;
+};
+
+// Whether autocast is on for CUDA tensors on this thread.
+bool AutocastEnabled();
+// x cast once to the autocast dtype when autocast is on for x's device (so that the several
+// linear layers reading x do not each cast it), else x.
+torch::Tensor AutocastInput(const torch::Tensor& x);
+
+// Marks on a device's timeline. On CPU a mark is the host clock; on CUDA a timing event recorded
+// on the current stream (LibTorch >= 2.3; older ones synchronize the device at each mark). Read
+// times only after Synchronize().
+class DeviceTimer {
+ public:
+  // The origin mark (Offset() is measured from it) is recorded at construction.
+  explicit DeviceTimer(torch::Device device);
+  ~DeviceTimer();
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+
+  // Records a mark now (on CUDA: when the work queued so far has run); returns its index.
+  int Mark();
+  // Waits until every mark is recorded.
+  void Synchronize();
+  // Seconds between marks `from` and `to` (after Synchronize()).
+  double Seconds(int from, int to) const;
+  // Seconds from the origin to mark `index` (after Synchronize()).
+  double Offset(int index) const;
+  // Forgets the marks (not the origin); their indices are reused.
+  void Clear();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stratos

@@ -1,0 +1,96 @@
+// The device-side pieces of the runtime that every machine can test: the backend following the
+// tensors, device selection, the timer's host path, the run options of the GPU path and the
+// problem a GPU run is predicted on (test_gpu.cc runs them on a GPU).
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <thread>
+
+#include "costmodel/error.h"
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+#include "runtime/trainer.h"
+
+namespace stratos {
+namespace {
+
+TEST_CASE("the auto backend follows where the tensors live") {
+  CHECK(ResolveBackend("auto", "cpu") == "gloo");
+  CHECK(ResolveBackend("auto", "cuda") == (NcclAvailable() ? "nccl" : "gloo"));
+  CHECK(ResolveBackend("nccl", "cpu") == "nccl");  // kept: ProcessGroups refuses it without NCCL
+  CHECK(ResolveBackend("gloo", "cuda") == "gloo");
+  CHECK_THROWS_WITH_AS(ResolveBackend("mpi", "cpu"),
+                       doctest::Contains("backend = mpi: must be gloo, nccl or auto"), InputError);
+}
+
+TEST_CASE("a rank's device: the CPU, or its GPU; cuda without a GPU is refused by name") {
+  CHECK((RankDevice("cpu", 3) == torch::Device(torch::kCPU)));
+  CHECK_THROWS_WITH_AS(RankDevice("tpu", 0), doctest::Contains("device = \"tpu\": must be cpu or cuda"),
+                       InputError);
+  if (torch::cuda::is_available()) {
+    const int count = static_cast<int>(torch::cuda::device_count());
+    CHECK(static_cast<int>(RankDevice("cuda", count + 1).index()) == (count + 1) % count);
+  } else {
+    CHECK_THROWS_WITH_AS(RankDevice("cuda", 0), doctest::Contains("sees no CUDA device"),
+                         InputError);
+  }
+}
+
+TEST_CASE("autocast scopes are no-ops when disabled, and AutocastInput leaves CPU tensors alone") {
+  const torch::Tensor x = torch::ones({2, 3});
+  {
+    AutocastScope off(false);
+    CHECK_FALSE(AutocastEnabled());
+  }
+  CHECK((AutocastInput(x).scalar_type() == torch::kFloat32));
+  if (!AutocastSupported()) CHECK_THROWS_AS(AutocastScope(true), std::runtime_error);
+}
+
+TEST_CASE("the timer's host path: marks, spans and offsets in seconds") {
+  DeviceTimer timer(torch::Device(torch::kCPU));
+  const int a = timer.Mark();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int b = timer.Mark();
+  timer.Synchronize();
+  CHECK(timer.Seconds(a, b) >= 0.019);
+  CHECK(timer.Seconds(a, b) < 5);
+  CHECK(timer.Offset(b) >= timer.Offset(a));
+  CHECK(timer.Offset(a) >= 0);
+  timer.Clear();
+  CHECK(timer.Mark() == 0);  // indices are reused
+  CHECK_THROWS(timer.Seconds(0, 1));
+}
+
+TEST_CASE("run options of the GPU path are checked by name") {
+  TrainOptions options;
+  options.dtype = "bf16";
+  CHECK_THROWS_WITH_AS(options.Validate(), doctest::Contains("dtype = \"bf16\": needs device cuda"),
+                       InputError);
+  options.device = "cuda";
+  CHECK_NOTHROW(options.Validate());
+  options.dtype = "f16";
+  CHECK_THROWS_WITH_AS(options.Validate(), doctest::Contains("dtype = \"f16\": must be f32 or bf16"),
+                       InputError);
+  options.dtype = "bf16";
+  options.cluster = "h200-node";
+  const TrainOptions back = TrainOptionsFromJson(TrainOptionsToJson(options), "test");
+  CHECK(back.device == "cuda");
+  CHECK(back.dtype == "bf16");
+  CHECK(back.cluster == "h200-node");
+}
+
+TEST_CASE("a GPU run is predicted on its cluster description, bf16 activations at 2 bytes") {
+  const ModelSpec model = LoadRuntimeModel("gpt3-1.3b", 0);
+  const Plan plan = UniformRuntimePlan(model, 1, 1, 1, 4, 16, Schedule::kOneFOneB, 0,
+                                       Recompute::kNone);
+  const Problem problem = RuntimeProblem(model, plan, 1, 0, "h200-node", "bf16");
+  CHECK(problem.cluster.Device().name == "H200-SXM5-141GB");
+  CHECK(problem.training.activation_dtype_bytes == 2);
+  CHECK(problem.training.param_dtype_bytes == 4);
+  CHECK(RuntimeProblem(model, plan, 1).cluster.name == "local-cpu");
+  CHECK_THROWS_AS(RuntimeProblem(model, plan, 1, 0, "no-such-cluster"), InputError);
+}
+
+}  // namespace
+}  // namespace stratos

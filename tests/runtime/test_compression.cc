@@ -123,7 +123,7 @@ TEST_CASE("PowerSGD without error feedback reaches the best rank-r error on a ra
   spec.powersgd_rank = r;
   const Tensor m = Randn({64, 48}, 4);
   // Eckart-Young: the best rank-r error is the norm of the trailing singular values.
-  const Tensor sigma = torch::linalg::svdvals(m, c10::nullopt);
+  const Tensor sigma = torch::linalg_svdvals(m);
   const double best = sigma.narrow(0, r, sigma.size(0) - r).norm().item<double>();
   auto compressor = Make(spec, {64, 48}, 7, /*error_feedback=*/false);
   double error = 0;

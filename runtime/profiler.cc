@@ -168,22 +168,29 @@ std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
           row.tensor_parallel = tp;
           row.dtype = options.dtype;
           row.forward_flops = model.layers[1].forward_flops * micro_batch / tp;
-          {
-            torch::NoGradGuard no_grad;
-            row.forward_seconds = MedianSeconds(options, [&] { block.Forward(input, no_targets); });
-          }
-          // Backward alone: each run rebuilds the graph (untimed) and times backward().
-          std::vector<double> backward;
+          // As in training: the forward builds the autograd graph (saving activations), the
+          // backward follows it. Both medians over the repeats after one warm-up run.
+          std::vector<double> forward, backward;
           for (int i = 0; i <= options.repeats; ++i) {
             const torch::Tensor x = input.clone().requires_grad_(true);
-            const torch::Tensor loss = block.Forward(x, no_targets).sum();
             Synchronize(options);
             const auto start = Clock::now();
+            const torch::Tensor y = block.Forward(x, no_targets);
+            Synchronize(options);
+            const auto middle = Clock::now();
+            const torch::Tensor loss = y.sum();
+            Synchronize(options);
+            const auto backward_start = Clock::now();
             loss.backward();
             Synchronize(options);
-            if (i > 0)  // the first is a warm-up
-              backward.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+            if (i > 0) {  // the first is a warm-up
+              forward.push_back(std::chrono::duration<double>(middle - start).count());
+              backward.push_back(
+                  std::chrono::duration<double>(Clock::now() - backward_start).count());
+            }
           }
+          std::nth_element(forward.begin(), forward.begin() + forward.size() / 2, forward.end());
+          row.forward_seconds = forward[forward.size() / 2];
           std::nth_element(backward.begin(), backward.begin() + backward.size() / 2,
                            backward.end());
           row.backward_seconds = backward[backward.size() / 2];

@@ -11,9 +11,11 @@
 #   5. profiles GEMMs and transformer blocks in bf16 and calibrates the GPU's description,
 #   6. runs single-GPU plans (microbatch, recomputation, sequence length) whose measured
 #      iteration times are compared with the calibrated description's predictions.
-# Usage: bash experiments/gpu/gpu_checks.sh RESULTS_DIR [BUDGET_SECONDS]
+# Usage: [PARTS=tests,parity,mfu,profile,plans] bash experiments/gpu/gpu_checks.sh RESULTS_DIR
+#        [BUDGET_SECONDS]
 # Leaves RESULTS_DIR/gpu_checks.tgz (every output, refreshed after each part) and
 # RESULTS_DIR/summary.txt; stops starting new parts once BUDGET_SECONDS (default 480) have passed.
+# PARTS (default: all) picks the parts after the build.
 set -u
 RESULTS=${1:?usage: gpu_checks.sh RESULTS_DIR [BUDGET_SECONDS]}
 BUDGET=${2:-480}
@@ -28,6 +30,8 @@ SUMMARY=$RESULTS/summary.txt
 say() { echo "== $(date +%T) [${SECONDS}s] $*" | tee -a "$SUMMARY"; }
 pack() { tar czf "$RESULTS/gpu_checks.tgz" -C "$WORK" . 2>/dev/null; }
 left() { [ "$SECONDS" -lt "$BUDGET" ]; }
+PARTS=${PARTS:-tests,parity,mfu,profile,plans}
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -62,6 +66,7 @@ grep "runtime backends" "$WORK/configure.log" | tail -1 | tee -a "$SUMMARY"
 pack
 
 # 2. Tests.
+if part tests; then
 say "gpu test suite"
 "$BUILD/tests/runtime_test" -ts=gpu -s > "$WORK/test_gpu.log" 2>&1
 echo "gpu suite exit $?" | tee -a "$SUMMARY"
@@ -69,8 +74,10 @@ grep -E "MESSAGE|relative|TFLOP|bf16 loss|test cases|ERROR|FAILED" "$WORK/test_g
 "$BUILD/tests/runtime_test" -sf='*test_device.cc' > "$WORK/test_device.log" 2>&1
 echo "device tests exit $?; $(grep 'test cases' "$WORK/test_device.log")" | tee -a "$SUMMARY"
 pack
+fi
 
 # 3. Loss parity, tiny GPT in fp32: CPU vs GPU.
+if part parity; then
 say "loss parity (gpt-tiny, fp32, 20 steps)"
 for device in cpu cuda; do
   "$B" run --model gpt-tiny --steps 20 --device $device --output-dir "$WORK/parity_$device" \
@@ -89,6 +96,7 @@ except Exception as e:
     print("parity: no result", e)
 PY
 pack
+fi
 
 # 4. MFU: GPT-3 1.3B-shaped, bf16, sequence 2048.
 run_plan() {  # name micro_batch recompute seq global_batch cluster [steps]
@@ -100,12 +108,16 @@ run_plan() {  # name micro_batch recompute seq global_batch cluster [steps]
   echo "$name (mb $mb, recompute $rc, seq $seq, global batch $gb): exit $rc_; $(grep -E '^iteration|^MFU' "$WORK/$name.log" | tr '\n' ' ')" | tee -a "$SUMMARY"
   [ $rc_ = 0 ] || tail -4 "$WORK/$name.log" | tee -a "$SUMMARY"
 }
-say "MFU run"
-run_plan mfu_mb8 8 none 2048 32 "$CLUSTER" 4
-pack
+if part mfu; then
+  say "MFU runs"
+  run_plan mfu_mb8 8 none 2048 64 "$CLUSTER" 4
+  pack
+  run_plan mfu_mb16 16 none 2048 64 "$CLUSTER" 4
+  pack
+fi
 
 # 5. Profile and calibration.
-if left; then
+if part profile && left; then
   say "profile (GEMMs, blocks; bf16)"
   "$B" profile --device cuda --dtype bf16 --parts matmul,layer --repeats 5 --threads 8 \
     --output-dir "$WORK/profile" > "$WORK/profile.log" 2>&1
@@ -120,6 +132,7 @@ PREDICT_ON=$CLUSTER
 [ -f "$WORK/calibrated.toml" ] && PREDICT_ON=$WORK/calibrated.toml
 
 # 6. Single-GPU plans: predicted (calibrated description) vs measured.
+part plans || { say "done"; exit 0; }
 say "plans, predicted on $PREDICT_ON"
 while read -r name mb rc seq gb; do
   left || { say "budget spent: $name and later plans not run"; break; }

@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
   stratos::RunReportArgs run_report;
   CLI::App* run_report_command = app.add_subcommand(
       "run-report", "re-derive a run's reports from its measurement.json, predicted on another cluster");
-  run_report_command->add_option("measurement", run_report.measurement_file, "measurement.json of a run")->required()->check(CLI::ExistingFile);
+  run_report_command->add_option("measurement", run_report.measurement_files, "measurement.json of each run")->required()->check(CLI::ExistingFile);
   run_report_command->add_option("--cluster", run_report.cluster, "predict on this cluster (zoo name or file; default: the run's)");
   run_report_command->add_option("--output-dir", run_report.output_dir)->check(OutputDirectory())->capture_default_str();
 

@@ -2,16 +2,19 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "calibrate/alpa_profile.h"
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
 #include "experiments/commands.h"
+#include "experiments/output.h"
 #include "experiments/run_commands.h"
 #include "runtime/data.h"
-#include "experiments/output.h"
+#include "runtime/device.h"
 #include "runtime/launcher.h"
 #include "runtime/report.h"
 #include "runtime/trainer.h"
@@ -92,6 +95,7 @@ int RunRun(const RunArgs& args) {
                     fmt::format("must equal the plan's {} devices ({})", options.plan.NumDevices(),
                                 where));
   // Refused before anything is launched (RunLocal checks again).
+  RankDevice(options.device, 0);
   const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
   const CharDataset data(options.data_path.empty() ? DefaultDataPath() : options.data_path,
                          model.seq_length);
@@ -134,13 +138,16 @@ int RunRun(const RunArgs& args) {
   return kExitSuccess;
 }
 
-int RunRunReport(const RunReportArgs& args) {
-  const std::string& where = args.measurement_file;
+namespace {
+
+// The reports of one run re-derived from its measurement.json (RunRunReport).
+nlohmann::json RederiveRun(const std::string& where, const std::string& cluster,
+                           const std::string& output_dir) {
   const nlohmann::json measurement = ReadJsonInputFile(where, "measurement");
   RunRecord record;
   try {
     record.options = measurement.at("options");
-    if (!args.cluster.empty()) record.options["cluster"] = args.cluster;
+    if (!cluster.empty()) record.options["cluster"] = cluster;
     const TrainOptions options = TrainOptionsFromJson(record.options, where + ": options");
     record.model = LoadRuntimeModel(options.model, options.seq_length);
     record.first_step = measurement.at("first_step").get<int>();
@@ -151,18 +158,43 @@ int RunRunReport(const RunReportArgs& args) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not a stratos.measurement/1 file ({})", where, e.what()));
   }
-  EnsureDirectory(args.output_dir);
-  const nlohmann::json derived = WriteRunReports(record, args.output_dir);
-  const auto& comparison = derived.at("predicted_vs_measured");
-  fmt::print("{}: measured {:.4f} s per iteration, predicted {:.4f} s on {} ({:+.1f}%)\n", where,
-             comparison.at("measured_iteration_seconds").get<double>(),
-             comparison.at("predicted_iteration_seconds").get<double>(),
-             comparison.at("cluster").get<std::string>(),
-             100.0 * (comparison.at("predicted_iteration_seconds").get<double>() /
-                          comparison.at("measured_iteration_seconds").get<double>() -
-                      1.0));
-  PrintMfu(derived);
-  fmt::print("wrote {0}/measurement.json, {0}/trace.json, {0}/predicted_vs_measured.json\n",
+  EnsureDirectory(output_dir);
+  return WriteRunReports(record, output_dir);
+}
+
+}  // namespace
+
+int RunRunReport(const RunReportArgs& args) {
+  fmt::print("{:<48} {:>10} {:>10} {:>8} {:>6}  {}\n", "run", "measured s", "predicted", "error",
+             "MFU", "plan");
+  nlohmann::json runs = nlohmann::json::array();
+  double sum_abs_error = 0;
+  for (size_t i = 0; i < args.measurement_files.size(); ++i) {
+    const std::string& where = args.measurement_files[i];
+    const std::string dir = fmt::format("{}/{}", args.output_dir, i);
+    const nlohmann::json derived = RederiveRun(where, args.cluster, dir);
+    const auto& comparison = derived.at("predicted_vs_measured");
+    const double measured = comparison.at("measured_iteration_seconds").get<double>();
+    const double predicted = comparison.at("predicted_iteration_seconds").get<double>();
+    const double error = measured > 0 ? predicted / measured - 1.0 : 0.0;
+    sum_abs_error += std::abs(error);
+    fmt::print("{:<48} {:>10.4f} {:>10.4f} {:>+7.1f}% {:>5.1f}%  {}\n", PathForDisplay(where),
+               measured, predicted, 100 * error, 100 * derived.at("mfu").get<double>(),
+               derived.at("plan_summary").get<std::string>());
+    runs.push_back({{"measurement", where},
+                    {"output_dir", dir},
+                    {"cluster", comparison.at("cluster")},
+                    {"measured_iteration_seconds", measured},
+                    {"predicted_iteration_seconds", predicted},
+                    {"relative_error", error},
+                    {"mfu", derived.at("mfu")}});
+  }
+  const double mape = sum_abs_error / static_cast<double>(args.measurement_files.size());
+  fmt::print("MAPE of the predicted iteration time over {} run(s): {:.1f}%\n",
+             args.measurement_files.size(), 100 * mape);
+  WriteJsonAtomically(args.output_dir + "/summary.json",
+            {{"schema", "stratos.run_report/1"}, {"runs", runs}, {"mape", mape}});
+  fmt::print("wrote {}/summary.json and each run's reports in {}/<i>/\n", args.output_dir,
              args.output_dir);
   return kExitSuccess;
 }

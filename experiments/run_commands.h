@@ -3,6 +3,7 @@
 // `stratos run`, torchrun or srun) — DESIGN.md §9. Both return the process exit code; bad input
 // throws InputError (main() prints it and exits with 2).
 #include <string>
+#include <vector>
 
 #include "costmodel/compression.h"
 
@@ -62,15 +63,16 @@ struct RunArgs {
 int RunRun(const RunArgs& args);
 
 struct RunReportArgs {
-  std::string measurement_file;  // a run's measurement.json
-  std::string cluster;           // predict on this cluster (zoo name or file); "": the run's
+  std::vector<std::string> measurement_files;  // runs' measurement.json files
+  std::string cluster;  // predict on this cluster (zoo name or file); "": each run's own
   std::string output_dir = "out/run-report";
 };
 
-// `stratos run-report`: re-derives a run's reports (measurement.json, trace.json,
-// predicted_vs_measured.json) from its measurement.json, predicted on `cluster` — e.g. a
-// cluster calibrated after the run — and prints predicted vs measured iteration time and MFU.
-// Throws InputError for an unreadable or malformed measurement file.
+// `stratos run-report`: re-derives each run's reports (measurement.json, trace.json,
+// predicted_vs_measured.json, into OUTPUT_DIR/<i>/) from its measurement.json, predicted on
+// `cluster` — e.g. a cluster calibrated after the runs — and prints per run the measured and
+// predicted iteration time, the error and MFU, then the mean absolute percentage error over the
+// runs (output_dir/summary.json). Throws InputError for an unreadable or malformed file.
 int RunRunReport(const RunReportArgs& args);
 
 struct WorkerArgs {

@@ -1,7 +1,8 @@
 #pragma once
 // Measurements of a runtime run and the reports written from them: measurement.json, a Chrome
-// trace of the real execution (trace.json) and predicted_vs_measured.json, which sets the cost
-// model's prediction for the same plan on this machine's cluster description (LocalCpuCluster)
+// trace of the real execution (trace.json; on CUDA the GPU's timeline from CUDA events) and
+// predicted_vs_measured.json, which sets the cost model's prediction for the same plan on the
+// run's cluster description (options "cluster"; else this machine's workers, LocalCpuCluster)
 // beside what was measured, for calibration (DESIGN.md §5).
 #include <nlohmann/json.hpp>
 
@@ -28,7 +29,9 @@ struct RunRecord {
 // pays for allocation and connection set-up) and, if output_dir is not empty, writes
 // output_dir/measurement.json, trace.json and predicted_vs_measured.json. Returns the
 // measurement JSON ("schema": "stratos.measurement/1"):
-//   iteration_seconds, tokens_per_second, losses, and per stage forward / backward /
+//   iteration_seconds, tokens_per_second, losses, model_flops_per_iteration, mfu (model FLOPs
+//   per second and device over the cluster device's peak_flops: mfu_peak_flops, mfu_peak_source),
+//   and per stage forward / backward /
 //   communication / idle seconds per iteration (communication = TP collectives + exposed DP
 //   sync + waits for sends; idle = waits for the neighbour stages' activations and gradients,
 //   i.e. pipeline bubbles).

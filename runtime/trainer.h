@@ -1,5 +1,6 @@
 #pragma once
-// The runtime's trainer: one rank of a run that executes a discrete Plan (DESIGN.md §9).
+// The runtime's trainer: one rank of a run that executes a discrete Plan (DESIGN.md §9), on the
+// CPU or on one GPU per rank (TrainOptions::device; runtime/device.h).
 //
 // Rank layout (Megatron-LM): rank = stage * (DP * TP) + dp_rank * TP + tp_rank, TP innermost.
 // Every stage of a plan must have the same DP and TP (this version). Per step: the global batch

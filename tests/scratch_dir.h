@@ -30,12 +30,6 @@ inline const std::filesystem::path& ScratchRoot() {
 // The path ScratchRoot()/name, without creating or clearing it.
 inline std::string ScratchPath(const std::string& name) { return (ScratchRoot() / name).string(); }
 
-// Removes ScratchRoot() now, for a process that ends without running static destructors.
-inline void RemoveScratchRoot() {
-  std::error_code ignored;
-  std::filesystem::remove_all(ScratchRoot(), ignored);
-}
-
 // A fresh, empty directory ScratchRoot()/name (emptied if an earlier test used the name).
 inline std::string ScratchDir(const std::string& name) {
   const std::filesystem::path dir = ScratchRoot() / name;

@@ -328,6 +328,30 @@ expect "calibrate reads the profile stratos profile wrote" 0 \
   "wrote .*local.toml|fit of [a-z_]+: the intra-node bandwidth comes out unbounded" -- \
   sh -c '"$0" calibrate --profile "$1" --cluster p3.16xlarge --output "$2"; true' \
   "$STRATOS" "$WORK/profile" "$WORK/local.toml"
+# The GPU path's commands where there is no GPU: refused by name, and the measured H200 runs
+# re-derived on the calibrated zoo description (run-report).
+if ! "$STRATOS" version | grep -q "CUDA: yes"; then
+  expect_one_line_error "run --device cuda without a GPU" 'device = "cuda": this LibTorch .* sees no CUDA device' -- \
+    "$STRATOS" run --device cuda --steps 1 --output-dir "$WORK/cuda_run"
+fi
+expect_one_line_error "run --dtype bf16 on the CPU" 'dtype = "bf16": needs device cuda' -- \
+  "$STRATOS" run --dtype bf16 --steps 1 --output-dir "$WORK/bf16_run"
+expect "run-report re-predicts measured GPU runs" 0 "p_mb4_full_s2048.json +0.8837 +0.69[0-9]+ +-21.8%" -- \
+  "$STRATOS" run-report experiments/gpu/results/h200-2026-11-26/runs/p_mb4_full_s2048.json \
+  experiments/gpu/results/h200-2026-11-26/runs/p_mb2_none_s2048.json \
+  --cluster h200-node-calibrated --output-dir "$WORK/run_report"
+expect "run-report writes its summary with the MAPE" 0 '"mape": 0.26' -- \
+  cat "$WORK/run_report/summary.json"
+expect "run-report writes each run's reports" 0 '"predicted_iteration_seconds"' -- \
+  cat "$WORK/run_report/0/predicted_vs_measured.json"
+expect_one_line_error "run-report refuses a file that is no measurement" \
+  "not a stratos.measurement/1 file" -- \
+  "$STRATOS" run-report experiments/gpu/results/h200-2026-11-26/profile/profile.json \
+  --output-dir "$WORK/run_report_bad"
+expect "calibrate --matmul-dtype bf16 fits a GPU profile's GEMMs" 0 \
+  "max_efficiency 0.836, half_efficiency_dim 0, overhead 38.6 us" -- \
+  "$STRATOS" calibrate --profile experiments/gpu/results/h200-2026-11-26/profile \
+  --cluster h200-node --matmul-dtype bf16 --output "$WORK/h200.toml"
 expect_one_line_error "profile: unknown part" \
   '--parts = "gemm": must be one of "matmul", "layer", "collective"' -- \
   "$STRATOS" profile --parts gemm --output-dir "$WORK/profile"

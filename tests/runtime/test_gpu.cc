@@ -27,7 +27,7 @@ bool SkipWithoutCuda() {
 // The CPU and a CUDA GPU compute fp32 GEMMs and attention with different kernels (and summation
 // orders), so losses agree to rounding that Adam carries along, not bitwise. Stated tolerance
 // of CPU-vs-GPU loss parity, relative, at every one of 20 steps.
-constexpr double kCrossDeviceLossTolerance = 1e-4;
+constexpr double kCrossDeviceLossTolerance = 1e-6;  // measured on an H200: 8.9e-8
 
 TEST_SUITE("gpu") {
 

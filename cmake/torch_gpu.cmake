@@ -30,3 +30,12 @@ if(STRATOS_NCCL AND TARGET torch_cuda)
   endif()
 endif()
 message(STATUS "LibTorch ${Torch_VERSION}: runtime backends Gloo ${stratos_gloo}, NCCL ${stratos_nccl}")
+
+# Kineto (torch.profiler's C++ side) for `stratos run --kineto-step`: its C++ API as used by
+# runtime/kineto_trace.cc is LibTorch >= 2.4's. -DSTRATOS_KINETO=OFF switches it off.
+if(Torch_VERSION VERSION_GREATER_EQUAL 2.4)
+  option(STRATOS_KINETO "operator-level traces through LibTorch's Kineto profiler" ON)
+else()
+  set(STRATOS_KINETO OFF)
+endif()
+message(STATUS "Kineto traces: ${STRATOS_KINETO}")

@@ -19,6 +19,7 @@
 #include "experiments/searchers.h"
 #include "interop/interop.h"
 #include "runtime/device_info.h"
+#include "runtime/kineto_trace.h"
 
 namespace {
 
@@ -178,6 +179,7 @@ int main(int argc, char** argv) {
     command->add_option("--device", flags->device, "where the tensors live (cuda: one GPU per worker)")->check(OneOf({"cpu", "cuda"}))->capture_default_str();
     command->add_option("--dtype", flags->dtype, "f32, or bf16 autocast with fp32 master weights (cuda)")->check(OneOf({"f32", "bf16"}))->capture_default_str();
     command->add_option("--cluster", flags->cluster, "cluster description (zoo name or file) to predict on and report MFU against (default: this machine's workers)");
+    command->add_option("--kineto-step", flags->kineto_step, "trace this step's operators and GPU kernels with Kineto into OUTPUT_DIR/kineto/")->check(IntAtLeast(0));
     command->add_option("--threads", flags->threads, "intra-op threads per worker")->check(IntAtLeast(1))->capture_default_str();
   }
   run_command->add_option("--nproc", run.nproc, "worker processes (default: the plan's devices)")->check(IntAtLeast(1));
@@ -357,11 +359,11 @@ int main(int argc, char** argv) {
     if (*validate_command) return stratos::RunValidate(validate);
     if (*version) {
       const stratos::RuntimeInfo info = stratos::QueryRuntimeInfo();
-      fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {}; NCCL: {})\n"
+      fmt::print("stratos 0.1\nLibTorch {} (CUDA: {}, {} devices; Gloo: {}; NCCL: {}; Kineto: {})\n"
                  "data directory: {}\n",
                  info.torch_version, info.cuda_available ? "yes" : "no", info.cuda_device_count,
                  info.gloo_available ? "yes" : "no", info.nccl_available ? "yes" : "no",
-                 stratos::DataDir());
+                 stratos::KinetoAvailable() ? "yes" : "no", stratos::DataDir());
       return stratos::kExitSuccess;
     }
   } catch (const stratos::InputError& e) {

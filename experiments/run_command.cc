@@ -41,6 +41,7 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   options.dtype = flags.dtype;
   options.cluster = flags.cluster;
   options.threads = flags.threads;
+  options.kineto_step = flags.kineto_step;
   if (!flags.plan_file.empty()) {
     options.plan = ReadPlanFile(flags.plan_file);
   } else {
@@ -135,6 +136,9 @@ int RunRun(const RunArgs& args) {
   PrintMfu(measurement);
   fmt::print("wrote {0}/measurement.json, {0}/trace.json, {0}/predicted_vs_measured.json\n",
              options.output_dir);
+  if (options.kineto_step >= 0)
+    fmt::print("wrote the Kineto trace of step {} to {}/kineto/rank_<r>.json\n",
+               options.kineto_step, options.output_dir);
   return kExitSuccess;
 }
 

@@ -42,6 +42,7 @@ struct RunFlags {
   std::string dtype = "f32";       // f32 | bf16 (cuda)
   std::string cluster;             // predict on / MFU against this cluster; "": local workers
   int threads = 1;                 // intra-op threads per worker
+  int kineto_step = -1;            // >= 0: Kineto trace of that step (runtime/kineto_trace.h)
 };
 
 // --grad-compression NAME with --topk-density, --topk-momentum, --powersgd-rank (their ranges are

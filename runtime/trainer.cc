@@ -19,6 +19,7 @@
 #include "runtime/data.h"
 #include "runtime/device.h"
 #include "runtime/gpt.h"
+#include "runtime/kineto_trace.h"
 #include "runtime/launcher.h"
 #include "runtime/report.h"
 #include "costmodel/schedule.h"
@@ -55,6 +56,12 @@ void TrainOptions::Validate() const {
     ThrowInputError(where, "device", fmt::format("\"{}\"", device), "must be cpu or cuda");
   if (dtype != "f32" && dtype != "bf16")
     ThrowInputError(where, "dtype", fmt::format("\"{}\"", dtype), "must be f32 or bf16");
+  if (kineto_step < -1) ThrowInputError(where, "kineto_step", kineto_step, "must be >= -1");
+  if (kineto_step >= 0 && !KinetoAvailable())
+    ThrowInputError(where, "kineto_step", kineto_step,
+                    "this build has no Kineto profiler (LibTorch >= 2.4, cmake STRATOS_KINETO)");
+  if (kineto_step >= 0 && output_dir.empty())
+    ThrowInputError(where, "kineto_step", kineto_step, "needs an output directory for the trace");
   if (dtype == "bf16" && device != "cuda")
     ThrowInputError(where, "dtype", "\"bf16\"",
                     "needs device cuda (bf16 autocast); the CPU runtime trains in fp32");
@@ -84,6 +91,7 @@ json TrainOptionsToJson(const TrainOptions& o) {
           {"cluster", o.cluster},
           {"threads", o.threads},
           {"trace_steps", o.trace_steps},
+          {"kineto_step", o.kineto_step},
           {"fault_rank", o.fault_rank},
           {"fault_step", o.fault_step},
           {"fault_kind", o.fault_kind}};
@@ -119,6 +127,7 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
       else if (key == "cluster") o.cluster = v.get<std::string>();
       else if (key == "threads") o.threads = JsonNumber<int>(v, where, key);
       else if (key == "trace_steps") o.trace_steps = JsonNumber<int>(v, where, key);
+      else if (key == "kineto_step") o.kineto_step = JsonNumber<int>(v, where, key);
       else if (key == "fault_rank") o.fault_rank = JsonNumber<int>(v, where, key);
       else if (key == "fault_step") o.fault_step = JsonNumber<int>(v, where, key);
       else if (key == "fault_kind") o.fault_kind = v.get<std::string>();
@@ -660,6 +669,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         if (options.fault_kind == "hang") std::this_thread::sleep_for(std::chrono::hours(24));
         throw std::runtime_error("injected fault");
       }
+      if (step == options.kineto_step) StartKinetoTrace(device.is_cuda());
       StepTimes t;
       const double tp_blocked_before = tp->BlockedSeconds();
       const int step_start = timer.Mark();
@@ -788,6 +798,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           events.push_back({r.name, r.category, timer.Offset(r.from), seconds});
       }
       t.step = timer.Seconds(step_start, step_end);
+      if (step == options.kineto_step) {
+        fs::create_directories(options.output_dir + "/kineto");
+        StopKinetoTrace(fmt::format("{}/kineto/rank_{}.json", options.output_dir, rank));
+      }
       regions.clear();
       timer.Clear();
       t.tp_comm = tp->BlockedSeconds() - tp_blocked_before;

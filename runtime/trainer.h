@@ -60,6 +60,9 @@ struct TrainOptions {
   std::string cluster;
   int threads = 1;               // intra-op threads per worker (LibTorch)
   int trace_steps = 3;           // the last N steps go into the Chrome trace
+  // >= 0: step whose operators and kernels Kineto traces into
+  // output_dir/kineto/rank_<r>.json (runtime/kineto_trace.h); -1: none.
+  int kineto_step = -1;
   // Fault injection for tests: rank fault_rank, at the start of step fault_step, exits
   // ("exit", status 17 without cleanup), hangs ("hang") or throws ("throw").
   int fault_rank = -1;

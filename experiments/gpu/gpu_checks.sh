@@ -57,8 +57,8 @@ build() {
 say "configure and build"
 if ! build; then
   grep -E "error|Error" "$WORK/configure.log" "$WORK/build.log" | head -30 | tee -a "$SUMMARY"
-  say "build failed; again without NCCL"
-  build -DSTRATOS_NCCL=OFF || grep -E "error" "$WORK/build.log" | tail -30 | tee -a "$SUMMARY"
+  say "build failed; again without NCCL and Kineto"
+  build -DSTRATOS_NCCL=OFF -DSTRATOS_KINETO=OFF || grep -E "error" "$WORK/build.log" | tail -30 | tee -a "$SUMMARY"
   [ -x "$B" ] || { say "no stratos binary"; pack; exit 1; }
 fi
 grep "runtime backends" "$WORK/configure.log" | tail -1 | tee -a "$SUMMARY"
@@ -114,6 +114,33 @@ if part mfu; then
   pack
   run_plan mfu_mb16 16 none 2048 64 "$CLUSTER" 4
   pack
+  # Where one step's time goes: Kineto's operators and kernels (GPU busy share, top kernels).
+  if "$B" version | grep -q "Kineto: yes"; then
+    say "Kineto trace of one step (mb 8, global batch 16)"
+    "$B" run --model gpt3-1.3b --device cuda --dtype bf16 --micro-batch 8 --global-batch 16 \
+      --steps 3 --kineto-step 2 --threads 8 --cluster "$CLUSTER" --output-dir "$WORK/kineto_mb8" \
+      > "$WORK/kineto_mb8.log" 2>&1 || tail -4 "$WORK/kineto_mb8.log" | tee -a "$SUMMARY"
+    python3 - "$WORK/kineto_mb8/kineto/rank_0.json" <<'PY' | tee -a "$SUMMARY"
+import collections, json, sys
+try:
+    events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+except Exception as e:
+    sys.exit(f"kineto: no trace ({e})")
+kernels = [e for e in events if e.get("cat") == "kernel"]
+ops = [e for e in events if e.get("cat") == "cpu_op"]
+start = min(e["ts"] for e in kernels)
+span = max(e["ts"] + e["dur"] for e in kernels) - start
+busy = sum(e["dur"] for e in kernels)
+print(f"kineto: {len(kernels)} kernels, {len(ops)} CPU operators; GPU busy {busy / 1e3:.1f} ms "
+      f"of the kernels' {span / 1e3:.1f} ms span ({100 * busy / span:.1f}%)")
+by_name = collections.Counter()
+for e in kernels:
+    by_name[e["name"][:70]] += e["dur"]
+for name, d in by_name.most_common(12):
+    print(f"  {d / 1e3:8.2f} ms {100 * d / busy:5.1f}%  {name}")
+PY
+    pack
+  fi
 fi
 
 # 5. Profile and calibration.

@@ -10,6 +10,7 @@
 #include "costmodel/error.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/kineto_trace.h"
 #include "runtime/trainer.h"
 
 namespace stratos {
@@ -78,6 +79,22 @@ TEST_CASE("run options of the GPU path are checked by name") {
   CHECK(back.device == "cuda");
   CHECK(back.dtype == "bf16");
   CHECK(back.cluster == "h200-node");
+}
+
+TEST_CASE("a Kineto trace is refused by name where the build has none, or without an output") {
+  TrainOptions options;
+  options.kineto_step = 0;
+  if (!KinetoAvailable()) {
+    CHECK_THROWS_WITH_AS(options.Validate(), doctest::Contains("no Kineto profiler"), InputError);
+    CHECK_THROWS_AS(StartKinetoTrace(false), std::runtime_error);
+  } else {
+    CHECK_THROWS_WITH_AS(options.Validate(), doctest::Contains("needs an output directory"),
+                         InputError);
+  }
+  options.kineto_step = -2;
+  CHECK_THROWS_WITH_AS(options.Validate(), doctest::Contains("kineto_step = -2: must be >= -1"),
+                       InputError);
+  CHECK_THROWS_AS(StopKinetoTrace("unused.json"), std::runtime_error);  // none running
 }
 
 TEST_CASE("a GPU run is predicted on its cluster description, bf16 activations at 2 bytes") {

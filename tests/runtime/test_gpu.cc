@@ -7,11 +7,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 
 #include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/device.h"
 #include "runtime/gpt.h"
+#include "runtime/kineto_trace.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/runtime_test_util.h"
 
@@ -146,6 +148,33 @@ TEST_CASE("a CUDA run's measurement and trace come from GPU timings") {
   }
   CHECK(forwards == 3 * 2);  // trace_steps x microbatches
   CHECK(m.at("predicted_vs_measured").at("cluster") == "local-cuda");
+}
+
+TEST_CASE("a Kineto trace of one CUDA step holds the step's GPU kernels") {
+  if (SkipWithoutCuda()) return;
+  if (!KinetoAvailable()) {
+    MESSAGE("skipped: this build has no Kineto profiler");
+    return;
+  }
+  TrainOptions options = TinyOptions(1, 1, 1, 2);
+  options.device = "cuda";
+  options.steps = 3;
+  options.kineto_step = 1;
+  options.output_dir = TestDir("gpu_kineto");
+  RunInProcess(options, "gpu_kineto_store");
+  std::ifstream in(options.output_dir + "/kineto/rank_0.json");
+  REQUIRE(in.good());
+  const auto trace = nlohmann::json::parse(in);
+  int kernels = 0, operators = 0;
+  for (const auto& event : trace.at("traceEvents")) {
+    const std::string category = event.value("cat", "");
+    if (category == "kernel") ++kernels;
+    if (category == "cpu_op") ++operators;
+  }
+  MESSAGE(fmt::format("Kineto trace of one step: {} GPU kernels, {} CPU operators", kernels,
+                      operators));
+  CHECK(kernels > 50);
+  CHECK(operators > kernels / 2);
 }
 
 }  // TEST_SUITE("gpu")

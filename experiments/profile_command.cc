@@ -45,6 +45,7 @@ ProfileOptions OptionsFromArgs(const ProfileArgs& args) {
     options.layer_seq_lens = {1024, 2048};
     options.layer_micro_batches = {1, 4};
     options.layer_tensor_parallel = {1, 2};
+    options.layer_stack = 8;  // blocks in a row, as in a model, not one synchronized block
     options.collective_bytes = {1 << 16, 1 << 20, 1 << 24, 1 << 28};
   }
   options.Validate();
@@ -94,9 +95,9 @@ int RunProfile(const ProfileArgs& args) {
   profile.info.produced_by = "stratos profile";
   profile.info.notes = fmt::format(
       "LibTorch {}; {} intra-op thread(s) per process; collectives over {} processes; {} "
-      "hardware threads; median of {} runs",
+      "hardware threads; median of {} runs; blocks timed per block of a stack of {}",
       runtime.torch_version, args.threads, args.nproc, std::thread::hardware_concurrency(),
-      args.repeats);
+      args.repeats, options.layer_stack);
 
   if (HasPart(args.parts, "collective") && args.device == "cuda" &&
       args.nproc > static_cast<int>(torch::cuda::device_count()))

@@ -100,6 +100,7 @@ void ProfileOptions::Validate() const {
   if (device == "cuda" && !torch::cuda::is_available())
     ThrowInputError(where, "device", device, "this LibTorch sees no CUDA device");
   if (repeats < 1) ThrowInputError(where, "repeats", repeats, "must be >= 1");
+  if (layer_stack < 1) ThrowInputError(where, "layer_stack", layer_stack, "must be >= 1");
   for (int64_t size : gemm_sizes)
     if (size < 1) ThrowInputError(where, "gemm_sizes", size, "every size must be >= 1");
   for (int64_t bytes : collective_bytes)
@@ -169,24 +170,27 @@ std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
           row.dtype = options.dtype;
           row.forward_flops = model.layers[1].forward_flops * micro_batch / tp;
           // As in training: the forward builds the autograd graph (saving activations), the
-          // backward follows it. Both medians over the repeats after one warm-up run.
+          // backward follows it, blocks follow each other without synchronization. Both medians
+          // over the repeats after one warm-up run.
+          const int stack = options.layer_stack;
           std::vector<double> forward, backward;
+          DeviceTimer timer(device);
           for (int i = 0; i <= options.repeats; ++i) {
             const torch::Tensor x = input.clone().requires_grad_(true);
             Synchronize(options);
-            const auto start = Clock::now();
-            const torch::Tensor y = block.Forward(x, no_targets);
-            Synchronize(options);
-            const auto middle = Clock::now();
+            timer.Clear();
+            const int start = timer.Mark();
+            torch::Tensor y = x;
+            for (int k = 0; k < stack; ++k) y = block.Forward(y, no_targets);
+            const int middle = timer.Mark();
             const torch::Tensor loss = y.sum();
-            Synchronize(options);
-            const auto backward_start = Clock::now();
+            const int backward_start = timer.Mark();
             loss.backward();
-            Synchronize(options);
+            const int end = timer.Mark();
+            timer.Synchronize();
             if (i > 0) {  // the first is a warm-up
-              forward.push_back(std::chrono::duration<double>(middle - start).count());
-              backward.push_back(
-                  std::chrono::duration<double>(Clock::now() - backward_start).count());
+              forward.push_back(timer.Seconds(start, middle) / stack);
+              backward.push_back(timer.Seconds(backward_start, end) / stack);
             }
           }
           std::nth_element(forward.begin(), forward.begin() + forward.size() / 2, forward.end());

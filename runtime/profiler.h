@@ -31,6 +31,10 @@ struct ProfileOptions {
   std::vector<int> layer_seq_lens = {64, 128};
   std::vector<int> layer_micro_batches = {1, 4};
   std::vector<int> layer_tensor_parallel = {1, 2};
+  // Blocks are timed as a stack: the block applied this many times in a row (its output the next
+  // input), forward then backward, timed on the device's timeline with no synchronization
+  // between blocks, as in training; a row is the stack's time over the count.
+  int layer_stack = 1;
   // Collective message sizes, bytes (per rank's buffer).
   std::vector<int64_t> collective_bytes = {1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22};
 
@@ -42,7 +46,7 @@ struct ProfileOptions {
 std::vector<MatmulRow> ProfileMatmuls(const ProfileOptions& options);
 
 // One transformer block (runtime/gpt.h's GPT-2 block; on CUDA in f32 or bf16 autocast) of one
-// TP rank: forward of a
+// TP rank, per block of a stack of options.layer_stack: forward of a
 // (micro_batch, seq_len, hidden) input and backward of its output's sum; forward_flops is the
 // cost model's count for that shard (LayerSpec::forward_flops x micro_batch / tensor_parallel).
 // Block forward/backward over the layer grid; points whose TP does not divide the heads are

@@ -11,6 +11,7 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/kineto_trace.h"
+#include "runtime/profiler.h"
 #include "runtime/trainer.h"
 
 namespace stratos {
@@ -107,6 +108,33 @@ TEST_CASE("a GPU run is predicted on its cluster description, bf16 activations a
   CHECK(problem.training.param_dtype_bytes == 4);
   CHECK(RuntimeProblem(model, plan, 1).cluster.name == "local-cpu");
   CHECK_THROWS_AS(RuntimeProblem(model, plan, 1, 0, "no-such-cluster"), InputError);
+}
+
+}  // namespace
+}  // namespace stratos
+
+namespace stratos {
+namespace {
+
+TEST_CASE("the block profile times blocks per block of a stack, forward with the autograd graph") {
+  ProfileOptions options;
+  options.repeats = 1;
+  options.layer_hiddens = {64};
+  options.layer_seq_lens = {16};
+  options.layer_micro_batches = {2};
+  options.layer_tensor_parallel = {1, 2};
+  options.layer_stack = 3;
+  const std::vector<LayerRow> rows = ProfileLayers(options);
+  REQUIRE(rows.size() == 2);
+  for (const LayerRow& row : rows) {
+    CHECK(row.forward_seconds > 0);
+    CHECK(row.backward_seconds > 0);
+    CHECK(row.dtype == "f32");
+  }
+  CHECK(rows[1].forward_flops == doctest::Approx(rows[0].forward_flops / 2));  // one TP shard
+  options.layer_stack = 0;
+  CHECK_THROWS_WITH_AS(options.Validate(), doctest::Contains("layer_stack = 0: must be >= 1"),
+                       InputError);
 }
 
 }  // namespace

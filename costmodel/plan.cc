@@ -81,6 +81,26 @@ std::vector<std::pair<int, int>> SplitLayersEvenly(int num_layers, int num_stage
   return ranges;
 }
 
+std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int num_stages) {
+  const int L = model.num_layers;
+  bool shaped = L >= 1 && model.NumLayers() == L + 2 &&
+                model.layers.front().kind == LayerKind::kEmbedding &&
+                model.layers.back().kind == LayerKind::kHead;
+  for (int l = 1; shaped && l <= L; ++l) shaped = model.layers[l].kind == LayerKind::kTransformer;
+  if (!shaped) return SplitLayersEvenly(model.NumLayers(), num_stages);
+  if (num_stages < 1 || num_stages > L)
+    ThrowInputError("plan", "pipeline_parallel", num_stages,
+                    fmt::format("must be between 1 and the model's {} transformer blocks", L));
+  std::vector<std::pair<int, int>> ranges = SplitLayersEvenly(L, num_stages);
+  for (auto& [first, last] : ranges) {  // block b is layer b + 1
+    first += 1;
+    last += 1;
+  }
+  ranges.front().first = 0;               // the embedding
+  ranges.back().second = model.NumLayers();  // the head
+  return ranges;
+}
+
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where) {
   const int num_layers = problem.NumLayers();
   if (plan.global_batch_size != problem.training.global_batch_size)

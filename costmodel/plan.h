@@ -52,6 +52,14 @@ bool SetMeshForDevices(StageConfig& config, int devices, int gpus_per_node);
 // Throws InputError if num_stages is not in [1, num_layers].
 std::vector<std::pair<int, int>> SplitLayersEvenly(int num_layers, int num_stages);
 
+// Megatron-LM's placement of a transformer over num_stages pipeline stages, as [first, last)
+// ranges of model.layers: the L blocks in runs of L / num_stages (Megatron-LM needs num_stages
+// to divide L; otherwise the runs differ by at most one, the larger ones last), the embedding
+// joined to the first stage and the head to the last. A model whose layers are not [embedding,
+// L blocks, head] is split by SplitLayersEvenly. Throws InputError if num_stages is not in
+// [1, L] (naming "pipeline_parallel" and the block count).
+std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int num_stages);
+
 // Structural validation: layers covered once and in order, degrees consistent with the mesh,
 // meshes fit the cluster, batch divisible; with virtual stages, a whole number of them per rank,
 // each with its rank's configuration, the 1F1B schedule and no interleaving also set in

@@ -39,11 +39,16 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
   plan.global_batch_size = batch;
   plan.num_microbatches = batch / per_microbatch;
   plan.schedule = problem.training.schedule;
-  if (args.pipeline_parallel > problem.NumLayers())
+  // Megatron-LM's placement: blocks split over the stages, embedding first, head last.
+  const bool blocks = problem.model.num_layers + 2 == problem.NumLayers();
+  const int max_stages = blocks ? problem.model.num_layers : problem.NumLayers();
+  if (args.pipeline_parallel > max_stages)
     ThrowInputError(where, "--pp", args.pipeline_parallel,
-                    fmt::format("must be at most the model's {} layers", problem.NumLayers()));
-  for (auto [first, last] : SplitLayersEvenly(problem.NumLayers(), args.pipeline_parallel))
-    plan.stages.push_back({first, last, config});
+                    fmt::format("must be at most the model's {} {}", max_stages,
+                                blocks ? "transformer blocks" : "layers"));
+  const std::vector<std::pair<int, int>> ranges =
+      MegatronStageLayers(problem.model, args.pipeline_parallel);
+  for (auto [first, last] : ranges) plan.stages.push_back({first, last, config});
   ValidatePlan(problem, plan, "command line (--tp/--pp/--dp/--micro-batch)");
   return plan;
 }

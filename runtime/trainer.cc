@@ -281,7 +281,7 @@ Plan UniformRuntimePlan(const ModelSpec& model, int pp, int dp, int tp, int micr
   config.tensor_parallel = tp;
   config.zero_stage = zero_stage;
   config.recompute = recompute;
-  for (auto [first, last] : SplitLayersEvenly(model.NumLayers(), pp))
+  for (auto [first, last] : MegatronStageLayers(model, pp))
     plan.stages.push_back({first, last, config});
   return plan;
 }

@@ -106,7 +106,8 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
                       const std::string& where, int data_vocab_size = 0,
                       const std::string& cluster = "");
 
-// A Megatron-style uniform plan: pp stages of even layer ranges, each dp x tp devices.
+// A Megatron-style uniform plan: pp stages placed as Megatron-LM does (MegatronStageLayers),
+// each dp x tp devices.
 // Throws InputError if a degree is < 1 or micro_batch * dp does not divide global_batch.
 Plan UniformRuntimePlan(const ModelSpec& model, int pipeline_parallel, int data_parallel,
                         int tensor_parallel, int micro_batch_size, int global_batch_size,

@@ -147,9 +147,13 @@ expect "a global batch of 2^31 - 1 is searched, its huge trace skipped" 0 \
   "traces/dp.trace.json not written: [0-9]+ events \\(more than 2000000\\)" -- \
   timeout 60 "$STRATOS" search --model gpt3-1.3b --global-batch 2147483647 --algo dp \
   --output-dir "$WORK/bigbatch"
-expect_one_line_error "--pp above the layer count names --pp" \
-  "command line: --pp = 100: must be at most the model's 26 layers" -- \
-  "$STRATOS" evaluate --model gpt3-1.3b --pp 100 --tp 1 --dp 1 --micro-batch 1
+expect_one_line_error "--pp above the block count names --pp" \
+  "command line: --pp = 25: must be at most the model's 24 transformer blocks" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --pp 25 --tp 1 --dp 1 --micro-batch 1
+expect "--pp places blocks as Megatron-LM: embedding + 6 blocks first, 6 blocks + head last" 0 \
+  '4 stages \[7\|6\|6\|7 layers\]' -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --cluster dgx-a100-80gb --pp 4 --tp 1 --dp 2 \
+  --micro-batch 1 --global-batch 64
 expect_one_line_error "--nodes whose device count overflows names --nodes" \
   "--nodes = 2000000000: must give at most 1048576 devices \(8 GPUs per node" -- \
   "$STRATOS" search --model gpt3-1.3b --algo grid --nodes 2000000000 --output-dir "$WORK/x"

@@ -17,6 +17,8 @@
 #include "costmodel/json_reader.h"
 #include "costmodel/plan.h"
 #include "costmodel/synthetic.h"
+#include "costmodel/model_io.h"
+#include "costmodel/zoo.h"
 
 using namespace stratos;
 using nlohmann::json;
@@ -238,3 +240,25 @@ TEST_CASE("plan rule: unknown recompute mode") {
   j["stages"][0]["recompute"] = "some";
   CheckMentions(PlanError(j), {"recompute", "some", "selective"});
 }
+
+namespace stratos {
+namespace {
+
+TEST_CASE("Megatron-LM's placement: blocks split over the stages, embedding first, head last") {
+  ModelSpec model = ReadModelFile(ResolveModelPath("gpt3-1.3b"));  // [embedding, 24 blocks, head]
+  using Ranges = std::vector<std::pair<int, int>>;
+  CHECK(MegatronStageLayers(model, 4) == Ranges{{0, 7}, {7, 13}, {13, 19}, {19, 26}});
+  CHECK(MegatronStageLayers(model, 1) == Ranges{{0, 26}});
+  CHECK(MegatronStageLayers(model, 24).back() == std::pair<int, int>{24, 26});
+  // 24 blocks over 5 stages: 4, 5, 5, 5, 5 (the larger runs last, as SplitLayersEvenly).
+  CHECK(MegatronStageLayers(model, 5) == Ranges{{0, 5}, {5, 10}, {10, 15}, {15, 20}, {20, 26}});
+  CHECK_THROWS_WITH_AS(MegatronStageLayers(model, 25),
+                       doctest::Contains("must be between 1 and the model's 24 transformer blocks"),
+                       InputError);
+  // Not [embedding, blocks, head]: an even split of the layer list.
+  model.layers.pop_back();
+  CHECK(MegatronStageLayers(model, 5) == SplitLayersEvenly(model.NumLayers(), 5));
+}
+
+}  // namespace
+}  // namespace stratos

@@ -11,7 +11,7 @@
 #   5. profiles GEMMs and transformer blocks in bf16 and calibrates the GPU's description,
 #   6. runs single-GPU plans (microbatch, recomputation, sequence length) whose measured
 #      iteration times are compared with the calibrated description's predictions.
-# Usage: [PARTS=tests,parity,mfu,profile,plans] bash experiments/gpu/gpu_checks.sh RESULTS_DIR
+# Usage: [PARTS=tests,interop,parity,mfu,profile,plans] bash experiments/gpu/gpu_checks.sh RESULTS_DIR
 #        [BUDGET_SECONDS]
 # Leaves RESULTS_DIR/gpu_checks.tgz (every output, refreshed after each part) and
 # RESULTS_DIR/summary.txt; stops starting new parts once BUDGET_SECONDS (default 480) have passed.
@@ -30,7 +30,7 @@ SUMMARY=$RESULTS/summary.txt
 say() { echo "== $(date +%T) [${SECONDS}s] $*" | tee -a "$SUMMARY"; }
 pack() { tar czf "$RESULTS/gpu_checks.tgz" -C "$WORK" . 2>/dev/null; }
 left() { [ "$SECONDS" -lt "$BUDGET" ]; }
-PARTS=${PARTS:-tests,parity,mfu,profile,plans}
+PARTS=${PARTS:-tests,interop,parity,mfu,profile,plans}
 part() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
@@ -74,6 +74,13 @@ grep -E "MESSAGE|relative|TFLOP|bf16 loss|test cases|ERROR|FAILED" "$WORK/test_g
 "$BUILD/tests/runtime_test" -sf='*test_device.cc' > "$WORK/test_device.log" 2>&1
 echo "device tests exit $?; $(grep 'test cases' "$WORK/test_device.log")" | tee -a "$SUMMARY"
 pack
+fi
+
+# 2b. The torch.distributed.pipelining exports read by the machine's torch (issue 14).
+if part interop; then
+  say "torch reads the exported pipeline schedules"
+  python3 experiments/gpu/check_torch_schedule.py \
+    tests/interop/golden/*/torch-pipelining/pipeline_schedule.csv 2>&1 | tee -a "$SUMMARY"
 fi
 
 # 3. Loss parity, tiny GPT in fp32: CPU vs GPU.

@@ -37,9 +37,16 @@ std::string LaunchResult::Summary() const {
   std::string text;
   for (size_t r = 0; r < exit_codes.size(); ++r) {
     if (!text.empty()) text += "; ";
-    if (r < hung.size() && hung[r]) {
+    const bool stalled = r < activity.size() && !activity[r].empty();
+    if (r < hung.size() && hung[r] && stalled) {
+      text += fmt::format("rank {}: hung while {} (no rank progressed for {:.1f} s), killed after "
+                          "{:.1f} s", r, activity[r], stalled_seconds, exit_seconds[r]);
+    } else if (r < hung.size() && hung[r]) {
       text += fmt::format("rank {}: hung (still running after every other rank exited), killed "
                           "after {:.1f} s", r, exit_seconds[r]);
+    } else if (stalled) {
+      text += fmt::format("rank {}: killed after {:.1f} s while {}", r, exit_seconds[r],
+                          activity[r]);
     } else if (killed[r]) {
       text += fmt::format("rank {}: killed after {:.1f} s", r, exit_seconds[r]);
     } else if (exit_codes[r] < 0) {
@@ -78,7 +85,50 @@ int FreeTcpPort() {
 
 namespace {
 constexpr const char* kLauncherPidVariable = "STRATOS_LAUNCHER_PID";
+constexpr const char* kHeartbeatDirVariable = "STRATOS_HEARTBEAT_DIR";
+
+// One heartbeat as the launcher reads it: "<counter> <step> <waiting> <activity>".
+struct BeatRecord {
+  long long counter = -1;  // -1: none yet
+  int step = -1;
+  bool waiting = false;
+  std::string activity;
+};
+
+BeatRecord ReadBeat(const std::string& path) {
+  BeatRecord beat;
+  std::ifstream in(path);
+  int waiting = 0;
+  if (!(in >> beat.counter >> beat.step >> waiting)) return BeatRecord{};
+  beat.waiting = waiting != 0;
+  std::getline(in >> std::ws, beat.activity);
+  beat.activity.erase(beat.activity.find_last_not_of(' ') + 1);  // the fixed width's padding
+  return beat;
+}
 }  // namespace
+
+Heartbeat::Heartbeat(int rank) {
+  const char* dir = std::getenv(kHeartbeatDirVariable);
+  if (dir == nullptr || *dir == '\0') return;
+  fd_ = open(fmt::format("{}/rank_{}", dir, rank).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+             0644);
+}
+
+Heartbeat::~Heartbeat() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void Heartbeat::Beat(int step, bool waiting, const std::string& activity) {
+  if (fd_ < 0) return;
+  // Fixed width, so that each beat overwrites the whole of the previous one.
+  const std::string line =
+      fmt::format("{:<160}\n", fmt::format("{} {} {} {}", ++counter_, step, waiting ? 1 : 0,
+                                           activity.substr(0, 120)));
+  if (pwrite(fd_, line.data(), line.size(), 0) < 0) {
+    close(fd_);  // a launcher that cannot read us anyway; stop trying
+    fd_ = -1;
+  }
+}
 
 void SetUpWorkerProcess() {
   signal(SIGPIPE, SIG_IGN);
@@ -95,13 +145,32 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
   // The environment without torchrun's variables, which each worker gets anew.
   std::vector<std::string> base_env;
   const char* skip[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=",
-                        "MASTER_ADDR=", "MASTER_PORT=", "STRATOS_LAUNCHER_PID="};
+                        "MASTER_ADDR=", "MASTER_PORT=", "STRATOS_LAUNCHER_PID=",
+                        "STRATOS_HEARTBEAT_DIR="};
   for (char** e = environ; *e != nullptr; ++e) {
     bool drop = false;
     for (const char* prefix : skip) drop = drop || std::strncmp(*e, prefix, std::strlen(prefix)) == 0;
     if (!drop) base_env.push_back(*e);
   }
   if (!options.log_dir.empty()) std::filesystem::create_directories(options.log_dir);
+  // Heartbeat files: beside the logs, or in a temporary directory removed at the end.
+  std::string heartbeat_dir;
+  bool remove_heartbeat_dir = false;
+  if (options.stall_seconds > 0) {
+    if (!options.log_dir.empty()) {
+      heartbeat_dir = options.log_dir + "/heartbeat";
+      std::filesystem::remove_all(heartbeat_dir);
+      std::filesystem::create_directories(heartbeat_dir);
+    } else {
+      std::string pattern =
+          (std::filesystem::temp_directory_path() / "stratos_heartbeat_XXXXXX").string();
+      if (mkdtemp(pattern.data()) == nullptr)
+        throw std::runtime_error("cannot create a heartbeat directory");
+      heartbeat_dir = pattern;
+      remove_heartbeat_dir = true;
+    }
+    base_env.push_back(fmt::format("{}={}", kHeartbeatDirVariable, heartbeat_dir));
+  }
 
   const int n = options.nproc;
   std::vector<pid_t> pids(n, -1);
@@ -110,6 +179,7 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
   result.exit_seconds.assign(n, 0);
   result.killed.assign(n, false);
   result.hung.assign(n, false);
+  result.activity.assign(n, "");
   const auto start = Clock::now();
   auto kill_all = [&] {
     for (pid_t pid : pids)
@@ -157,6 +227,9 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
   int running = n;
   double first_failure = -1;
   double alone_since = -1;  // since when one rank runs alone after a failure
+  std::vector<BeatRecord> beats(n);
+  std::vector<double> beat_seconds(n, 0);  // when rank r's beat last changed
+  std::vector<bool> in_training(n, false);  // rank r has beaten in a step
   while (running > 0) {
     for (int r = 0; r < n; ++r) {
       if (pids[r] <= 0) continue;
@@ -179,14 +252,49 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
     // collective, so one still running after hung_grace_seconds is hung.
     if (first_failure >= 0 && running == 1 && alone_since < 0) alone_since = now;
     const bool hung = alone_since >= 0 && now > alone_since + options.hung_grace_seconds;
-    if (deadline || grace || hung) {
+    // Heartbeats: a stall is every running rank inside training and silent for stall_seconds
+    // while none has failed.
+    std::vector<bool> stalled_hung;
+    if (!heartbeat_dir.empty() && first_failure < 0) {
+      bool all_silent = true;
+      double newest = 0;
+      for (int r = 0; r < n; ++r) {
+        if (pids[r] <= 0) continue;
+        const BeatRecord beat = ReadBeat(fmt::format("{}/rank_{}", heartbeat_dir, r));
+        if (beat.counter != beats[r].counter) {
+          beats[r] = beat;
+          beat_seconds[r] = now;
+          if (beat.step >= 0) in_training[r] = true;
+        }
+        newest = std::max(newest, beat_seconds[r]);
+        all_silent = all_silent && in_training[r] && now > beat_seconds[r] + options.stall_seconds;
+      }
+      if (all_silent) {
+        // Those that stopped while computing; if every one waits, those of the earliest step.
+        stalled_hung.assign(n, false);
+        int earliest = INT_MAX;
+        bool any_computing = false;
+        for (int r = 0; r < n; ++r) {
+          if (pids[r] <= 0) continue;
+          earliest = std::min(earliest, beats[r].step);
+          any_computing = any_computing || !beats[r].waiting;
+        }
+        for (int r = 0; r < n; ++r)
+          if (pids[r] > 0)
+            stalled_hung[r] = any_computing ? !beats[r].waiting : beats[r].step == earliest;
+        result.stalled_seconds = now - newest;
+      }
+    }
+    const bool stall = !stalled_hung.empty();
+    if (deadline || grace || hung || stall) {
       for (int r = 0; r < n; ++r) {
         if (pids[r] <= 0) continue;
         kill(pids[r], SIGKILL);
         int status = 0;
         waitpid(pids[r], &status, 0);
         result.killed[r] = true;
-        result.hung[r] = hung && !deadline;
+        result.hung[r] = !deadline && (hung || (stall && stalled_hung[r]));
+        if (stall && !deadline) result.activity[r] = beats[r].activity;
         result.exit_codes[r] = -SIGKILL;
         result.exit_seconds[r] = now;
         pids[r] = -1;
@@ -195,6 +303,10 @@ LaunchResult LaunchLocalWorkers(const LaunchOptions& options) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (remove_heartbeat_dir) {
+    std::error_code ignored;
+    std::filesystem::remove_all(heartbeat_dir, ignored);
   }
   return result;
 }
@@ -226,6 +338,8 @@ LaunchResult RunLocal(const TrainOptions& options, const std::string& executable
   launch.deadline_seconds = deadline_seconds;
   // Peers blocked on the failed worker hit their own c10d timeout within timeout_seconds.
   launch.failure_grace_seconds = options.timeout_seconds + 3;
+  // A hang is named before those peers' c10d timeout: every worker silent for 0.7 of it.
+  launch.stall_seconds = 0.7 * options.timeout_seconds;
   launch.log_dir = options.output_dir + "/logs";
   return LaunchLocalWorkers(launch);
 }

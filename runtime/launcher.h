@@ -24,6 +24,12 @@ struct LaunchOptions {
   // Once a worker has failed and every other worker but one has exited, that one has no peer
   // left to wait for: it gets this long to exit, then is killed and reported as hung.
   double hung_grace_seconds = 3;
+  // > 0: hang detection through heartbeats (Heartbeat below). When no worker has failed, every
+  // running worker is inside training (has beaten in a step) and none has beaten for this long,
+  // the workers whose last activity is not a wait (they stopped while computing) are reported
+  // hung -- or, if every one waits, those of the earliest step -- and all are killed. Set it
+  // below the workers' c10d timeout, so that the hang is named before the waiting peers fail.
+  double stall_seconds = 0;
   // If not empty, worker r's stdout and stderr go to log_dir/rank_r.log.
   std::string log_dir;
 };
@@ -32,7 +38,9 @@ struct LaunchResult {
   std::vector<int> exit_codes;       // per rank: exit status, or -signal if killed by a signal
   std::vector<double> exit_seconds;  // per rank: seconds from launch to exit
   std::vector<bool> killed;          // per rank: killed by the launcher (deadline or grace)
-  std::vector<bool> hung;            // per rank: killed as hung (see hung_grace_seconds)
+  std::vector<bool> hung;            // per rank: killed as hung (hung_grace_seconds, stall_seconds)
+  std::vector<std::string> activity; // per rank killed on a stall: its last heartbeat's activity
+  double stalled_seconds = 0;        // how long no worker had beaten when the stall was called
   bool Succeeded() const;
   // "rank 0: exit 1 after 5.1 s; rank 1: hung (still running 3.0 s after every other rank
   // exited), killed after 8.1 s"
@@ -45,6 +53,24 @@ std::string SelfExecutable();
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
 int FreeTcpPort();
+
+// A worker's progress for its launcher's hang detection (LaunchOptions::stall_seconds): each
+// Beat overwrites one small file, $STRATOS_HEARTBEAT_DIR/rank_<rank>, with a counter, the step,
+// whether the worker now waits for peers, and what it does. A no-op where the variable is unset
+// (torchrun, Slurm, in-process runs). Throws nothing.
+class Heartbeat {
+ public:
+  explicit Heartbeat(int rank);
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+  // step: -1 outside the training loop; waiting: blocked on peers (receive, collective, barrier).
+  void Beat(int step, bool waiting, const std::string& activity);
+
+ private:
+  int fd_ = -1;
+  long long counter_ = 0;
+};
 
 // First thing in a worker process:
 // - SIGPIPE is ignored, so that a write to the socket of a peer that died fails with EPIPE (an

@@ -535,6 +535,12 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
   torch::set_num_threads(options.threads);
   Activity activity;
   const int rank = groups.Rank();
+  // Progress for the launcher's hang detection (runtime/launcher.h): every change of activity.
+  Heartbeat heartbeat(rank);
+  auto doing = [&](const char* what, bool waiting) {
+    activity.what = what;
+    heartbeat.Beat(activity.step, waiting, activity.Describe());
+  };
   const torch::Device device = RankDevice(options.device, groups.LocalRank());
   std::optional<c10::DeviceGuard> device_guard;  // the current CUDA device: streams, events, NCCL
   if (device.is_cuda()) device_guard.emplace(device);
@@ -555,7 +561,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     CheckRuntimePlan(model, plan, groups.WorldSize(), "plan", data.VocabSize(), options.cluster);
 
     // Groups: TP, DP, and the tied-embedding pair.
-    activity.what = "creating process groups";
+    doing("creating process groups", true);
     std::vector<int> tp_ranks, dp_ranks;
     for (int t = 0; t < layout.tp; ++t)
       tp_ranks.push_back(layout.RankOf(layout.stage, layout.dp_rank, t));
@@ -574,7 +580,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
            layout.RankOf(layout.pp - 1, layout.dp_rank, layout.tp_rank)});
     }
 
-    activity.what = "building the model";
+    doing("building the model", false);
     const StagePlan& stage_plan = plan.stages[layout.stage];
     GptStage stage(model, stage_plan.first_layer, stage_plan.last_layer,
                    stage_plan.config.recompute, tp.get(), options.seed, device,
@@ -616,7 +622,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     TrainResult result;
     int start_step = 0;
     if (options.resume) {
-      activity.what = "loading the checkpoint";
+      doing("loading the checkpoint", false);
       const std::string latest_path = options.checkpoint_dir + "/latest";
       std::ifstream latest(latest_path);
       if (latest) {
@@ -644,7 +650,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     }
     result.first_step = start_step;
 
-    activity.what = "waiting at the start barrier";
+    doing("waiting at the start barrier", true);
     world.Barrier();
     // Times come from the device's timeline (CUDA events; the host clock on CPU), read once per
     // step after the step's work: regions are (name, category, StepTimes field, marks).
@@ -663,7 +669,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     for (int step = start_step; step < options.steps; ++step) {
       activity = Activity{};
       activity.step = step;
-      activity.what = "starting the step";
+      doing("starting the step", false);
       if (step == options.fault_step && rank == options.fault_rank) {
         if (options.fault_kind == "exit") std::_Exit(17);
         if (options.fault_kind == "hang") std::this_thread::sleep_for(std::chrono::hours(24));
@@ -694,8 +700,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           if (stage.IsFirst()) {
             input = batch.inputs;
           } else {
-            activity.what = "receiving activations";
             activity.peer = prev_rank;
+            doing("receiving activations", true);
             const int a = timer.Mark();
             input = torch::empty({b, S, H}, float_options);
             world.RecvAsync(input, prev_rank, 2 * i)->Wait();
@@ -703,8 +709,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
                                timer.Mark()});
             input.requires_grad_(true);
           }
-          activity.what = "running the forward pass";
           activity.peer = -1;
+          doing("running the forward pass", false);
           const int a = timer.Mark();
           Tensor out = stage.Forward(input, stage.IsLast() ? batch.targets : Tensor());
           regions.push_back({fmt::format("F{}", i), "forward", &StepTimes::forward, a,
@@ -712,8 +718,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           if (stage.IsLast()) {
             losses.push_back(out.detach());
           } else {
-            activity.what = "sending activations";
             activity.peer = next_rank;
+            doing("sending activations", false);
             Tensor buffer = out.detach().contiguous();
             sends.push_back(world.SendAsync(buffer, next_rank, 2 * i));
             send_buffers.push_back(buffer);
@@ -723,8 +729,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         } else {
           Tensor grad;
           if (!stage.IsLast()) {
-            activity.what = "receiving gradients";
             activity.peer = next_rank;
+            doing("receiving gradients", true);
             const int a = timer.Mark();
             grad = torch::empty({b, S, H}, float_options);
             world.RecvAsync(grad, next_rank, 2 * i + 1)->Wait();
@@ -732,8 +738,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
                                timer.Mark()});
           }
           if (i == m - 1) sync.Arm();
-          activity.what = "running the backward pass";
           activity.peer = -1;
+          doing("running the backward pass", false);
           const int a = timer.Mark();
           if (stage.IsLast()) {
             torch::autograd::backward({outputs[i] / static_cast<double>(m)});
@@ -743,8 +749,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           regions.push_back({fmt::format("B{}", i), "backward", &StepTimes::backward, a,
                              timer.Mark()});
           if (!stage.IsFirst()) {
-            activity.what = "sending gradients";
             activity.peer = prev_rank;
+            doing("sending gradients", false);
             Tensor buffer = inputs[i].grad().contiguous();
             sends.push_back(world.SendAsync(buffer, prev_rank, 2 * i + 1));
             send_buffers.push_back(buffer);
@@ -754,20 +760,20 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         }
       }
       activity.microbatch = -1;
-      activity.what = "completing sends";
+      doing("completing sends", true);
       {
         const int a = timer.Mark();
         for (auto& work : sends) work->Wait();
         regions.push_back({"complete sends", "p2p_wait", &StepTimes::p2p_wait, a, timer.Mark()});
       }
-      activity.what = "all-reducing gradients over DP";
       activity.peer = -1;
+      doing("all-reducing gradients over DP", true);
       const int sync_start = timer.Mark();
       Tensor grads = sync.Finish();
       {
         torch::NoGradGuard no_grad;
         if (embedding_group) {
-          activity.what = "all-reducing tied embedding gradients";
+          doing("all-reducing tied embedding gradients", true);
           for (const ParameterInfo& info : stage.ParameterInfos())
             if (info.word_embedding)
               embedding_group->AllReduceSum(grads.narrow(0, info.offset, info.numel));
@@ -776,12 +782,12 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       }
       const int sync_end = timer.Mark();
       regions.push_back({"grad sync", "dp_sync", &StepTimes::dp_sync, sync_start, sync_end});
-      activity.what = "running the optimizer step";
+      doing("running the optimizer step", false);
       adam.Step(grads);
       const int opt_end = timer.Mark();
       regions.push_back({"optimizer", "optimizer", &StepTimes::optimizer, sync_end, opt_end});
 
-      activity.what = "all-reducing the loss";
+      doing("all-reducing the loss", true);
       double loss_sum = 0;
       if (!losses.empty())
         loss_sum = torch::stack(losses).to(torch::kFloat64).sum().item<double>() / m;
@@ -810,7 +816,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       const bool last_step = step + 1 == options.steps;
       if (!options.checkpoint_dir.empty() &&
           (last_step || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
-        activity.what = "writing a checkpoint";
+        doing("writing a checkpoint", false);
         const std::string dir = CheckpointStepDir(options.checkpoint_dir, step + 1);
         fs::create_directories(dir);
         std::vector<Tensor> state{stage.FlatParameters().detach().clone()};
@@ -826,7 +832,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
 
     // Gather the measurements on rank 0 through the store.
     activity = Activity{};
-    activity.what = "gathering measurements";
+    doing("gathering measurements", true);
     json mine;
     mine["rank"] = rank;
     mine["stage"] = layout.stage;
@@ -864,7 +870,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         record.ranks.push_back(json::parse(groups.StoreGet(fmt::format("measure/{}", r))));
       result.measurement = WriteRunReports(record, options.output_dir);
     }
-    activity.what = "waiting at the final barrier";
+    doing("waiting at the final barrier", true);
     world.Barrier();
     return result;
   } catch (const InputError&) {

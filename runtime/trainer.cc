@@ -263,6 +263,10 @@ Plan UniformRuntimePlan(const ModelSpec& model, int pp, int dp, int tp, int micr
                         Recompute recompute) {
   const std::string where = "command line";
   if (pp < 1) ThrowInputError(where, "--pp", pp, "must be >= 1");
+  if (model.NumLayers() == model.num_layers + 2 && pp > model.num_layers)
+    ThrowInputError(where, "--pp", pp,
+                    fmt::format("must be at most the model's {} transformer blocks",
+                                model.num_layers));
   if (dp < 1) ThrowInputError(where, "--dp", dp, "must be >= 1");
   if (tp < 1) ThrowInputError(where, "--tp", tp, "must be >= 1");
   if (micro_batch < 1) ThrowInputError(where, "--micro-batch", micro_batch, "must be >= 1");

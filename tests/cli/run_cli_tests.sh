@@ -342,6 +342,9 @@ if ! "$STRATOS" version | grep -q "Kineto: yes"; then
   expect_one_line_error "run --kineto-step without Kineto" 'kineto_step = 1: this build has no Kineto profiler' -- \
     "$STRATOS" run --kineto-step 1 --steps 2 --output-dir "$WORK/kineto_run"
 fi
+expect_one_line_error "run --pp above the block count names --pp" \
+  "command line: --pp = 9: must be at most the model's 4 transformer blocks" -- \
+  "$STRATOS" run --pp 9 --steps 1 --output-dir "$WORK/pp9_run"
 expect_one_line_error "run --dtype bf16 on the CPU" 'dtype = "bf16": needs device cuda' -- \
   "$STRATOS" run --dtype bf16 --steps 1 --output-dir "$WORK/bf16_run"
 expect "run-report re-predicts measured GPU runs" 0 "p_mb4_full_s2048.json +0.8837 +0.69[0-9]+ +-21.8%" -- \

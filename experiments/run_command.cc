@@ -1,6 +1,8 @@
 // `stratos run` and `stratos worker` (experiments/run_commands.h).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "experiments/run_commands.h"
 #include "runtime/data.h"
 #include "runtime/device.h"
+#include "runtime/kineto_trace.h"
 #include "runtime/launcher.h"
 #include "runtime/report.h"
 #include "runtime/trainer.h"
@@ -42,6 +45,20 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   options.cluster = flags.cluster;
   options.threads = flags.threads;
   options.kineto_step = flags.kineto_step;
+  // The rules that join two flags or the build, named by flag (TrainOptions::Validate names the
+  // run_options.json keys).
+  const std::string where = "command line";
+  if (flags.dtype == "bf16" && flags.device != "cuda")
+    ThrowInputError(where, "--dtype", "bf16",
+                    "needs --device cuda (bf16 autocast); the CPU runtime trains in fp32");
+  if (flags.kineto_step >= 0 && !KinetoAvailable())
+    ThrowInputError(where, "--kineto-step", flags.kineto_step,
+                    "this build has no Kineto profiler (LibTorch >= 2.4, cmake STRATOS_KINETO)");
+  if (flags.device == "cuda" && !torch::cuda::is_available())
+    ThrowInputError(where, "--device", "cuda",
+                    fmt::format("this LibTorch ({}) sees no CUDA device (a CPU-only build, or no "
+                                "GPU visible)",
+                                TORCH_VERSION));
   if (!flags.plan_file.empty()) {
     options.plan = ReadPlanFile(flags.plan_file);
   } else {
@@ -96,7 +113,6 @@ int RunRun(const RunArgs& args) {
                     fmt::format("must equal the plan's {} devices ({})", options.plan.NumDevices(),
                                 where));
   // Refused before anything is launched (RunLocal checks again).
-  RankDevice(options.device, 0);
   const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
   const CharDataset data(options.data_path.empty() ? DefaultDataPath() : options.data_path,
                          model.seq_length);

@@ -335,17 +335,17 @@ expect "calibrate reads the profile stratos profile wrote" 0 \
 # The GPU path's commands where there is no GPU: refused by name, and the measured H200 runs
 # re-derived on the calibrated zoo description (run-report).
 if ! "$STRATOS" version | grep -q "CUDA: yes"; then
-  expect_one_line_error "run --device cuda without a GPU" 'device = "cuda": this LibTorch .* sees no CUDA device' -- \
+  expect_one_line_error "run --device cuda without a GPU" 'command line: --device = cuda: this LibTorch .* sees no CUDA device' -- \
     "$STRATOS" run --device cuda --steps 1 --output-dir "$WORK/cuda_run"
 fi
 if ! "$STRATOS" version | grep -q "Kineto: yes"; then
-  expect_one_line_error "run --kineto-step without Kineto" 'kineto_step = 1: this build has no Kineto profiler' -- \
+  expect_one_line_error "run --kineto-step without Kineto" 'command line: --kineto-step = 1: this build has no Kineto profiler' -- \
     "$STRATOS" run --kineto-step 1 --steps 2 --output-dir "$WORK/kineto_run"
 fi
 expect_one_line_error "run --pp above the block count names --pp" \
   "command line: --pp = 9: must be at most the model's 4 transformer blocks" -- \
   "$STRATOS" run --pp 9 --steps 1 --output-dir "$WORK/pp9_run"
-expect_one_line_error "run --dtype bf16 on the CPU" 'dtype = "bf16": needs device cuda' -- \
+expect_one_line_error "run --dtype bf16 on the CPU" 'command line: --dtype = bf16: needs --device cuda' -- \
   "$STRATOS" run --dtype bf16 --steps 1 --output-dir "$WORK/bf16_run"
 expect "run-report re-predicts measured GPU runs" 0 "p_mb4_full_s2048.json +0.8837 +0.69[0-9]+ +-21.8%" -- \
   "$STRATOS" run-report experiments/gpu/results/h200-2026-11-26/runs/p_mb4_full_s2048.json \

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <cmath>
 #include <filesystem>
@@ -55,10 +54,7 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
     ThrowInputError(where, "--kineto-step", flags.kineto_step,
                     "this build has no Kineto profiler (LibTorch >= 2.4, cmake STRATOS_KINETO)");
   if (flags.device == "cuda" && !torch::cuda::is_available())
-    ThrowInputError(where, "--device", "cuda",
-                    fmt::format("this LibTorch ({}) sees no CUDA device (a CPU-only build, or no "
-                                "GPU visible)",
-                                TORCH_VERSION));
+    ThrowInputError(where, "--device", "cuda", NoCudaRule());
   if (!flags.plan_file.empty()) {
     options.plan = ReadPlanFile(flags.plan_file);
   } else {

@@ -14,15 +14,16 @@ namespace stratos {
 // The device-generic autocast API and c10::Event's timing (elapsedTime, synchronize).
 #define STRATOS_TORCH_DEVICE_API STRATOS_TORCH_AT_LEAST(2, 4)
 
+std::string NoCudaRule() {
+  return fmt::format("this LibTorch ({}) sees no CUDA device (a CPU-only build, or no GPU visible)",
+                     TORCH_VERSION);
+}
+
 torch::Device RankDevice(const std::string& device, int local_rank) {
   if (device == "cpu") return torch::Device(torch::kCPU);
   if (device != "cuda")
     ThrowInputError("run options", "device", fmt::format("\"{}\"", device), "must be cpu or cuda");
-  if (!torch::cuda::is_available())
-    ThrowInputError("run options", "device", "\"cuda\"",
-                    fmt::format("this LibTorch ({}) sees no CUDA device (a CPU-only build, or no "
-                                "GPU visible)",
-                                TORCH_VERSION));
+  if (!torch::cuda::is_available()) ThrowInputError("run options", "device", "\"cuda\"", NoCudaRule());
   const int count = static_cast<int>(torch::cuda::device_count());
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
 }

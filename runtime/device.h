@@ -18,6 +18,10 @@
 
 namespace stratos {
 
+// The rule a request for CUDA breaks where LibTorch sees no CUDA device, for error messages:
+// "this LibTorch (<version>) sees no CUDA device (a CPU-only build, or no GPU visible)".
+std::string NoCudaRule();
+
 // The device of a rank: "cpu", or "cuda" -> cuda:(local_rank mod the GPU count). Throws
 // InputError("run options: device = cuda: ...") when this LibTorch sees no CUDA device, and for
 // any other name.

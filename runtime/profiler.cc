@@ -98,7 +98,7 @@ void ProfileOptions::Validate() const {
   if (device == "cpu" && dtype != "f32")
     ThrowInputError(where, "dtype", dtype, "the CPU profile is f32 only");
   if (device == "cuda" && !torch::cuda::is_available())
-    ThrowInputError(where, "device", device, "this LibTorch sees no CUDA device");
+    ThrowInputError(where, "device", device, NoCudaRule());
   if (repeats < 1) ThrowInputError(where, "repeats", repeats, "must be >= 1");
   if (layer_stack < 1) ThrowInputError(where, "layer_stack", layer_stack, "must be >= 1");
   for (int64_t size : gemm_sizes)

@@ -105,14 +105,9 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
   }
   const Estimate estimate = Evaluate(problem, plan);
   // Model FLOPs utilization (Chowdhery et al. 2022, PaLM, App. B): the model's FLOPs per
-  // iteration (forward + backward, no recomputation; the cost model's Megatron-LM count) over
-  // the iteration time and the devices' peak.
-  double model_flops = 0;
-  for (int s = 0; s < plan.NumStages(); ++s) {
-    const StageConfig& c = plan.stages[s].config;
-    model_flops +=
-        estimate.stages[s].terms.model_flops * m * c.data_parallel * c.tensor_parallel;
-  }
+  // iteration (Estimate::model_flops: forward + backward, no recomputation) over the measured
+  // iteration time and the devices' peak.
+  const double model_flops = estimate.model_flops;
   const double peak_flops = problem.cluster.Device().peak_flops;
   const double achieved = iteration_seconds > 0 ? model_flops / iteration_seconds / world : 0.0;
   measurement["model_flops_per_iteration"] = model_flops;

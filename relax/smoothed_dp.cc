@@ -337,55 +337,108 @@ SmoothedDpPoint SmoothedStageDp::PlanLevels(const DiscretePlan& plan) const {
 }
 
 SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) {
-  SmoothedDpValue out;
+  return EvaluateMany({p}, {tau}).front();
+}
+
+std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateMany(
+    const std::vector<SmoothedDpPoint>& points, const std::vector<double>& taus) {
+  STRATOS_CHECK(points.size() == taus.size(), "{} points, {} temperatures", points.size(),
+                taus.size());
+  const size_t P = points.size();
+  std::vector<SmoothedDpValue> out(P);
+  for (SmoothedDpValue& o : out) o.value = kInf;
   const int L = N_, K = static_cast<int>(configs_.size());
   const int S = tables_.max_stages, V = static_cast<int>(levels_.size());
   const double mc = microbatch_count_;
-  out.value = kInf;
-  if (K == 0 || L == 0) return out;
+  if (K == 0 || L == 0 || P == 0) return out;
 
-  // --- Edges: soft-min over configs of every layer range, for every in-flight level. ---
+  // --- Edges: soft-min over configs of every layer range, for every in-flight level and
+  // point: edge (point k, level v, pair) at (k V + v) pairs + pair. Each range's terms are read
+  // from memory once for all the points. ---
   const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
-  std::vector<SoftMin> edge(static_cast<size_t>(V) * pairs);
+  // Reused between calls (written in full below: no initialization, no page faults).
+  thread_local std::vector<SoftMin> edge;
+  edge.resize(P * V * pairs);
+  auto clear_pair = [&](int i, int j) {
+    for (size_t k = 0; k < P * V; ++k) edge[k * pairs + row[i] + (j - i - 1)] = SoftMin();
+  };
   std::vector<SoftMin> bucket(V + 1);
   std::vector<RangeTerm> scratch;
+  std::vector<double> bound, cut(V + 1), least_bound(V + 1);
+  std::vector<int> least(V + 1);
+  // A config's cost g = t + c + (M - 1) softplus(t - theta) + softplus(e - phi) + lambda n on
+  // the range at point p, and its gradient channels (d/dtheta, d/dphi, devices) into dg (if
+  // not null).
+  auto cost = [&](const RangeTerm& x, const SmoothedDpPoint& p, double tau, double* dg) {
+    double sp_t, slope_t, sp_e, slope_e;
+    SoftPlus(x.t - p.theta_seconds, tau, &sp_t, &slope_t);
+    SoftPlus(x.e - p.phi_seconds, tau, &sp_e, &slope_e);
+    const double devices = devices_[x.slot];
+    if (dg != nullptr) {
+      dg[0] = -(mc - 1) * slope_t;
+      dg[1] = -slope_e;
+      dg[2] = devices;
+    }
+    return x.t + x.c + (mc - 1) * sp_t + sp_e + p.lambda_seconds * devices;
+  };
   for (int i = 0; i < L; ++i) {
     for (int j = i + 1; j <= L; ++j) {
       size_t count = 0;
       const RangeTerm* terms = RangeTerms(i, j, &scratch, &count);
       if (count == 0) {
         // Memory grows with j: nothing fits [i, j') for j < j' < L either. Next: j = L.
-        if (j < L - 1) j = L - 1;
+        for (const int last = std::max(j, L - 1); j < last; ++j) clear_pair(i, j);
+        clear_pair(i, j);
         continue;
       }
-      for (SoftMin& b : bucket) b = SoftMin();
-      for (size_t q = 0; q < count; ++q) {
-        const RangeTerm& x = terms[q];
-        const double devices = devices_[x.slot];
-        ++edge_terms_;
-        // softplus >= relu: a config whose relu bound is negligible against a config that fits
-        // at least as many levels is negligible at every level it fits (no exp needed).
-        const double bound = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
-                             std::max(0.0, x.e - p.phi_seconds) + p.lambda_seconds * devices;
-        if (bound > bucket[x.fits].best + kNegligible * tau) continue;
-        double sp_t, slope_t, sp_e, slope_e;
-        SoftPlus(x.t - p.theta_seconds, tau, &sp_t, &slope_t);
-        SoftPlus(x.e - p.phi_seconds, tau, &sp_e, &slope_e);
-        const double g = x.t + x.c + (mc - 1) * sp_t + sp_e + p.lambda_seconds * devices;
-        const double dg[3] = {-(mc - 1) * slope_t, -slope_e, devices};
-        bucket[x.fits].Add(g, dg, x.slot, tau);
-      }
-      // Level v (0-based) admits the configs that fit at least v + 1 levels.
-      SoftMin acc;
-      for (int b = V; b >= 1; --b) {
-        acc.Merge(bucket[b], tau);
-        edge[static_cast<size_t>(b - 1) * pairs + row[i] + (j - i - 1)] = acc;
+      edge_terms_ += static_cast<long>(count * P);
+      bound.resize(count);
+      for (size_t k = 0; k < P; ++k) {
+        const SmoothedDpPoint& p = points[k];
+        const double tau = taus[k];
+        for (SoftMin& b : bucket) b = SoftMin();
+        // softplus >= relu, so a config's relu bound is a lower bound of its cost g. A config
+        // is negligible (exp(-40)) at every level it fits when its bound exceeds, by 40 tau,
+        // the exact cost of a config that fits at least as many levels: pass 1 takes the
+        // bounds and each bucket's least; the exact cost of that least, suffix-minimized over
+        // the buckets, is the cut of pass 2, which alone pays for the softplus exps.
+        std::fill(least.begin(), least.end(), -1);
+        std::fill(least_bound.begin(), least_bound.end(), kInf);
+        for (size_t q = 0; q < count; ++q) {
+          const RangeTerm& x = terms[q];
+          const double b = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
+                           std::max(0.0, x.e - p.phi_seconds) + p.lambda_seconds * devices_[x.slot];
+          bound[q] = b;
+          if (b < least_bound[x.fits]) {
+            least_bound[x.fits] = b;
+            least[x.fits] = static_cast<int>(q);
+          }
+        }
+        double suffix = kInf;
+        for (int b = V; b >= 1; --b) {
+          if (least[b] >= 0) suffix = std::min(suffix, cost(terms[least[b]], p, tau, nullptr));
+          cut[b] = suffix + kNegligible * tau;
+        }
+        for (size_t q = 0; q < count; ++q) {
+          const RangeTerm& x = terms[q];
+          if (bound[q] > cut[x.fits]) continue;
+          double dg[3];
+          const double g = cost(x, p, tau, dg);
+          bucket[x.fits].Add(g, dg, x.slot, tau);
+        }
+        // Level v (0-based) admits the configs that fit at least v + 1 levels.
+        SoftMin acc;
+        for (int b = V; b >= 1; --b) {
+          acc.Merge(bucket[b], tau);
+          edge[(k * V + (b - 1)) * pairs + row[i] + (j - i - 1)] = acc;
+        }
       }
     }
   }
 
-  // --- DP over (stages left r, first layer i): cover [i, L) with exactly r stages. ---
+  // --- Per point, the DP over (stages left r, first layer i): cover [i, L) with exactly r
+  // stages. ---
   struct Cell {
     double value = kInf;
     double d[3] = {0, 0, 0};
@@ -393,51 +446,60 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) 
   };
   const size_t stride = static_cast<size_t>(L) + 1;
   std::vector<Cell> cell(static_cast<size_t>(S + 1) * stride);
-  cell[L].value = 0;  // r = 0, i = L
-  for (int r = 1; r <= S; ++r) {
-    const SoftMin* level_edges = edge.data() + static_cast<size_t>(LevelIndex(r)) * pairs;
-    for (int i = 0; i + r <= L; ++i) {
-      SoftMin acc;
-      for (int j = i + 1; j + (r - 1) <= L; ++j) {
-        const Cell& rest = cell[static_cast<size_t>(r - 1) * stride + j];
-        if (!(rest.value < kInf)) continue;
-        const SoftMin& e = level_edges[row[i] + (j - i - 1)];
-        if (!(e.best < kInf)) continue;
-        const double x = e.Value(tau) + rest.value;
-        const double dx[3] = {e.Mean(0) + rest.d[0], e.Mean(1) + rest.d[1],
-                              e.Mean(2) + rest.d[2]};
-        acc.Add(x, dx, j, tau);
+  for (size_t k = 0; k < P; ++k) {
+    const SmoothedDpPoint& p = points[k];
+    const double tau = taus[k];
+    const SoftMin* point_edges = edge.data() + k * V * pairs;
+    std::fill(cell.begin(), cell.end(), Cell());
+    cell[L].value = 0;  // r = 0, i = L
+    for (int r = 1; r <= S; ++r) {
+      const SoftMin* level_edges = point_edges + static_cast<size_t>(LevelIndex(r)) * pairs;
+      for (int i = 0; i + r <= L; ++i) {
+        SoftMin acc;
+        for (int j = i + 1; j + (r - 1) <= L; ++j) {
+          const Cell& rest = cell[static_cast<size_t>(r - 1) * stride + j];
+          if (!(rest.value < kInf)) continue;
+          const SoftMin& e = level_edges[row[i] + (j - i - 1)];
+          if (!(e.best < kInf)) continue;
+          const double x = e.Value(tau) + rest.value;
+          const double dx[3] = {e.Mean(0) + rest.d[0], e.Mean(1) + rest.d[1],
+                                e.Mean(2) + rest.d[2]};
+          acc.Add(x, dx, j, tau);
+        }
+        Cell& c = cell[static_cast<size_t>(r) * stride + i];
+        c.value = acc.Value(tau);
+        for (int ch = 0; ch < 3; ++ch) c.d[ch] = acc.Mean(ch);
+        c.next = acc.arg;
       }
-      Cell& c = cell[static_cast<size_t>(r) * stride + i];
-      c.value = acc.Value(tau);
-      for (int ch = 0; ch < 3; ++ch) c.d[ch] = acc.Mean(ch);
-      c.next = acc.arg;
     }
-  }
-  SoftMin top;
-  for (int r = std::max(1, tables_.min_stages); r <= S && r <= L; ++r) {
-    const Cell& c = cell[static_cast<size_t>(r) * stride];
-    top.Add(c.value, c.d, r, tau);
-  }
-  if (!(top.best < kInf)) return out;
-  const double D = tables_.num_devices;
-  out.value = top.Value(tau) + (mc - 1) * p.theta_seconds + p.phi_seconds - p.lambda_seconds * D;
-  out.d_theta = top.Mean(0) + (mc - 1);
-  out.d_phi = top.Mean(1) + 1;
-  out.expected_devices = top.Mean(2);
-  out.d_lambda = out.expected_devices - D;
+    SoftMin top;
+    for (int r = std::max(1, tables_.min_stages); r <= S && r <= L; ++r) {
+      const Cell& c = cell[static_cast<size_t>(r) * stride];
+      top.Add(c.value, c.d, r, tau);
+    }
+    if (!(top.best < kInf)) continue;
+    SmoothedDpValue& value = out[k];
+    const double D = tables_.num_devices;
+    value.value =
+        top.Value(tau) + (mc - 1) * p.theta_seconds + p.phi_seconds - p.lambda_seconds * D;
+    value.d_theta = top.Mean(0) + (mc - 1);
+    value.d_phi = top.Mean(1) + 1;
+    value.expected_devices = top.Mean(2);
+    value.d_lambda = value.expected_devices - D;
 
-  // --- Decode the mode. ---
-  DiscretePlan& plan = out.decoded;
-  plan.microbatch_option = m_;
-  plan.boundaries.push_back(0);
-  int i = 0;
-  for (int r = top.arg; r >= 1; --r) {
-    const int j = cell[static_cast<size_t>(r) * stride + i].next;
-    const SoftMin& e = edge[static_cast<size_t>(LevelIndex(r)) * pairs + row[i] + (j - i - 1)];
-    plan.configs.push_back(configs_[e.arg]);
-    plan.boundaries.push_back(cuts_[j]);
-    i = j;
+    // --- Decode the mode. ---
+    DiscretePlan& plan = value.decoded;
+    plan.microbatch_option = m_;
+    plan.boundaries.push_back(0);
+    int i = 0;
+    for (int r = top.arg; r >= 1; --r) {
+      const int j = cell[static_cast<size_t>(r) * stride + i].next;
+      const SoftMin& e =
+          point_edges[static_cast<size_t>(LevelIndex(r)) * pairs + row[i] + (j - i - 1)];
+      plan.configs.push_back(configs_[e.arg]);
+      plan.boundaries.push_back(cuts_[j]);
+      i = j;
+    }
   }
   return out;
 }
@@ -553,6 +615,16 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
   return plan;
 }
 
+double SmoothedStageDp::AroundCost(const SmoothedDpPoint& p, const DiscretePlan& plan) const {
+  if (plan.microbatch_option != m_) return kInf;
+  double devices = 0;
+  for (int k : plan.configs) devices += tables_.configs[k].NumDevices();
+  if (devices > tables_.num_devices) return kInf;
+  const SmoothedDpPoint at{p.theta_seconds, p.phi_seconds, 0.0};
+  const double value = PlanValue(plan, at);
+  return value < kInf ? value - (microbatch_count_ - 1) * p.theta_seconds - p.phi_seconds : kInf;
+}
+
 long SmoothedStageDp::DeviceUnit() const {
   // Free devices in units of the gcd of the mesh sizes.
   long unit = 0;
@@ -626,6 +698,39 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
     edge_begin[s].push_back(entries.size());
   }
   if (unit == 0) return plan;  // no stage fits anywhere
+  // Entries that cannot be in the optimum: when `around` fits within D devices, its own stage
+  // costs sum to an upper bound U on the optimum's, and an entry of stage s whose cost plus the
+  // least cost of every other stage exceeds U is in no better plan. These are mostly the
+  // smallest meshes (the slowest configs that still fit), whose sizes set the device unit: on
+  // GPT-3 175B / 16,384 GPUs, 8 devices, W = 2,049, against 1,024 and W = 17 without them.
+  const double bound = AroundCost(p, around);
+  if (bound < kInf) {
+    std::vector<double> least(S, kInf);
+    for (int s = 0; s < S; ++s)
+      for (size_t e = edge_begin[s].front(); e < edge_begin[s].back(); ++e)
+        least[s] = std::min(least[s], entries[e].a);
+    const double others = std::accumulate(least.begin(), least.end(), 0.0);
+    std::vector<FrontierEntry> kept;
+    kept.reserve(entries.size());
+    unit = 0;
+    for (int s = 0; s < S; ++s) {
+      // The slack keeps `around`'s own entries whatever the rounding of the sums.
+      const double limit = bound - (others - least[s]) + 1e-9 * std::abs(bound);
+      size_t e = edge_begin[s].front();
+      for (size_t at = 0; at + 1 < edge_begin[s].size(); ++at) {
+        const size_t last = edge_begin[s][at + 1];
+        edge_begin[s][at] = kept.size();
+        for (; e < last; ++e)
+          if (entries[e].a <= limit) {
+            kept.push_back(entries[e]);
+            unit = std::gcd(unit, long{entries[e].units});
+          }
+      }
+      edge_begin[s].back() = kept.size();
+    }
+    entries = std::move(kept);
+    if (unit == 0) return plan;
+  }
   for (FrontierEntry& e : entries) e.units = static_cast<int>(e.units / unit);
   const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   double work = 0;

@@ -74,6 +74,11 @@ class SmoothedStageDp {
   // V^tau at `point` (tau_seconds = 0: the exact min). Gradients are exact for tau > 0
   // (softplus and soft-min), subgradients at tau = 0.
   SmoothedDpValue Evaluate(const SmoothedDpPoint& point, double tau_seconds);
+  // Evaluate at several points (each with its tau) in one pass over the layer ranges' terms:
+  // the same values, for the memory traffic of one evaluation (the terms of a long model's
+  // ranges are tens of MB). Throws InternalError if the sizes differ.
+  std::vector<SmoothedDpValue> EvaluateMany(const std::vector<SmoothedDpPoint>& points,
+                                            const std::vector<double>& taus_seconds);
 
   // The exact (tau = 0) minimizer of f_p(theta, phi, 0) over the plans whose stage meshes sum to
   // at most D devices: the device budget as a DP dimension (free devices, in units of the gcd of
@@ -89,10 +94,13 @@ class SmoothedStageDp {
   // cut positions), every stage's config and the device split free. The refinement of a coarse
   // plan at full resolution (RelaxOptions::coarse_layers): cost O(S (2 radius + 1)^2 (K + F W))
   // instead of O(S L^2 / 2 F W), with W counted in the gcd of the meshes on the windows'
-  // frontiers (stages this long fit only on large meshes: 1,024 devices on GPT-3 175B / 16,384
-  // GPUs, W = 17 instead of 16,385). Returns an empty plan when nothing there fits within D
-  // devices, or when the work S (2 radius + 1)^2 W exceeds max_work. Throws InternalError for a
-  // plan that is not a partition of the layers, or radius < 0.
+  // frontiers. When `around` itself fits within D devices, its cost bounds the optimum, and the
+  // frontier entries that cannot beat it (an entry's cost plus every other stage's least
+  // exceeds it; mostly the smallest, slowest meshes) are dropped before the gcd is taken: on
+  // operator-granularity GPT-3 175B / 16,384 GPUs the windows' frontiers reach down to 8-device
+  // meshes (W = 2,049) and the pruned ones to 128 or more. Returns an empty plan when nothing
+  // there fits within D devices, or when the work S (2 radius + 1)^2 W exceeds max_work. Throws
+  // InternalError for a plan that is not a partition of the layers, or radius < 0.
   DiscretePlan DecodeNearPlan(const SmoothedDpPoint& point, const DiscretePlan& around,
                               int radius, double max_work) const;
 
@@ -123,6 +131,11 @@ class SmoothedStageDp {
   int LevelIndex(int stages_left) const;
   // The gcd of the mesh sizes: the device decodes count free devices in these units.
   long DeviceUnit() const;
+  // The sum of a plan's stage costs t + c + (M - 1) relu(t - theta) + relu(e - phi) at p's
+  // levels (lambda ignored), +inf if it is of another microbatch option, uses a config outside
+  // this DP, does not fit in memory or needs more than D devices: an upper bound on what the
+  // device decodes minimize, wherever the plan is among their candidates.
+  double AroundCost(const SmoothedDpPoint& p, const DiscretePlan& plan) const;
 
   // One config's terms on one range of cut positions, for a config that fits at least one level.
   struct RangeTerm {

@@ -336,8 +336,16 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     const double fraction = ro.iterations > 1 ? static_cast<double>(it) / (ro.iterations - 1) : 1.0;
     const double relative_tau =
         Geometric(ro.initial_gibbs_temperature, ro.final_gibbs_temperature, fraction);
-    for (Track& t : tracks) {
-      if (!t.alive) continue;
+    // The alive tracks of one microbatch option are evaluated together (one pass over its
+    // DP's terms).
+    for (size_t first = 0; first < tracks.size();) {
+      size_t last = first + 1;
+      while (last < tracks.size() && tracks[last].dp == tracks[first].dp) ++last;
+      std::vector<Track*> group;
+      for (size_t a = first; a < last; ++a)
+        if (tracks[a].alive) group.push_back(&tracks[a]);
+      first = last;
+      if (group.empty()) continue;
       if (SearchClock::now() >= ph->deadline) {
         ph->time_limited = true;
         return starts;
@@ -346,38 +354,52 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         ph->evaluation_limited = true;
         return starts;
       }
-      const SmoothedDpPoint x = point_of(t);
-      const double tau = relative_tau * t.scale_seconds;
-      const SmoothedDpValue v = t.dp->Evaluate(x, tau);
-      ++ph->surrogate_evaluations;
-      if (!std::isfinite(v.value)) {
-        t.alive = false;  // nothing fits at this m
-        continue;
+      if (ph->options.max_evaluations > 0)  // no more evaluations than the budget left
+        group.resize(std::min<size_t>(
+            group.size(), ph->options.max_evaluations - ph->surrogate_evaluations));
+      std::vector<SmoothedDpPoint> points;
+      std::vector<double> taus;
+      for (const Track* t : group) {
+        points.push_back(point_of(*t));
+        taus.push_back(relative_tau * t->scale_seconds);
       }
-      if (!v.decoded.configs.empty()) {
-        starts.push_back(v.decoded);
-        const DiscreteCost cost = ph->polisher->Cost(v.decoded);
-        if (cost.Fits() && cost.iteration_seconds < t.best_seconds) {
-          t.best_seconds = cost.iteration_seconds;
-          t.best_plan = v.decoded;
+      const std::vector<SmoothedDpValue> values = group.front()->dp->EvaluateMany(points, taus);
+      for (size_t g = 0; g < group.size(); ++g) {
+        Track& t = *group[g];
+        const SmoothedDpPoint& x = points[g];
+        const SmoothedDpValue& v = values[g];
+        ++ph->surrogate_evaluations;
+        if (!std::isfinite(v.value)) {
+          t.alive = false;  // nothing fits at this m
+          continue;
         }
-        const int late = ro.late_decodes;
-        if (late > 0 && 4 * it >= 3 * ro.iterations &&
-            std::find(t.late_plans.begin(), t.late_plans.end(), v.decoded) == t.late_plans.end()) {
-          t.late_plans.push_back(v.decoded);
-          if (static_cast<int>(t.late_plans.size()) > late) t.late_plans.erase(t.late_plans.begin());
+        if (!v.decoded.configs.empty()) {
+          starts.push_back(v.decoded);
+          const DiscreteCost cost = ph->polisher->Cost(v.decoded);
+          if (cost.Fits() && cost.iteration_seconds < t.best_seconds) {
+            t.best_seconds = cost.iteration_seconds;
+            t.best_plan = v.decoded;
+          }
+          const int late = ro.late_decodes;
+          if (late > 0 && 4 * it >= 3 * ro.iterations &&
+              std::find(t.late_plans.begin(), t.late_plans.end(), v.decoded) ==
+                  t.late_plans.end()) {
+            t.late_plans.push_back(v.decoded);
+            if (static_cast<int>(t.late_plans.size()) > late)
+              t.late_plans.erase(t.late_plans.begin());
+          }
         }
-      }
-      // Descent in theta and phi, ascent in lambda; gradients in log space, scale-free.
-      const double grad[3] = {v.d_theta * x.theta_seconds / t.scale_seconds,
-                              v.d_phi * x.phi_seconds / t.scale_seconds,
-                              -v.d_lambda * x.lambda_seconds / t.scale_seconds};
-      for (int c = 0; c < 3; ++c) {
-        t.moment1[c] = beta1 * t.moment1[c] + (1 - beta1) * grad[c];
-        t.moment2[c] = beta2 * t.moment2[c] + (1 - beta2) * grad[c] * grad[c];
-        const double m_hat = t.moment1[c] / (1 - std::pow(beta1, it + 1));
-        const double v_hat = t.moment2[c] / (1 - std::pow(beta2, it + 1));
-        t.log_x[c] -= ro.learning_rate * m_hat / (std::sqrt(v_hat) + epsilon);
+        // Descent in theta and phi, ascent in lambda; gradients in log space, scale-free.
+        const double grad[3] = {v.d_theta * x.theta_seconds / t.scale_seconds,
+                                v.d_phi * x.phi_seconds / t.scale_seconds,
+                                -v.d_lambda * x.lambda_seconds / t.scale_seconds};
+        for (int c = 0; c < 3; ++c) {
+          t.moment1[c] = beta1 * t.moment1[c] + (1 - beta1) * grad[c];
+          t.moment2[c] = beta2 * t.moment2[c] + (1 - beta2) * grad[c] * grad[c];
+          const double m_hat = t.moment1[c] / (1 - std::pow(beta1, it + 1));
+          const double v_hat = t.moment2[c] / (1 - std::pow(beta2, it + 1));
+          t.log_x[c] -= ro.learning_rate * m_hat / (std::sqrt(v_hat) + epsilon);
+        }
       }
     }
     ++ph->summary->iterations;

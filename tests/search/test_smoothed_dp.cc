@@ -219,12 +219,13 @@ TEST_CASE("smoothed DP: the device decode is the minimum of f_p(theta, phi, 0) o
 TEST_CASE("smoothed DP: the near decode is the minimum of f_p(theta, phi, 0) over the plans "
           "within D devices whose cuts lie near the given plan's (enumerated), at every layer "
           "boundary even on a coarse DP") {
-  int compared = 0, moved = 0;
+  int compared = 0, moved = 0, bounded = 0;
+  const int dp_layers = 12;
   std::mt19937_64 rng(23);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     NonUniformModelOptions options;
-    options.num_layers = 12;
+    options.num_layers = dp_layers;
     options.hidden_size = 2048;
     Problem problem;
     problem.model = MakeNonUniformModel(options, seed);
@@ -243,10 +244,11 @@ TEST_CASE("smoothed DP: the near decode is the minimum of f_p(theta, phi, 0) ove
         around.boundaries =
             stages == 2 ? std::vector<int>{0, 6, 12} : std::vector<int>{0, 3, 9, 12};
         around.configs.assign(stages, configs.front());
-        for (int radius : {0, 1, 2}) {
-          // Every plan near `around`: boundaries in their windows, any undominated configs.
+        // The least f_p over every plan near `a`: boundaries in their windows, any undominated
+        // configs, within the devices.
+        auto brute_near = [&](const DiscretePlan& a, int radius) {
           double brute = kInf;
-          DiscretePlan plan = around;
+          DiscretePlan plan = a;
           std::function<void(int)> place = [&](int s) {
             if (s == stages) {
               int devices = 0;
@@ -255,8 +257,8 @@ TEST_CASE("smoothed DP: the near decode is the minimum of f_p(theta, phi, 0) ove
               return;
             }
             if (s > 0) {
-              for (int x = around.boundaries[s] - radius; x <= around.boundaries[s] + radius; ++x) {
-                if (x <= plan.boundaries[s - 1]) continue;
+              for (int x = a.boundaries[s] - radius; x <= a.boundaries[s] + radius; ++x) {
+                if (x <= plan.boundaries[s - 1] || x >= dp_layers) continue;
                 plan.boundaries[s] = x;
                 for (int k : configs) {
                   plan.configs[s - 1] = k;
@@ -275,7 +277,11 @@ TEST_CASE("smoothed DP: the near decode is the minimum of f_p(theta, phi, 0) ove
             place(1);
           };
           place(0);
+          return brute;
+        };
+        for (int radius : {0, 1, 2}) {
           INFO("seed ", seed, " m ", m, " stages ", stages, " radius ", radius);
+          const double brute = brute_near(around, radius);
           const DiscretePlan decoded = dp.DecodeNearPlan(point, around, radius, 100'000'000);
           if (!std::isfinite(brute)) {
             CHECK(decoded.configs.empty());
@@ -289,12 +295,23 @@ TEST_CASE("smoothed DP: the near decode is the minimum of f_p(theta, phi, 0) ove
           if (decoded.boundaries != around.boundaries) ++moved;
           CHECK(dp.DecodeNearPlan(point, around, radius, 0).configs.empty());  // over max_work
           ++compared;
+          // Around a plan that fits (its cost bounds the optimum, and the decode drops the
+          // entries that cannot beat it): still the minimum over its windows.
+          for (int again : {0, 1}) {
+            const DiscretePlan near = dp.DecodeNearPlan(point, decoded, again, 100'000'000);
+            REQUIRE(!near.configs.empty());
+            CHECK(dp.PlanValue(near, point) ==
+                  doctest::Approx(brute_near(decoded, again)).epsilon(1e-9));
+            CHECK(dp.PlanValue(near, point) <= dp.PlanValue(decoded, point) * (1 + 1e-12));
+            ++bounded;
+          }
         }
       }
     }
   }
   CHECK(compared >= 12);
   CHECK(moved >= 4);  // the windows hold better cuts than the coarse ones
+  CHECK(bounded == 2 * compared);
   MESSAGE(moved, " of ", compared, " near decodes moved a cut");
   const Problem problem = MakeRandomSmallProblem(1);
   const RelaxTables tables = BuildRelaxTables(CostModel(problem), SearchSpace::Build(problem));
@@ -426,6 +443,41 @@ TEST_CASE("smoothed DP: dV/dtheta, dV/dphi and dV/dlambda match central finite d
     ++checked;
   }
   CHECK(checked >= 3);
+}
+
+TEST_CASE("smoothed DP: EvaluateMany gives each point exactly what Evaluate gives it") {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    const Problem problem = MakeRandomSmallProblem(seed);
+    const RelaxTables tables = BuildRelaxTables(CostModel(problem), SearchSpace::Build(problem));
+    for (int m = 0; m < tables.num_microbatch_options; ++m) {
+      SmoothedStageDp dp(tables, m, tables.undominated_configs);
+      const double scale = std::max(1e-6, dp.BalancedStageSeconds());
+      const double mc = dp.num_microbatches();
+      const std::vector<SmoothedDpPoint> points{
+          {scale, scale, mc * scale / tables.num_devices},
+          {2 * scale, 0.5 * scale, 0.1 * mc * scale / tables.num_devices},
+          {0.5 * scale, 0.1 * scale, 0.0}};
+      const std::vector<double> taus{0.05 * mc * scale, 0.0, 0.002 * mc * scale};
+      const std::vector<SmoothedDpValue> many = dp.EvaluateMany(points, taus);
+      REQUIRE(many.size() == points.size());
+      for (size_t k = 0; k < points.size(); ++k) {
+        INFO("seed ", seed, " m ", m, " point ", k);
+        const SmoothedDpValue one = dp.Evaluate(points[k], taus[k]);
+        CHECK(many[k].value == one.value);
+        CHECK(many[k].d_theta == one.d_theta);
+        CHECK(many[k].d_phi == one.d_phi);
+        CHECK(many[k].d_lambda == one.d_lambda);
+        CHECK(many[k].decoded == one.decoded);
+        checked += std::isfinite(one.value) ? 1 : 0;
+      }
+    }
+  }
+  CHECK(checked >= 12);
+  const Problem problem = MakeRandomSmallProblem(1);
+  const RelaxTables tables = BuildRelaxTables(CostModel(problem), SearchSpace::Build(problem));
+  SmoothedStageDp dp(tables, 0, {0});
+  CHECK_THROWS_AS(dp.EvaluateMany({{1, 1, 0}}, {}), InternalError);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 # `make install [PREFIX=/usr/local] [DESTDIR=...]` installs the binary and the data it reads.
 DEBIAN_PACKAGES := build-essential cmake pkg-config libtorch-dev libgloo-dev libeigen3-dev \
                    libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev doctest-dev \
-                   libfccp-dev coinor-libcbc-dev python3-matplotlib clang
+                   libfccp-dev coinor-libcbc-dev zlib1g-dev python3-matplotlib clang
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

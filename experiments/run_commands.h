@@ -26,7 +26,7 @@ struct RunFlags {
   double topk_density = 0.01;
   double topk_momentum = 0.0;
   int powersgd_rank = 4;
-  std::string model = "gpt-tiny";  // built-in gpt-tiny, zoo name or model file
+  std::string model = "gpt-tiny";  // zoo name (gpt-tiny: the runtime model) or model file
   int seq_length = 0;              // 0: the model's
   int steps = 20;
   double learning_rate = 1e-3;

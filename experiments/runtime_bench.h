@@ -1,7 +1,7 @@
 #pragma once
 // `stratos bench runtime`: the runtime's acceptance benchmark (DESIGN.md §9).
 //
-// 1. Prediction accuracy: runs the built-in tiny GPT (gpt-tiny, tinyshakespeare) under several
+// 1. Prediction accuracy: runs the zoo's runtime model (gpt-tiny, tinyshakespeare) under several
 //    uniform plans PPxDPxTP that fit in at most 4 local worker processes (1x1x1, 2x1x1, 1x2x1,
 //    1x1x2, 2x2x1, 1x2x2), each launched exactly as `stratos run` launches it (RunRun), and
 //    reads the measured iteration time (mean step seconds of the slowest rank, the first step

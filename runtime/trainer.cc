@@ -15,6 +15,7 @@
 #include "costmodel/json_reader.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
+#include "runtime/checkpoint.h"
 #include "runtime/compression.h"
 #include "runtime/data.h"
 #include "runtime/device.h"
@@ -144,21 +145,6 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
 // Model, cluster, problem, plan checks.
 
 ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length) {
-  if (name_or_path == "gpt-tiny") {
-    ModelSpec model;
-    model.name = "gpt-tiny";
-    model.family = "gpt";
-    model.source = "built-in gpt-tiny";
-    model.hidden_size = 64;
-    model.num_layers = 4;
-    model.num_attention_heads = 4;
-    model.vocab_size = 72;
-    model.seq_length = seq_length > 0 ? seq_length : 64;
-    model.max_position_embeddings = model.seq_length;
-    model.tie_word_embeddings = true;
-    BuildTransformerLayers(model);
-    return model;
-  }
   return ReadModelFile(ResolveModelPath(name_or_path), seq_length);
 }
 
@@ -522,8 +508,40 @@ struct StepTimes {
   double tp_comm = 0;
 };
 
-std::string CheckpointStepDir(const std::string& dir, int step) {
-  return fmt::format("{}/step_{:06d}", dir, step);
+// The newest step whose checkpoint file is intact on every rank (CheckpointProblem), agreed
+// through an all-reduce over `world`; 0 if `dir` holds no step. Each rank names on stderr its
+// files that are skipped. Throws InputError, with this rank's problem when it has one, if no
+// step is intact on every rank.
+int AgreeOnResumeStep(const std::string& dir, int rank, Communicator& world,
+                      const torch::TensorOptions& float_options) {
+  const std::vector<int> steps = CheckpointSteps(dir);
+  if (steps.empty()) return 0;
+  std::vector<std::string> problems;
+  Tensor bad = torch::zeros({static_cast<int64_t>(steps.size())}, float_options.device(torch::kCPU));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    problems.push_back(CheckpointProblem(dir, steps[i], rank));
+    if (!problems.back().empty()) bad[static_cast<int64_t>(i)] = 1.0f;
+  }
+  bad = bad.to(float_options.device());
+  world.AllReduceSum(bad);
+  bad = bad.cpu();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (bad[static_cast<int64_t>(i)].item<float>() > 0) continue;
+    for (size_t skipped = 0; skipped < i; ++skipped)
+      if (!problems[skipped].empty())
+        fmt::print(stderr, "rank {}: {}; resuming from step {}\n", rank, problems[skipped],
+                   steps[i]);
+    if (i > 0 && rank == 0)
+      fmt::print(stderr, "resuming from step {}, the newest checkpoint in {} intact on every rank "
+                         "(newer: step {})\n", steps[i], dir, steps.front());
+    return steps[i];
+  }
+  for (const std::string& problem : problems)
+    if (!problem.empty())
+      throw InputError(fmt::format("{} (no checkpoint in {} is intact on every rank)", problem, dir));
+  throw InputError(fmt::format(
+      "no checkpoint in {} is intact on every rank (another rank's files are not; see its log)",
+      dir));
 }
 
 void WriteTextFile(const std::string& path, const std::string& text) {
@@ -627,14 +645,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     int start_step = 0;
     if (options.resume) {
       doing("loading the checkpoint", false);
-      const std::string latest_path = options.checkpoint_dir + "/latest";
-      std::ifstream latest(latest_path);
-      if (latest) {
-        latest >> start_step;
-        std::vector<Tensor> state;
-        const std::string file =
-            fmt::format("{}/rank_{}.pt", CheckpointStepDir(options.checkpoint_dir, start_step), rank);
-        torch::load(state, file);
+      start_step = AgreeOnResumeStep(options.checkpoint_dir, rank, world, float_options);
+      if (start_step > 0) {
+        const std::string file = CheckpointFile(options.checkpoint_dir, start_step, rank);
+        const std::vector<Tensor> state = LoadCheckpoint(options.checkpoint_dir, start_step, rank);
         // Parameters, Adam m, v and step, then the compressor's state (runtime/compression.h).
         const size_t compression_tensors = compressor ? compressor->State().size() : 0;
         if (state.size() != 4 + compression_tensors)
@@ -647,8 +661,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
                       "{}: checkpoint does not match this plan's stage ({} parameters)", file,
                       stage.NumLocalParameters());
         torch::NoGradGuard no_grad;
-        stage.FlatParameters().copy_(state[0]);
-        adam.LoadState(state[1], state[2], state[3].item<int64_t>());
+        stage.FlatParameters().copy_(state[0].to(device));
+        adam.LoadState(state[1].to(device), state[2].to(device), state[3].item<int64_t>());
         if (compressor) compressor->LoadState({state.begin() + 4, state.end()});
       }
     }
@@ -821,14 +835,11 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       if (!options.checkpoint_dir.empty() &&
           (last_step || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
         doing("writing a checkpoint", false);
-        const std::string dir = CheckpointStepDir(options.checkpoint_dir, step + 1);
-        fs::create_directories(dir);
-        std::vector<Tensor> state{stage.FlatParameters().detach().clone()};
+        std::vector<Tensor> state{stage.FlatParameters()};
         for (const Tensor& s : adam.State()) state.push_back(s);
         if (compressor)
           for (const Tensor& s : compressor->State()) state.push_back(s);
-        for (Tensor& tensor : state) tensor = tensor.cpu();  // loadable on any device
-        torch::save(state, fmt::format("{}/rank_{}.pt", dir, rank));
+        WriteCheckpoint(options.checkpoint_dir, step + 1, rank, state);
         world.Barrier();
         if (rank == 0) WriteTextFile(options.checkpoint_dir + "/latest", std::to_string(step + 1));
       }

@@ -30,8 +30,8 @@
 namespace stratos {
 
 struct TrainOptions {
-  // Zoo name, model file, or "gpt-tiny" (built in: 4 blocks, hidden 64, 4 heads, seq 64,
-  // vocab 72 >= tinyshakespeare's 65 characters, padded for TP up to 8).
+  // Zoo name or model file; the default, gpt-tiny, is the zoo's runtime model
+  // (data/models/gpt-tiny.toml: 4 blocks, hidden 64, 4 heads, seq 64, vocab 72).
   std::string model = "gpt-tiny";
   int seq_length = 0;  // > 0 overrides the model's
   Plan plan;
@@ -77,7 +77,8 @@ nlohmann::json TrainOptionsToJson(const TrainOptions& options);
 // Throws InputError naming `where` for unknown keys and wrong types.
 TrainOptions TrainOptionsFromJson(const nlohmann::json& json, const std::string& where);
 
-// The built-in tiny GPT or a model file / zoo name, with seq_length > 0 overriding.
+// A zoo model (gpt-tiny included) or a model file, with seq_length > 0 overriding; throws
+// InputError for an unknown name or a bad file.
 ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length);
 
 // This machine's CPU workers as a cluster description: one node of `num_workers` devices of

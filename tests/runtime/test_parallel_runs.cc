@@ -4,10 +4,12 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "costmodel/error.h"
+#include "runtime/checkpoint.h"
 
 #include "tests/runtime/runtime_test_util.h"
 
@@ -139,6 +141,29 @@ TEST_CASE("a run writes its measurement, a Chrome trace and the predicted-vs-mea
   CHECK(measurement.at("mfu").get<double>() ==
         doctest::Approx(flops / measurement.at("iteration_seconds").get<double>() / 2 /
                         measurement.at("mfu_peak_flops").get<double>()));
+}
+
+TEST_CASE("PP 2: when one rank's newest checkpoint is damaged, every rank resumes from the "
+          "newest step intact on both") {
+  const std::vector<double>& reference = ReferenceLosses();
+  TrainOptions options = TinyOptions(2, 1, 1, 1);
+  options.checkpoint_dir = TestDir("pp2_fallback_ckpt");
+  options.checkpoint_every = 10;
+  const LaunchResult first = RunWorkers(options, "pp2_fallback_first");
+  INFO(first.Summary());
+  REQUIRE(first.Succeeded());
+  REQUIRE(CheckpointSteps(options.checkpoint_dir) == std::vector<int>{20, 10});
+  std::filesystem::resize_file(CheckpointFile(options.checkpoint_dir, 20, 1), 10);
+  options.resume = true;
+  const LaunchResult resumed = RunWorkers(options, "pp2_fallback_resumed");
+  INFO(resumed.Summary());
+  INFO(Logs(options, "pp2_fallback_resumed", 2));
+  REQUIRE(resumed.Succeeded());
+  const std::vector<double> losses = MeasuredLosses(TestPath("pp2_fallback_resumed"));
+  CheckLossesMatch({reference.begin() + 10, reference.end()}, losses, "PP 2 resumed from step 10");
+  const std::string log = ReadFile(TestPath("pp2_fallback_resumed") + "/logs/rank_1.log");
+  CHECK(log.find(CheckpointFile(options.checkpoint_dir, 20, 1) + ": truncated: 10 of") !=
+        std::string::npos);
 }
 
 TEST_CASE("an invalid plan is refused before any worker is launched") {

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "costmodel/error.h"
+#include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
@@ -118,6 +120,98 @@ TEST_CASE("an interrupted run resumes from its last checkpoint and continues the
   CHECK(resumed.first_step == 10);
   REQUIRE(resumed.losses.size() == 10);
   for (int i = 0; i < 10; ++i) CHECK(resumed.losses[i] == reference.losses[10 + i]);
+}
+
+// Cuts a file to `bytes`, or flips its byte at `flip` (same size), in place.
+void Damage(const std::string& path, long bytes, long flip = -1) {
+  if (flip >= 0) {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(file.good());
+    file.seekg(flip);
+    const char c = static_cast<char>(file.get() ^ 0x5a);
+    file.seekp(flip);
+    file.put(c);
+    return;
+  }
+  std::filesystem::resize_file(path, static_cast<std::uintmax_t>(bytes));
+}
+
+TEST_CASE("checkpoint files: written with their size and CRC-32, each kind of damage named in "
+          "one line") {
+  const std::string dir = TestDir("checkpoint_files");
+  const std::vector<torch::Tensor> tensors{torch::arange(1000, torch::kFloat32),
+                                           torch::tensor({7}, torch::kInt64)};
+  WriteCheckpoint(dir, 12, 3, tensors);
+  WriteCheckpoint(dir, 4, 3, tensors);
+  CHECK(CheckpointSteps(dir) == std::vector<int>{12, 4});
+  CHECK(CheckpointSteps(dir + "/absent").empty());
+  CHECK(CheckpointProblem(dir, 12, 3).empty());
+  const std::vector<torch::Tensor> loaded = LoadCheckpoint(dir, 12, 3);
+  REQUIRE(loaded.size() == 2);
+  CHECK(torch::equal(loaded[0], tensors[0]));
+  CHECK(torch::equal(loaded[1], tensors[1]));
+
+  const std::string file = CheckpointFile(dir, 12, 3);
+  const long size = static_cast<long>(std::filesystem::file_size(file));
+  auto one_line_naming = [](const std::string& problem, const std::string& path,
+                            const std::string& what) {
+    INFO(problem);
+    CHECK(problem.find('\n') == std::string::npos);
+    CHECK(problem.rfind(path, 0) == 0);
+    CHECK(problem.find(what) != std::string::npos);
+  };
+  Damage(file, size / 2);
+  one_line_naming(CheckpointProblem(dir, 12, 3), file, fmt::format("truncated: {} of {} bytes",
+                                                                     size / 2, size));
+  CHECK_THROWS_WITH_AS(LoadCheckpoint(dir, 12, 3), doctest::Contains("truncated"), InputError);
+  WriteCheckpoint(dir, 12, 3, tensors);
+  Damage(file, 0, size - 100);
+  one_line_naming(CheckpointProblem(dir, 12, 3), file, "CRC-32");
+  WriteCheckpoint(dir, 12, 3, tensors);
+  Damage(file + ".json", 10);
+  one_line_naming(CheckpointProblem(dir, 12, 3), file + ".json", "not a checkpoint record");
+  std::filesystem::remove(file);
+  one_line_naming(CheckpointProblem(dir, 12, 3), file, "missing");
+  // A file without a record (written before records existed) is intact if torch::load reads it.
+  WriteCheckpoint(dir, 12, 3, tensors);
+  std::filesystem::remove(file + ".json");
+  CHECK(CheckpointProblem(dir, 12, 3).empty());
+  Damage(file, size / 2);
+  one_line_naming(CheckpointProblem(dir, 12, 3), file, "not a tensor list that torch::load reads");
+}
+
+TEST_CASE("resume falls back to the newest intact checkpoint and continues the same trajectory; "
+          "none intact is one line naming the file") {
+  const TestRun reference = RunInProcess(TinyOptions(1, 1, 1, 2), "fallback_ref");
+  TrainOptions options = TinyOptions(1, 1, 1, 2);
+  const std::string dir = TestDir("fallback_ckpt");
+  options.checkpoint_dir = dir;
+  options.checkpoint_every = 5;
+  RunInProcess(options, "fallback_first");  // checkpoints at 5, 10, 15, 20
+  REQUIRE(CheckpointSteps(dir) == std::vector<int>{20, 15, 10, 5});
+  Damage(CheckpointFile(dir, 20, 0), 100);                                    // truncated
+  Damage(CheckpointFile(dir, 15, 0) + ".json", 5);                            // its record cut
+  Damage(CheckpointFile(dir, 10, 0), 0,
+         static_cast<long>(std::filesystem::file_size(CheckpointFile(dir, 10, 0))) / 2);  // a bit
+  options.resume = true;
+  options.checkpoint_dir = dir;
+  options.checkpoint_every = 0;
+  const TestRun resumed = RunInProcess(options, "fallback_resumed");
+  CHECK(resumed.first_step == 5);
+  REQUIRE(resumed.losses.size() == 15);
+  for (int i = 0; i < 15; ++i) CHECK(resumed.losses[i] == reference.losses[5 + i]);
+  // The resumed run wrote step 20 again; damage every step: nothing to fall back to.
+  for (int step : CheckpointSteps(dir)) Damage(CheckpointFile(dir, step, 0), 64);
+  try {
+    RunInProcess(options, "fallback_none");
+    FAIL("resume from damaged checkpoints did not fail");
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.find(CheckpointFile(dir, 20, 0) + ": truncated: 64 of") != std::string::npos);
+    CHECK(message.find("no checkpoint in " + dir + " is intact") != std::string::npos);
+  }
 }
 
 TEST_CASE("plans the runtime cannot run are refused with the field and the rule") {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <system_error>
@@ -60,7 +61,40 @@ std::vector<std::string> ZooModels() {
   return names;
 }
 
-std::vector<std::string> ZooClusters() { return TomlStems(ClustersDir()); }
+std::vector<std::string> ZooClusters() {
+  std::vector<std::string> names = TomlStems(ClustersDir());
+  const std::string user = UserZooDir();
+  if (!user.empty())
+    for (const std::string& name : TomlStems(user + "/clusters")) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+std::string UserZooDir() {
+  const char* own = std::getenv("STRATOS_USER_ZOO");
+  if (own != nullptr && *own != '\0') return own;
+  const char* xdg = std::getenv("XDG_DATA_HOME");
+  if (xdg != nullptr && *xdg != '\0') return fmt::format("{}/stratos", xdg);
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != '\0') return fmt::format("{}/.local/share/stratos", home);
+  return "";
+}
+
+std::string UserClusterPath(const std::string& name) {
+  if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                             "0123456789._-") != std::string::npos ||
+      name[0] == '.')
+    throw InputError(fmt::format("cluster name '{}': must be a file stem of letters, digits, "
+                                 "'.', '_' and '-' (not starting with '.')",
+                                 name));
+  const std::string dir = UserZooDir();
+  if (dir.empty())
+    throw InputError(fmt::format("cluster name '{}': no user zoo (set STRATOS_USER_ZOO, "
+                                 "XDG_DATA_HOME or HOME)",
+                                 name));
+  return fmt::format("{}/clusters/{}.toml", dir, name);
+}
 
 std::string ResolveModelPath(const std::string& name_or_path) {
   if (IsFile(name_or_path)) return name_or_path;
@@ -79,6 +113,11 @@ std::string ResolveClusterPath(const std::string& name_or_path) {
   if (IsFile(name_or_path)) return name_or_path;
   const std::string toml = fmt::format("{}/{}.toml", ClustersDir(), name_or_path);
   if (IsFile(toml)) return toml;
+  const std::string user = UserZooDir();
+  if (!user.empty()) {
+    const std::string own = fmt::format("{}/clusters/{}.toml", user, name_or_path);
+    if (IsFile(own)) return own;
+  }
   throw InputError(fmt::format("--cluster = {}: not a file and not a zoo cluster (zoo: {})",
                                name_or_path, fmt::join(ZooClusters(), ", ")));
 }

@@ -14,12 +14,23 @@ namespace stratos {
 // "--model = foo: not a file and not a zoo model (zoo: a, b, c)" otherwise.
 std::string ResolveModelPath(const std::string& name_or_path);
 
-// Returns `name_or_path` if it is an existing file; else <source>/data/clusters/<name>.toml.
-// Throws InputError "--cluster = foo: not a file and not a zoo cluster (zoo: a, b, c)" otherwise.
+// Returns `name_or_path` if it is an existing file; else <source>/data/clusters/<name>.toml; else
+// the user's own <UserZooDir()>/clusters/<name>.toml (e.g. `local`, written by `stratos
+// calibrate --cluster local --save-as local`). Throws InputError "--cluster = foo: not a file and
+// not a zoo cluster (zoo: a, b, c)" otherwise.
 std::string ResolveClusterPath(const std::string& name_or_path);
 
-// Names accepted by ResolveModelPath / ResolveClusterPath, sorted.
+// Names accepted by ResolveModelPath / ResolveClusterPath (the user's clusters included),
+// sorted.
 std::vector<std::string> ZooModels();
 std::vector<std::string> ZooClusters();
+
+// The user's own zoo, where descriptions of the user's machines go: $STRATOS_USER_ZOO, else
+// $XDG_DATA_HOME/stratos, else $HOME/.local/share/stratos; "" if none of these is set.
+std::string UserZooDir();
+// <UserZooDir()>/clusters/<name>.toml. Throws InputError if there is no user zoo (no
+// $STRATOS_USER_ZOO, $XDG_DATA_HOME or $HOME) or the name is not a plain file stem
+// (letters, digits, '.', '_', '-').
+std::string UserClusterPath(const std::string& name);
 
 }  // namespace stratos

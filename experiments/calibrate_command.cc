@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 
 #include "calibrate/alpa_profile.h"
@@ -15,6 +16,7 @@
 #include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
+#include "runtime/trainer.h"
 
 namespace stratos {
 
@@ -30,10 +32,38 @@ std::string CommandLine(const CalibrateArgs& args, const std::string& profile_fl
   if (!args.holdout.empty() && args.holdout != "none") {
     line += fmt::format(" --holdout {}", args.holdout);
   }
-  if (args.matmul_dtype != "f16") line += fmt::format(" --matmul-dtype {}", args.matmul_dtype);
+  if (!args.matmul_dtype.empty()) line += fmt::format(" --matmul-dtype {}", args.matmul_dtype);
   if (!args.name.empty()) line += fmt::format(" --name {}", args.name);
-  line += fmt::format(" --output {}", PathForDisplay(args.output));
+  if (!args.save_as.empty()) {
+    line += fmt::format(" --save-as {}", args.save_as);
+  } else if (!args.output.empty()) {
+    line += fmt::format(" --output {}", PathForDisplay(args.output));
+  }
   return line;
+}
+
+// --cluster local: the runtime's description of this machine's CPU workers (LocalCpuCluster),
+// as many as the profile's largest collective mesh, whose peak is the profile's fastest GEMM of
+// `dtype` (the matmul fit then sets the efficiency curve below it). Throws InputError naming
+// what the profile lacks.
+ClusterSpec LocalBase(const Profile& profile, const std::string& dtype, const std::string& where) {
+  int workers = 0;
+  for (const CollectiveRow& row : profile.collectives)
+    workers = std::max(workers, row.nodes * row.gpus_per_node);
+  double peak = 0;
+  for (const MatmulRow& row : profile.matmuls)
+    if (row.dtype == dtype) peak = std::max(peak, row.flops / row.seconds);
+  if (workers < 2)
+    throw InputError(fmt::format(
+        "{}: --cluster local sizes the workers from the collective rows, and there are none "
+        "(stratos profile --parts collective)",
+        where));
+  if (!(peak > 0))
+    throw InputError(fmt::format(
+        "{}: --cluster local takes its peak from the {} GEMM rows, and there are none (stratos "
+        "profile --parts matmul --dtype {})",
+        where, dtype, dtype));
+  return LocalCpuCluster(workers, peak);
 }
 
 }  // namespace
@@ -42,13 +72,22 @@ int RunCalibrate(const CalibrateArgs& args) {
   if (!args.profile_dir.empty() && !args.alpa_csv.empty()) {
     throw InputError("command line: give --profile DIR or --alpa-csv FILE, not both");
   }
+  if (!args.save_as.empty() && !args.output.empty())
+    throw InputError("command line: give --output FILE or --save-as NAME, not both");
+  const bool local = args.cluster == "local";
+  const std::string output = !args.save_as.empty() ? UserClusterPath(args.save_as)
+                             : !args.output.empty() ? args.output
+                                                    : "out/calibrate/cluster.toml";
   const LoadedProfile loaded = LoadProfile(args.profile_dir, args.alpa_csv);
-  const ClusterSpec base = ReadClusterFile(ResolveClusterPath(args.cluster));
+  const std::string matmul_dtype =
+      !args.matmul_dtype.empty() ? args.matmul_dtype : local ? "f32" : "f16";
+  const ClusterSpec base = local ? LocalBase(loaded.profile, matmul_dtype, loaded.flag)
+                                 : ReadClusterFile(ResolveClusterPath(args.cluster));
   CalibrateOptions options;
   options.holdout = ParseHoldout(args.holdout);
   options.ring_links_per_gpu = args.ring_links;
-  options.matmul_dtype = args.matmul_dtype;
-  options.name = args.name;
+  options.matmul_dtype = matmul_dtype;
+  options.name = !args.name.empty() ? args.name : args.save_as;
   const std::string command = CommandLine(args, loaded.flag);
   options.source = fmt::format("{}: fitted on {}; held out: {}", command, loaded.description,
                                options.holdout.ToString());
@@ -66,10 +105,12 @@ int RunCalibrate(const CalibrateArgs& args) {
       "`stratos validate alpa-comm`, README section Calibration.",
       result.cluster.name, base.name, command, result.cluster.calibration.collective_rows,
       result.cluster.calibration.matmul_rows);
-  const std::filesystem::path parent = std::filesystem::path(args.output).parent_path();
+  const std::filesystem::path parent = std::filesystem::path(output).parent_path();
   if (!parent.empty()) EnsureDirectory(parent.string());
-  WriteClusterFile(result.cluster, args.output, header);
-  fmt::print("\nwrote {}\n", args.output);
+  WriteClusterFile(result.cluster, output, header);
+  fmt::print("\nwrote {}\n", output);
+  if (!args.save_as.empty())
+    fmt::print("every command now takes it as --cluster {}\n", args.save_as);
   return kExitSuccess;
 }
 
@@ -88,7 +129,10 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "Alpa profile CSV (default, without --profile: the shared data's "
                    "alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv)")
       ->excludes(profile);
-  commands.calibrate->add_option("--cluster", c.cluster, "base cluster: zoo name or .toml file")
+  commands.calibrate
+      ->add_option("--cluster", c.cluster,
+                   "base cluster: zoo name or .toml file, or local (this machine's worker "
+                   "processes, sized from the profile)")
       ->capture_default_str();
   commands.calibrate
       ->add_option("--holdout", c.holdout,
@@ -103,13 +147,20 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
   commands.calibrate
       ->add_option("--matmul-dtype", c.matmul_dtype,
                    "GEMM rows of this dtype fit the device's curve (bf16: a GPU profiled with "
-                   "`stratos profile --device cuda --dtype bf16`)")
-      ->check(cli::OneOf({"f16", "bf16", "f32"}))
-      ->capture_default_str();
-  commands.calibrate->add_option("--name", c.name,
-                                 "name of the calibrated cluster (default: <base>-calibrated)");
-  commands.calibrate->add_option("--output", c.output, "calibrated cluster file (.toml)")
-      ->capture_default_str();
+                   "`stratos profile --device cuda --dtype bf16`); default: f32 for --cluster "
+                   "local, else f16")
+      ->check(cli::OneOf({"f16", "bf16", "f32"}));
+  commands.calibrate->add_option(
+      "--name", c.name, "name of the calibrated cluster (default: the --save-as name, else "
+                        "<base>-calibrated)");
+  CLI::Option* output = commands.calibrate->add_option(
+      "--output", c.output, "calibrated cluster file (.toml; default: out/calibrate/cluster.toml)");
+  commands.calibrate
+      ->add_option("--save-as", c.save_as,
+                   "save it in your own zoo as NAME (every command then takes --cluster NAME; "
+                   "$STRATOS_USER_ZOO, else $XDG_DATA_HOME/stratos, else "
+                   "~/.local/share/stratos)")
+      ->excludes(output);
 
   ValidateAlpaCommArgs& v = commands.validate_args;
   commands.validate_alpa_comm = validate->add_subcommand(

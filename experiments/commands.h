@@ -41,6 +41,11 @@ struct SearchArgs {
   std::vector<std::string> option_assignments;
   // --export TARGET: the best plan also exported to DIR/export (interop/interop.h TargetNames).
   std::string export_target;
+  // search --run: train the best plan the runtime can run on this machine for run_steps steps
+  // (one worker process per device, OUTPUT_DIR/run) and print predicted against measured; the
+  // search then prices the runtime's training (RuntimeTraining: fp32 on CPU workers).
+  bool run = false;
+  int run_steps = 20;
 };
 
 // The flags of `search` and `compare`, one spelling for both, bound to `args` (whose values when
@@ -146,12 +151,18 @@ int RunValidate(const ValidateArgs& args);
 struct CalibrateArgs {
   std::string profile_dir;  // a profile directory (calibrate/profile.h), or
   std::string alpa_csv;     // an Alpa profile CSV; neither: the shared Alpa V100 profile
-  std::string cluster = "p3.16xlarge";  // base cluster: zoo name or file
+  // Base cluster: zoo name or file, or "local": this machine's worker processes as the runtime
+  // describes them (LocalCpuCluster), as many as the profile's largest collective mesh, peak =
+  // its fastest GEMM of matmul_dtype.
+  std::string cluster = "p3.16xlarge";
   std::string holdout = "none";         // calibrate/calibrate.h ParseHoldout
   int ring_links = -1;                  // -1: the base cluster's
-  std::string matmul_dtype = "f16";     // GEMM rows of this dtype fit the curve: f16 | bf16 | f32
-  std::string name;                     // "": <base>-calibrated
-  std::string output = "out/calibrate/cluster.toml";
+  // GEMM rows of this dtype fit the curve: f16 | bf16 | f32; "": f32 for --cluster local, else
+  // f16.
+  std::string matmul_dtype;
+  std::string name;                     // "": the --save-as name, else <base>-calibrated
+  std::string output;                   // "": out/calibrate/cluster.toml unless save_as
+  std::string save_as;                  // "": none; else written to UserClusterPath(save_as)
 };
 
 // `stratos calibrate`: fits the collective constants and the matmul curve (calibrate/), prints

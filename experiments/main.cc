@@ -78,6 +78,14 @@ int main(int argc, char** argv) {
   CLI::App* search_command = app.add_subcommand(
       "search", "search a plan with one or more searchers and compare them");
   stratos::AddSearchFlags(search_command, search);
+  search_command->add_flag(
+      "--run", search.run,
+      "then train the best plan the runtime runs here (one worker process per device; "
+      "OUTPUT_DIR/run) and print predicted against measured; the search prices the runtime's "
+      "fp32 training (e.g. --model gpt-tiny --cluster local)");
+  search_command->add_option("--run-steps", search.run_steps, "optimizer steps of --run")
+      ->check(stratos::cli::IntAtLeast(2))
+      ->capture_default_str();
 
   stratos::SearchArgs compare;
   compare.output_dir = "out/compare";

@@ -1,8 +1,12 @@
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/error.h"
@@ -12,6 +16,9 @@
 #include "experiments/output.h"
 #include "experiments/searchers.h"
 #include "interop/interop.h"
+#include "runtime/data.h"
+#include "runtime/launcher.h"
+#include "runtime/trainer.h"
 
 namespace stratos {
 
@@ -99,6 +106,83 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
       ->allow_extra_args(false);
 }
 
+namespace {
+
+// --run: workers still running after this long are killed (stratos run's --deadline default).
+constexpr double kRunDeadlineSeconds = 3600;
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// search --run: trains the fastest predicted plan that the runtime can run (the others are
+// named with the reason) on this machine and prints the measured iteration time against the
+// search's prediction. Returns the exit code.
+int RunBestPlan(const SearchArgs& args, const std::vector<Outcome>& outcomes) {
+  std::vector<const Outcome*> ranked;
+  for (const Outcome& o : outcomes)
+    if (o.estimate) ranked.push_back(&o);
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Outcome* a, const Outcome* b) {
+    return a->estimate->iteration_seconds < b->estimate->iteration_seconds;
+  });
+  const ModelSpec model = LoadRuntimeModel(args.problem.model, args.problem.seq_length);
+  const CharDataset data(DefaultDataPath(), model.seq_length);
+  const Outcome* chosen = nullptr;
+  for (const Outcome* o : ranked) {
+    const Plan& plan = *o->result.plan;
+    try {
+      CheckRuntimePlan(model, plan, plan.NumDevices(), fmt::format("{} plan", o->algorithm),
+                       data.VocabSize(), args.problem.cluster);
+      chosen = o;
+      break;
+    } catch (const InputError& e) {
+      fmt::print("--run: the runtime cannot run the {} plan yet: {}\n", o->algorithm, e.what());
+    }
+  }
+  if (chosen == nullptr) {
+    fmt::print(stderr, "stratos: --run: no plan that the runtime can run\n");
+    return kExitNoResult;
+  }
+  TrainOptions options;
+  options.model = args.problem.model;
+  options.seq_length = args.problem.seq_length;
+  options.plan = *chosen->result.plan;
+  options.steps = args.run_steps;
+  options.output_dir = args.output_dir + "/run";
+  options.cluster = args.problem.cluster;
+  options.Validate();
+  fmt::print("\n--run: training the {} plan ({}) for {} steps, {} worker processes; logs in "
+             "{}/logs\n",
+             chosen->algorithm, options.plan.Summary(), options.steps, options.plan.NumDevices(),
+             options.output_dir);
+  std::fflush(stdout);
+  const LaunchResult result =
+      RunLocal(options, SelfExecutable(), {"worker", "--config"}, kRunDeadlineSeconds);
+  if (!result.Succeeded()) {
+    fmt::print(stderr, "stratos: --run: workers failed: {}\n", result.Summary());
+    const std::string errors = options.output_dir + "/errors";
+    if (std::filesystem::exists(errors))
+      for (const auto& entry : std::filesystem::directory_iterator(errors))
+        fmt::print(stderr, "  {}", ReadWholeFile(entry.path().string()));
+    return kExitNoResult;
+  }
+  const nlohmann::json measurement =
+      nlohmann::json::parse(ReadWholeFile(options.output_dir + "/measurement.json"));
+  const double measured = measurement.at("iteration_seconds").get<double>();
+  const double predicted = chosen->estimate->iteration_seconds;
+  const std::vector<double> losses = measurement.at("losses").get<std::vector<double>>();
+  fmt::print("--run: loss {:.4f} -> {:.4f}; iteration {:.4f} s measured, {:.4f} s predicted by "
+             "the search ({:+.1f}%); wrote {}/measurement.json and predicted_vs_measured.json\n",
+             losses.front(), losses.back(), measured, predicted,
+             100 * (predicted / measured - 1), options.output_dir);
+  return kExitSuccess;
+}
+
+}  // namespace
+
 int RunSearch(const SearchArgs& args) {
   const std::vector<std::string> algorithms = ExpandAlgorithms(args.algorithms);
   // Every searcher's options: the flags first, then --option assignments by name.
@@ -117,7 +201,11 @@ int RunSearch(const SearchArgs& args) {
   ApplyOptionAssignments(args.option_assignments, setups);
   for (const auto& setup : setups) setup->Validate("command line");
 
-  const Problem problem = LoadProblem(args.problem);
+  Problem problem = LoadProblem(args.problem);
+  // --run: the plans are priced as the runtime trains (fp32 weights, gradients, activations).
+  if (args.run)
+    problem.training =
+        RuntimeTraining(problem.training.global_batch_size, problem.training.schedule);
   const CostModel cost_model(problem);
   fmt::print("problem: {} ({:.3f} B parameters, {} layers) on {} x {} ({} devices), global batch "
              "{}, seq {}, {}\n",
@@ -280,6 +368,7 @@ int RunSearch(const SearchArgs& args) {
     fmt::print(stderr, "stratos: no feasible plan:{}\n", reasons);
     return kExitNoResult;
   }
+  if (args.run) return RunBestPlan(args, outcomes);
   return kExitSuccess;
 }
 

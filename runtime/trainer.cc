@@ -184,6 +184,21 @@ double MeasureMatmulFlops(int n, torch::Device device, torch::ScalarType dtype) 
   return reps * 2.0 * n * n * n / std::max(timer.Seconds(start, end), 1e-9);
 }
 
+TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std::string& dtype) {
+  TrainingSpec training;
+  training.global_batch_size = global_batch_size;
+  training.schedule = schedule;
+  // bf16 autocast keeps fp32 parameters, gradients and Adam state; activations are mostly bf16.
+  training.activation_dtype_bytes = dtype == "bf16" ? 2 : 4;
+  training.param_dtype_bytes = 4;
+  training.grad_dtype_bytes = 4;
+  training.optimizer_state_bytes_per_param = 8;
+  training.optimizer_step_bytes_per_param = 28;
+  training.dp_overlap_fraction = 0.5;
+  training.sequence_parallel = false;
+  return training;
+}
+
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
                        double flops_per_worker, const std::string& cluster,
                        const std::string& dtype) {
@@ -191,16 +206,7 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
   problem.model = model;
   problem.cluster = cluster.empty() ? LocalCpuCluster(num_workers, flops_per_worker)
                                     : ReadClusterFile(ResolveClusterPath(cluster));
-  problem.training.global_batch_size = plan.global_batch_size;
-  problem.training.schedule = plan.schedule;
-  // bf16 autocast keeps fp32 parameters, gradients and Adam state; activations are mostly bf16.
-  problem.training.activation_dtype_bytes = dtype == "bf16" ? 2 : 4;
-  problem.training.param_dtype_bytes = 4;
-  problem.training.grad_dtype_bytes = 4;
-  problem.training.optimizer_state_bytes_per_param = 8;
-  problem.training.optimizer_step_bytes_per_param = 28;
-  problem.training.dp_overlap_fraction = 0.5;
-  problem.training.sequence_parallel = false;
+  problem.training = RuntimeTraining(plan.global_batch_size, plan.schedule, dtype);
   return problem;
 }
 

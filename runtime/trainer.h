@@ -90,10 +90,16 @@ ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker);
 double MeasureMatmulFlops(int n = 256, torch::Device device = torch::Device(torch::kCPU),
                           torch::ScalarType dtype = torch::kFloat32);
 
+// The runtime's training as the cost model prices it: fp32 weights and gradients, Adam moments
+// 8 bytes/param, activations 4 bytes (2 with dtype "bf16"), half the DP sync hidden behind
+// backward (its bucketed overlap).
+TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule,
+                             const std::string& dtype = "f32");
+
 // The problem a runtime plan is checked against and predicted on: the model, the cluster
 // description `cluster` (zoo name or file; "": LocalCpuCluster(num_workers, flops_per_worker))
-// and the runtime's training: fp32 weights and gradients, Adam moments 8 bytes/param,
-// activations 4 bytes (2 with dtype "bf16"). Throws InputError for an unreadable cluster.
+// and RuntimeTraining at the plan's batch and schedule. Throws InputError for an unreadable
+// cluster.
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
                        double flops_per_worker = 1e10, const std::string& cluster = "",
                        const std::string& dtype = "f32");

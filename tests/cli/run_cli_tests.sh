@@ -332,6 +332,45 @@ expect "calibrate reads the profile stratos profile wrote" 0 \
   "wrote .*local.toml|fit of [a-z_]+: the intra-node bandwidth comes out unbounded" -- \
   sh -c '"$0" calibrate --profile "$1" --cluster p3.16xlarge --output "$2"; true' \
   "$STRATOS" "$WORK/profile" "$WORK/local.toml"
+# The search-to-run loop on this machine: a calibrated description of the local workers saved in
+# the user's zoo (tolerating the fit's refusal on a loaded machine, as above), found by name, and
+# search --run training the best plan the runtime runs. The run itself uses a fixed description
+# in the user zoo, so that it does not depend on the fit.
+export STRATOS_USER_ZOO="$WORK/user_zoo"
+expect "calibrate --cluster local --save-as saves this machine's workers in the user zoo" 0 \
+  "every command now takes it as --cluster local|fit of [a-z_]+: the intra-node bandwidth comes out unbounded" -- \
+  sh -c '"$0" calibrate --profile "$1" --cluster local --save-as local; true' "$STRATOS" "$WORK/profile"
+if [ -f "$WORK/user_zoo/clusters/local.toml" ]; then
+  expect "the saved description is a zoo cluster by name" 0 "on 1 x local \(2 devices\)" -- \
+    "$STRATOS" search --model gpt-tiny --cluster local --global-batch 8 --algo dp --no-progress \
+    --output-dir "$WORK/local_search"
+fi
+mkdir -p "$WORK/user_zoo/clusters"
+cat > "$WORK/user_zoo/clusters/two-workers.toml" <<'TOML'
+[cluster]
+name = "two-workers"
+[[device]]
+name = "cpu-worker"
+peak_TFLOPS = 0.01
+memory_GB = 4
+hbm_GBps = 10
+matmul_efficiency = 1.0
+[[node_group]]
+count = 1
+gpus_per_node = 2
+device = "cpu-worker"
+[[network]]
+name = "loopback"
+bandwidth_GBps = 1
+latency_us = 30
+TOML
+expect "search --run trains the best plan and prints measured against predicted" 0 \
+  "--run: loss [0-9.]+ -> [0-9.]+; iteration [0-9.]+ s measured, [0-9.]+ s predicted by the search" -- \
+  "$STRATOS" search --model gpt-tiny --cluster two-workers --global-batch 4 --algo dp,grid \
+  --run --run-steps 3 --no-progress --output-dir "$WORK/search_run"
+expect "search --run wrote the run's measurement" 0 '"iteration_seconds"' -- \
+  cat "$WORK/search_run/run/measurement.json"
+unset STRATOS_USER_ZOO
 # The GPU path's commands where there is no GPU: refused by name, and the measured H200 runs
 # re-derived on the calibrated zoo description (run-report).
 if ! "$STRATOS" version | grep -q "CUDA: yes"; then

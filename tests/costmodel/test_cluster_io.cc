@@ -2,6 +2,9 @@
 // checking that the error names the file, the key, the value and the rule.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <initializer_list>
 #include <string>
 
@@ -10,6 +13,7 @@
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
 #include "test_util.h"
+#include "tests/scratch_dir.h"
 
 namespace stratos {
 using testing::InputErrorMessage;
@@ -203,6 +207,31 @@ TEST_CASE("more than two network levels is an InputError") {
 TEST_CASE("a missing cluster file is an InputError naming the path") {
   CHECK(InputErrorMessage([] { ReadClusterFile("/nonexistent/c.toml"); }) ==
         "/nonexistent/c.toml: cannot open cluster file");
+}
+
+TEST_CASE("the user's own zoo: a cluster saved there is found by name and listed") {
+  const std::string dir = testing::ScratchDir("user_zoo");
+  const char* before = std::getenv("STRATOS_USER_ZOO");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("STRATOS_USER_ZOO", dir.c_str(), 1);
+  CHECK(UserZooDir() == dir);
+  const std::string path = UserClusterPath("my-box_2");
+  CHECK(path == dir + "/clusters/my-box_2.toml");
+  CHECK_THROWS_WITH_AS(ResolveClusterPath("my-box_2"), doctest::Contains("not a zoo cluster"),
+                       InputError);
+  std::filesystem::create_directories(dir + "/clusters");
+  std::filesystem::copy_file(ResolveClusterPath("p3.16xlarge"), path);
+  CHECK(ResolveClusterPath("my-box_2") == path);
+  const std::vector<std::string> names = ZooClusters();
+  CHECK(std::find(names.begin(), names.end(), "my-box_2") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "dgx-a100-80gb") != names.end());
+  // A zoo name wins over a user cluster of the same name.
+  std::filesystem::copy_file(path, dir + "/clusters/dgx-a100-80gb.toml");
+  CHECK(ResolveClusterPath("dgx-a100-80gb") != dir + "/clusters/dgx-a100-80gb.toml");
+  for (const char* bad : {"", "../x", "a/b", ".hidden"})
+    CHECK_THROWS_WITH_AS(UserClusterPath(bad), doctest::Contains("must be a file stem"),
+                         InputError);
+  setenv("STRATOS_USER_ZOO", saved.c_str(), 1);
 }
 
 TEST_CASE("an unknown zoo cluster name is an InputError listing the zoo") {

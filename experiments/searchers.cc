@@ -126,7 +126,7 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
         "smoothed-dp | cuts");
     t.Double("relax.initial_gibbs_temperature", &r.initial_gibbs_temperature, "smoothed DP: tau / iteration-time scale at the start, > 0");
     t.Double("relax.final_gibbs_temperature", &r.final_gibbs_temperature, "at the end, (0, initial]");
-    t.Double("relax.prune_microbatch_ratio", &r.prune_microbatch_ratio, "smoothed DP: stop a microbatch option whose best plan is this x the best; 0 = never, else >= 1");
+    t.Double("relax.prune_microbatch_ratio", &r.prune_microbatch_ratio, "smoothed DP: from a quarter of the steps, stop a track whose best plan is over this x the best; 0 = never, else >= 1");
     t.Int("relax.price_starts", &r.price_starts, "smoothed DP: dual-ascent tracks per microbatch count, prices 10^-k apart, >= 1");
     t.Int("relax.coarse_layers", &r.coarse_layers, "smoothed DP: annealed phase on coarser cuts above this many layers; 0 = never, else >= 2");
     t.Bool("relax.device_decode", &r.device_decode, "smoothed DP: final decode with the device budget as a DP dimension");

@@ -401,8 +401,8 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateMany(
         // softplus >= relu, so a config's relu bound is a lower bound of its cost g. A config
         // is negligible (exp(-40)) at every level it fits when its bound exceeds, by 40 tau,
         // the exact cost of a config that fits at least as many levels: pass 1 takes the
-        // bounds and each bucket's least; the exact cost of that least, suffix-minimized over
-        // the buckets, is the cut of pass 2, which alone pays for the softplus exps.
+        // bounds and each bucket's least; the exact costs of those leasts, suffix-minimized
+        // over the buckets, make the cuts of pass 2, which alone pays for the softplus exps.
         std::fill(least.begin(), least.end(), -1);
         std::fill(least_bound.begin(), least_bound.end(), kInf);
         for (size_t q = 0; q < count; ++q) {
@@ -415,9 +415,14 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateMany(
             least[x.fits] = static_cast<int>(q);
           }
         }
-        double suffix = kInf;
+        // The reference of bucket b: the least bound over the buckets >= b (its exact cost
+        // taken only where that least changes, a few times per range, not once per bucket).
+        double suffix = kInf, suffix_bound = kInf;
         for (int b = V; b >= 1; --b) {
-          if (least[b] >= 0) suffix = std::min(suffix, cost(terms[least[b]], p, tau, nullptr));
+          if (least[b] >= 0 && least_bound[b] < suffix_bound) {
+            suffix_bound = least_bound[b];
+            suffix = std::min(suffix, cost(terms[least[b]], p, tau, nullptr));
+          }
           cut[b] = suffix + kNegligible * tau;
         }
         for (size_t q = 0; q < count; ++q) {
@@ -504,26 +509,38 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateMany(
   return out;
 }
 
-DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, double max_work) const {
+DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, double max_work,
+                                                  const DiscretePlan* known) const {
   DiscretePlan plan;
   const int L = N_, K = static_cast<int>(configs_.size());
   const int S = std::min(tables_.max_stages, L), V = static_cast<int>(levels_.size());
   if (K == 0 || L == 0) return plan;
-  const long unit = DeviceUnit();
-  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
   const size_t stride = static_cast<size_t>(L) + 1;
-  // The table, (S + 1)(L + 1) W doubles, grows no faster than the work.
-  if (static_cast<double>(S) * pair_row_[N_] * W > max_work) return plan;
   const double mc = microbatch_count_;
+  // A plan that fits within D devices on this DP's cut positions bounds the optimum: every
+  // stage cost is >= 0, so an entry that alone costs more is in no better plan. These are the
+  // smallest meshes (the slowest configs that still fit), whose sizes set the device unit.
+  double bound = kInf;
+  if (known != nullptr && known->NumStages() <= S &&
+      std::all_of(known->boundaries.begin(), known->boundaries.end(),
+                  [&](int b) { return std::binary_search(cuts_.begin(), cuts_.end(), b); }))
+    bound = AroundCost(p, *known);
+  const double limit = bound < kInf ? bound * (1 + 1e-9) : kInf;
+  // Without a bound the unit is known before the edges: decline early when over the work.
+  if (!(bound < kInf) &&
+      static_cast<double>(S) * pair_row_[N_] * (tables_.num_devices / DeviceUnit() + 1) > max_work)
+    return plan;
 
   // --- Edges: per in-flight level and layer range, the meshes on the strictly decreasing
-  // frontier of the cheapest fitting config's t + c + (M - 1) relu(t - theta) + relu(e - phi). ---
+  // frontier of the cheapest fitting config's t + c + (M - 1) relu(t - theta) + relu(e - phi),
+  // in devices; those above the bound dropped. ---
   const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
   std::vector<size_t> begin(static_cast<size_t>(V) * pairs + 1, 0), end(begin.size(), 0);
   std::vector<FrontierEntry> entries;
   std::vector<FrontierCandidate> candidates;
   std::vector<RangeTerm> scratch;
+  long unit = 0;  // the gcd of the meshes kept: devices are counted in it
   for (int i = 0; i < L; ++i) {
     for (int j = i + 1; j <= L; ++j) {
       candidates.clear();
@@ -533,17 +550,24 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
         const RangeTerm& x = terms[q];
         const double a = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
                          std::max(0.0, x.e - p.phi_seconds);
-        candidates.push_back({static_cast<int>(devices_[x.slot] / unit), x.slot, x.fits, a});
+        if (a <= limit)
+          candidates.push_back({static_cast<int>(devices_[x.slot]), x.slot, x.fits, a});
       }
       for (int v = 0; v < V; ++v) {
         const size_t at = static_cast<size_t>(v) * pairs + row[i] + (j - i - 1);
         begin[at] = entries.size();
         AppendFrontier(candidates, v, &entries);
         end[at] = entries.size();
+        for (size_t e = begin[at]; e < end[at]; ++e) unit = std::gcd(unit, long{entries[e].units});
       }
-      if (candidates.empty() && j < L - 1) j = L - 1;  // memory grows with j: next j = L
+      if (count == 0 && j < L - 1) j = L - 1;  // memory grows with j: next j = L
     }
   }
+  if (unit == 0) return plan;  // no stage fits anywhere
+  for (FrontierEntry& e : entries) e.units = static_cast<int>(e.units / unit);
+  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
+  // The table, (S + 1)(L + 1) W doubles, grows no faster than the work.
+  if (static_cast<double>(S) * pairs * W > max_work) return plan;
 
   // --- F[r][i][d]: the least sum over r stages covering [i, L) with at most d free units. ---
   std::vector<double> f(static_cast<size_t>(S + 1) * stride * W, kInf);

@@ -410,7 +410,9 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
       for (const Track& t : tracks) best = std::min(best, t.best_seconds);
       if (std::isfinite(best))
         for (Track& t : tracks)
-          if (t.alive && !(t.best_seconds <= ro.prune_microbatch_ratio * best)) t.alive = false;
+          if (t.alive && std::isfinite(t.best_seconds) &&
+              t.best_seconds > ro.prune_microbatch_ratio * best)
+            t.alive = false;
     }
   }
   if (starts.empty() && !tracks.empty() &&
@@ -436,8 +438,9 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   std::map<const SmoothedStageDp*, std::pair<double, DiscretePlan>> best_by_dp;
   // Returns whether the path found a plan that fits and beats best_by_dp's. near: decode near
   // `around` (then near each decoded plan in turn), else over the DP's cut positions.
+  // hint: a plan that fits, to bound the decodes while best_by_dp has none for dp.
   auto device_decodes = [&](const SmoothedStageDp& dp, SmoothedDpPoint x, bool near,
-                            DiscretePlan around) {
+                            DiscretePlan around, const DiscretePlan* hint = nullptr) {
     x.lambda_seconds = 0;
     bool improved = false;
     for (int step = 0; step < 16; ++step) {
@@ -450,8 +453,11 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
                         near ? around.boundaries : std::vector<int>{})
                .second)
         break;
+      // The best plan known for this DP bounds the decode (DecodeWithinDevices' `known`).
+      const auto known = best_by_dp.find(&dp);
+      const DiscretePlan* bound = known != best_by_dp.end() ? &known->second.second : hint;
       DiscretePlan plan = near ? dp.DecodeNearPlan(x, around, radius, ro.device_decode_max_work)
-                               : dp.DecodeWithinDevices(x, ro.device_decode_max_work);
+                               : dp.DecodeWithinDevices(x, ro.device_decode_max_work, bound);
       ++ph->surrogate_evaluations;
       if (plan.configs.empty()) break;
       const SmoothedDpPoint y = dp.PlanLevels(plan);
@@ -487,10 +493,11 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     ++ph->surrogate_evaluations;
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
     if (!ro.device_decode) continue;
-    device_decodes(dp, point_of(t), false, {});
-    if (!t.best_plan.configs.empty()) device_decodes(dp, dp.PlanLevels(t.best_plan), false, {});
+    const DiscretePlan* hint = t.best_plan.configs.empty() ? nullptr : &t.best_plan;
+    device_decodes(dp, point_of(t), false, {}, hint);
+    if (hint != nullptr) device_decodes(dp, dp.PlanLevels(t.best_plan), false, {}, hint);
     for (const DiscretePlan& plan : t.late_plans)
-      device_decodes(dp, dp.PlanLevels(plan), false, {});
+      device_decodes(dp, dp.PlanLevels(plan), false, {}, hint);
     // Where the device decodes found nothing -- over their work budget: on 16,384 GPUs the
     // device dimension has 16,385 units -- the level search and the refinement start from the
     // annealing's best decoded plan.

@@ -29,6 +29,7 @@
 #include "runtime/data.h"
 #include "runtime/gpt.h"
 #include "runtime/trainer.h"
+#include "validate/rank_correlation.h"
 
 namespace stratos {
 
@@ -43,8 +44,8 @@ struct BenchPlan {
 };
 
 // PPxDPxTP, at most 4 worker processes.
-const std::vector<BenchPlan> kPlans = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1},
-                                       {1, 1, 2}, {2, 2, 1}, {1, 2, 2}};
+const std::vector<BenchPlan> kPlans = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1},
+                                       {1, 2, 2}, {4, 1, 1}, {2, 1, 2}, {1, 4, 1}};
 
 struct PlanRow {
   BenchPlan plan;
@@ -201,10 +202,10 @@ PlainResult RunPlain(const BenchRuntimeArgs& args) {
 int RunBenchRuntime(const BenchRuntimeArgs& args) {
   if (args.micro_batch_size < 1)
     ThrowInputError("command line", "micro_batch_size", args.micro_batch_size, "must be >= 1");
-  if (args.global_batch_size < 1 || args.global_batch_size % (2 * args.micro_batch_size) != 0)
+  if (args.global_batch_size < 1 || args.global_batch_size % (4 * args.micro_batch_size) != 0)
     ThrowInputError("command line", "global_batch_size", args.global_batch_size,
-                    fmt::format("must be a positive multiple of 2 x micro-batch = {} (DP up to 2)",
-                                2 * args.micro_batch_size));
+                    fmt::format("must be a positive multiple of 4 x micro-batch = {} (DP up to 4)",
+                                4 * args.micro_batch_size));
   EnsureDirectory(args.output_dir);
   const std::string dir = std::filesystem::absolute(args.output_dir).string();
 
@@ -293,6 +294,35 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
                "collective profile; workers share the {} hardware threads): {:.1f}%\n",
                std::thread::hardware_concurrency(), calibrated_mape);
 
+  // The ranking a planner needs: Spearman's rho of predicted against measured times over the
+  // plans that ran, and how the plan predicted fastest fares against the fastest measured.
+  std::vector<double> measured_ok, predicted_ok, calibrated_ok;
+  for (const PlanRow& row : rows)
+    if (row.status == "ok") {
+      measured_ok.push_back(row.measured_seconds);
+      predicted_ok.push_back(row.predicted_seconds);
+      calibrated_ok.push_back(row.calibrated_seconds);
+    }
+  nlohmann::json ranking = nlohmann::json::object();
+  auto rank_report = [&](const std::vector<double>& predicted, const std::string& which) {
+    if (measured_ok.size() < 3) return;
+    const double rho = SpearmanRho(predicted, measured_ok);
+    const size_t best_predicted =
+        std::min_element(predicted.begin(), predicted.end()) - predicted.begin();
+    const double best_measured = *std::min_element(measured_ok.begin(), measured_ok.end());
+    const double shortfall = measured_ok[best_predicted] / best_measured - 1.0;
+    fmt::print("ranking on the {} description: Spearman {:.3f} over {} plans (target >= 0.8: {}); "
+               "the plan predicted fastest measures {:.1f}% above the fastest measured (target "
+               "<= 10%: {})\n",
+               which, rho, measured_ok.size(), rho >= 0.8 ? "met" : "NOT met", 100 * shortfall,
+               shortfall <= 0.10 ? "met" : "NOT met");
+    ranking[which] = {{"spearman", rho},
+                      {"plans", measured_ok.size()},
+                      {"best_predicted_over_best_measured_percent", 100 * shortfall}};
+  };
+  rank_report(predicted_ok, "assumed");
+  if (calibrated) rank_report(calibrated_ok, "calibrated");
+
   const PlanRow& base = rows.front();  // 1x1x1
   double overhead = 0;
   double loss_diff = 0;
@@ -353,6 +383,7 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
       {"mape_percent", mape},
       {"calibrated_mape_percent", calibrated ? nlohmann::json(calibrated_mape) : nlohmann::json()},
       {"calibration_error", calibration_error},
+      {"ranking", ranking},
       {"plain",
        {{"what", "one process, runtime GptStage of all layers with a self communicator, same "
                  "batches and microbatches, torch::optim::Adam, 1 intra-op thread"},

@@ -66,6 +66,15 @@ class SelfCommunicator : public Communicator {
     outputs[0].copy_(input);
     return std::make_shared<SelfWork>();
   }
+  std::shared_ptr<CommWork> ReduceScatterAsync(torch::Tensor output, torch::Tensor input,
+                                               std::vector<int64_t> counts) override {
+    STRATOS_CHECK(counts.size() == 1 && counts[0] == input.numel() &&
+                      output.numel() == input.numel(),
+                  "group {} of one: reduce-scatter of {} elements in {} pieces", name_,
+                  input.numel(), counts.size());
+    output.copy_(input);
+    return std::make_shared<SelfWork>();
+  }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor, int dst, int) override {
     throw CommError(fmt::format("group {} has one rank: cannot send to rank {}", name_, dst));
   }
@@ -126,6 +135,30 @@ class CopyBackWork : public CommWork {
   torch::Tensor from_, to_;
 };
 
+// Waits for the all-to-all of a reduce-scatter, then sums the received pieces (Size() x n, in
+// rank order) into `output` (n).
+class SumPiecesWork : public CommWork {
+ public:
+  SumPiecesWork(std::shared_ptr<CommWork> inner, torch::Tensor received, torch::Tensor output)
+      : inner_(std::move(inner)), received_(std::move(received)), output_(std::move(output)) {}
+  void Wait() override {
+    inner_->Wait();
+    if (!received_.defined()) return;
+    const int64_t n = output_.numel();
+    if (n > 0) {
+      torch::NoGradGuard no_grad;
+      torch::Tensor sum = received_.narrow(0, 0, n).clone();
+      for (int64_t r = 1; r * n < received_.numel(); ++r) sum.add_(received_.narrow(0, r * n, n));
+      output_.copy_(sum);
+    }
+    received_ = torch::Tensor();
+  }
+
+ private:
+  std::shared_ptr<CommWork> inner_;
+  torch::Tensor received_, output_;
+};
+
 class C10dCommunicator : public Communicator {
  public:
   C10dCommunicator(c10::intrusive_ptr<C10dGroup> group, std::string name, bool gloo)
@@ -149,6 +182,23 @@ class C10dCommunicator : public Communicator {
     std::vector<at::Tensor> in{input};
     return Issue([&] { return group_->allgather(out, in); },
                  fmt::format("all-gather of {} bytes", input.nbytes()));
+  }
+  std::shared_ptr<CommWork> ReduceScatterAsync(torch::Tensor output, torch::Tensor input,
+                                               std::vector<int64_t> counts) override {
+    const int size = Size(), rank = Rank();
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    STRATOS_CHECK(static_cast<int>(counts.size()) == size && total == input.numel() &&
+                      output.numel() == counts[rank] && input.dim() == 1 && input.is_contiguous(),
+                  "reduce-scatter in group {}: {} pieces of {} elements for {} ranks, output {}",
+                  name_, counts.size(), input.numel(), size, output.numel());
+    at::Tensor received = torch::empty({size * counts[rank]}, input.options());
+    std::vector<int64_t> output_counts(size, counts[rank]);
+    at::Tensor in = input;
+    return std::make_shared<SumPiecesWork>(
+        Issue([&] { return group_->alltoall_base(received, in, output_counts, counts); },
+              fmt::format("reduce-scatter (all-to-all) of {} bytes", input.nbytes())),
+        received, output);
   }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst, int tag) override {
     std::vector<at::Tensor> tensors{tensor};

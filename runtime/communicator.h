@@ -49,6 +49,14 @@ class Communicator {
   void AllGather(std::vector<torch::Tensor> outputs, torch::Tensor input) {
     AllGatherAsync(std::move(outputs), std::move(input))->Wait();
   }
+  // Reduce-scatter in uneven pieces: `input` (1-D, contiguous) is split into Size() consecutive
+  // pieces of counts[r] elements (the same counts on every rank, summing to input.numel()), and
+  // `output` (counts[Rank()] elements) receives the sum over the ranks of their piece Rank(), in
+  // rank order. Built on all-to-all (Gloo in LibTorch 1.13 has no reduce-scatter): each rank
+  // sends and receives (Size() - 1) / Size() of the data, as a ring reduce-scatter does. The
+  // tensors must stay alive until Wait() returns; output is written by Wait().
+  virtual std::shared_ptr<CommWork> ReduceScatterAsync(torch::Tensor output, torch::Tensor input,
+                                                       std::vector<int64_t> counts) = 0;
   // Point-to-point, tagged; the tensor must stay alive and unmodified until Wait() returns.
   virtual std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst_rank, int tag) = 0;
   virtual std::shared_ptr<CommWork> RecvAsync(torch::Tensor tensor, int src_rank, int tag) = 0;

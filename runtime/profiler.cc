@@ -70,6 +70,9 @@ class ShardShapeCommunicator : public Communicator {
     for (torch::Tensor& output : outputs) output.copy_(input);
     return std::make_shared<DoneWork>();
   }
+  std::shared_ptr<CommWork> ReduceScatterAsync(torch::Tensor, torch::Tensor, std::vector<int64_t>) override {
+    throw CommError(name_ + ": no reduce-scatter in a profile");
+  }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor, int, int) override {
     throw CommError(name_ + ": no point-to-point in a profile");
   }

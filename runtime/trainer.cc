@@ -232,9 +232,9 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
       ThrowInputError(where, fmt::format("stages[{}].tensor_parallel", s), c.tensor_parallel,
                       fmt::format("the runtime needs equal TP in every stage (stage 0 has {})",
                                   first.tensor_parallel));
-    if (c.zero_stage > 1)
+    if (c.zero_stage > 2)
       ThrowInputError(where, fmt::format("stages[{}].zero_stage", s), c.zero_stage,
-                      "the runtime implements ZeRO stages 0 and 1");
+                      "the runtime implements ZeRO stages 0, 1 and 2");
   }
   const int tp = first.tensor_parallel;
   if (model.ffn_hidden_size % tp != 0)
@@ -315,11 +315,27 @@ struct Activity {
 // compressor, each bucket's gradients are compressed (per-parameter error-feedback state) and
 // exchanged in compressed form instead (runtime/compression.h), and Finish() returns the DP mean
 // rather than the sum.
+// Rank r's shard [lo, hi) of a flat vector of n elements split over D ranks for ZeRO: ceil(n / D)
+// elements each, the last ones shorter or empty.
+std::pair<int64_t, int64_t> ZeroShard(int64_t n, int D, int r) {
+  const int64_t shard = (n + D - 1) / D;
+  const int64_t lo = std::min(n, r * shard);
+  return {lo, std::min(n, lo + shard)};
+}
+
 class GradientSynchronizer {
  public:
+  // zero2: ZeRO-2, each bucket reduce-scattered so that a DP rank gets the summed gradient of
+  // its ShardedAdam shard only (ZeroShard); buckets holding a tied word embedding split across
+  // stages (tied_split) are all-reduced whole, since the embedding group then adds the other
+  // stage's copy element by element.
   GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap,
-                       GradientCompressor* compressor)
-      : stage_(stage), dp_(dp), overlap_(overlap && dp->Size() > 1), compressor_(compressor) {
+                       GradientCompressor* compressor, bool zero2 = false, bool tied_split = false)
+      : stage_(stage),
+        dp_(dp),
+        overlap_(overlap && dp->Size() > 1),
+        compressor_(compressor),
+        zero2_(zero2 && dp->Size() > 1) {
     flat_grads_ = torch::zeros({stage.NumLocalParameters()}, stage.FlatParameters().options());
     const auto& infos = stage.ParameterInfos();
     // Buckets over parameters in reverse order (the order backward produces their gradients).
@@ -338,6 +354,7 @@ class GradientSynchronizer {
       b.offset = infos[b.params.back()].offset;
       const ParameterInfo& last = infos[b.params.front()];
       b.numel = last.offset + last.numel - b.offset;
+      for (int p : b.params) b.all_reduce = b.all_reduce || (tied_split && infos[p].word_embedding);
     }
     if (overlap_) {
       for (size_t p = 0; p < infos.size(); ++p) {
@@ -383,6 +400,7 @@ class GradientSynchronizer {
   struct Bucket {
     std::vector<int> params;  // in launch order (reverse parameter order)
     int64_t offset = 0, numel = 0;
+    bool all_reduce = false;  // ZeRO-2: all-reduced whole (a tied embedding split over stages)
     int ready = 0;
     std::shared_ptr<CommWork> work;
     std::unique_ptr<PendingReduce> pending;  // compressed exchange
@@ -423,6 +441,19 @@ class GradientSynchronizer {
       std::vector<Tensor> grads;
       for (int p : b.params) grads.push_back(flat_grads_.narrow(0, infos[p].offset, infos[p].numel));
       b.pending = compressor_->ReduceAsync(b.params, grads, *dp_);
+    } else if (zero2_ && !b.all_reduce) {
+      // Piece r: the bucket's elements in rank r's shard.
+      const int D = dp_->Size();
+      const int64_t n = flat_grads_.numel(), end = b.offset + b.numel;
+      std::vector<int64_t> counts(D);
+      int64_t mine = b.offset;
+      for (int r = 0; r < D; ++r) {
+        const auto [lo, hi] = ZeroShard(n, D, r);
+        counts[r] = std::max<int64_t>(0, std::min(end, hi) - std::max(b.offset, lo));
+        if (r == dp_->Rank() && counts[r] > 0) mine = std::max(b.offset, lo);
+      }
+      b.work = dp_->ReduceScatterAsync(flat_grads_.narrow(0, mine, counts[dp_->Rank()]),
+                                       flat_grads_.narrow(0, b.offset, b.numel), counts);
     } else if (dp_->Size() > 1) {
       b.work = dp_->AllReduceSumAsync(flat_grads_.narrow(0, b.offset, b.numel));
     }
@@ -432,6 +463,7 @@ class GradientSynchronizer {
   Communicator* dp_;
   bool overlap_;
   GradientCompressor* compressor_;  // nullptr: plain all-reduce
+  bool zero2_;
   bool armed_ = false;
   Tensor flat_grads_;  // (num_local_parameters,)
   std::vector<Bucket> buckets_;
@@ -440,7 +472,8 @@ class GradientSynchronizer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 
-// Adam over the flat parameter vector, sharded over DP for ZeRO-1.
+// Adam over the flat parameter vector, sharded over DP (ZeroShard) for ZeRO-1 and ZeRO-2 (whose
+// reduced gradients are those of the shard only); the updated shards are all-gathered.
 class ShardedAdam {
  public:
   ShardedAdam(const TrainOptions& options, Tensor flat_params, Communicator* dp, bool zero1)
@@ -448,8 +481,7 @@ class ShardedAdam {
     const int64_t n = params_.numel();
     const int D = zero1_ ? dp->Size() : 1;
     shard_ = (n + D - 1) / D;
-    begin_ = zero1_ ? std::min(n, dp->Rank() * shard_) : 0;
-    end_ = std::min(n, begin_ + shard_);
+    std::tie(begin_, end_) = ZeroShard(n, D, zero1_ ? dp->Rank() : 0);
     m_ = torch::zeros({end_ - begin_}, params_.options());
     v_ = torch::zeros({end_ - begin_}, params_.options());
   }
@@ -628,9 +660,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       compressor = GradientCompressor::Create(stage_plan.config.grad_compression, shapes,
                                               compressor_options);
     }
+    const int zero = stage_plan.config.zero_stage;
     GradientSynchronizer sync(stage, dp.get(), options.bucket_bytes, options.overlap_grad_sync,
-                              compressor.get());
-    ShardedAdam adam(options, stage.FlatParameters(), dp.get(), stage_plan.config.zero_stage == 1);
+                              compressor.get(), zero == 2, tied_split);
+    ShardedAdam adam(options, stage.FlatParameters(), dp.get(), zero >= 1);
 
     const int m = plan.num_microbatches;
     const int B = plan.global_batch_size;

@@ -228,10 +228,12 @@ TEST_CASE("plans the runtime cannot run are refused with the field and the rule"
   uneven.stages[1].config.mesh_gpus_per_node = 2;
   CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, uneven, 3, "p.json"),
                        doctest::Contains("stages[1].data_parallel"), InputError);
-  Plan zero2 = TinyOptions(1, 2, 1, 1).plan;
-  zero2.stages[0].config.zero_stage = 2;
-  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, zero2, 2, "p.json"),
-                       doctest::Contains("ZeRO stages 0 and 1"), InputError);
+  Plan zero3 = TinyOptions(1, 2, 1, 1).plan;
+  zero3.stages[0].config.zero_stage = 2;
+  CHECK_NOTHROW(CheckRuntimePlan(model, zero3, 2, "p.json"));
+  zero3.stages[0].config.zero_stage = 3;
+  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, zero3, 2, "p.json"),
+                       doctest::Contains("ZeRO stages 0, 1 and 2"), InputError);
   CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, plan, 2, "p.json", 100),
                        doctest::Contains("model.vocab_size"), InputError);
 }

@@ -10,11 +10,8 @@
 #include <thread>
 
 #include "costmodel/atomic_file.h"
-#include "costmodel/cluster_io.h"
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
-#include "costmodel/model_io.h"
-#include "costmodel/zoo.h"
 #include "runtime/checkpoint.h"
 #include "runtime/compression.h"
 #include "runtime/data.h"
@@ -139,147 +136,6 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
   }
   o.Validate();
   return o;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Model, cluster, problem, plan checks.
-
-ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length) {
-  return ReadModelFile(ResolveModelPath(name_or_path), seq_length);
-}
-
-ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker) {
-  ClusterSpec cluster;
-  cluster.name = "local-cpu";
-  cluster.source = "this machine's CPU worker processes (runtime/trainer.cc LocalCpuCluster)";
-  DeviceSpec device;
-  device.name = "cpu-worker";
-  device.peak_flops = flops_per_worker;
-  device.memory_bytes = 4.0 * (1ull << 30);
-  device.hbm_bytes_per_second = 10e9;
-  device.matmul_efficiency = 1.0;
-  device.source = "peak = measured fp32 matmul FLOP/s of one thread; memory and bandwidth assumed";
-  cluster.devices.push_back(device);
-  cluster.node_groups.push_back({1, std::max(1, num_workers), device.name});
-  NetworkLevel loopback;
-  loopback.name = "loopback (Gloo over TCP)";
-  loopback.bandwidth_bytes_per_second = 1e9;
-  loopback.latency_seconds = 30e-6;
-  loopback.source = "assumed; calibrate from predicted_vs_measured.json";
-  cluster.networks.push_back(loopback);
-  return cluster;
-}
-
-double MeasureMatmulFlops(int n, torch::Device device, torch::ScalarType dtype) {
-  torch::NoGradGuard no_grad;
-  const auto options = torch::TensorOptions().dtype(dtype).device(device);
-  Tensor a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
-  Tensor c = torch::mm(a, b);  // warm-up
-  const int reps = 5;
-  DeviceTimer timer(device);
-  const int start = timer.Mark();
-  for (int i = 0; i < reps; ++i) torch::mm_out(c, a, b);
-  const int end = timer.Mark();
-  timer.Synchronize();
-  return reps * 2.0 * n * n * n / std::max(timer.Seconds(start, end), 1e-9);
-}
-
-TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std::string& dtype) {
-  TrainingSpec training;
-  training.global_batch_size = global_batch_size;
-  training.schedule = schedule;
-  // bf16 autocast keeps fp32 parameters, gradients and Adam state; activations are mostly bf16.
-  training.activation_dtype_bytes = dtype == "bf16" ? 2 : 4;
-  training.param_dtype_bytes = 4;
-  training.grad_dtype_bytes = 4;
-  training.optimizer_state_bytes_per_param = 8;
-  training.optimizer_step_bytes_per_param = 28;
-  training.dp_overlap_fraction = 0.5;
-  training.sequence_parallel = false;
-  return training;
-}
-
-Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
-                       double flops_per_worker, const std::string& cluster,
-                       const std::string& dtype) {
-  Problem problem;
-  problem.model = model;
-  problem.cluster = cluster.empty() ? LocalCpuCluster(num_workers, flops_per_worker)
-                                    : ReadClusterFile(ResolveClusterPath(cluster));
-  problem.training = RuntimeTraining(plan.global_batch_size, plan.schedule, dtype);
-  return problem;
-}
-
-void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
-                      const std::string& where, int data_vocab_size, const std::string& cluster) {
-  CheckRuntimeModel(model);
-  if (plan.virtual_stages != 1)
-    ThrowInputError(where, "virtual_stages", plan.virtual_stages,
-                    "the runtime runs one model chunk per pipeline rank (no interleaved 1F1B yet)");
-  if (plan.NumDevices() != world_size)
-    ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
-                    fmt::format("must equal the {} worker processes (--nproc / WORLD_SIZE)",
-                                world_size));
-  ValidatePlan(RuntimeProblem(model, plan, world_size, 1e10, cluster), plan, where);
-  const StageConfig& first = plan.stages.front().config;
-  for (int s = 0; s < plan.NumStages(); ++s) {
-    const StageConfig& c = plan.stages[s].config;
-    if (c.data_parallel != first.data_parallel)
-      ThrowInputError(where, fmt::format("stages[{}].data_parallel", s), c.data_parallel,
-                      fmt::format("the runtime needs equal DP in every stage (stage 0 has {})",
-                                  first.data_parallel));
-    if (c.tensor_parallel != first.tensor_parallel)
-      ThrowInputError(where, fmt::format("stages[{}].tensor_parallel", s), c.tensor_parallel,
-                      fmt::format("the runtime needs equal TP in every stage (stage 0 has {})",
-                                  first.tensor_parallel));
-    if (c.zero_stage > 2)
-      ThrowInputError(where, fmt::format("stages[{}].zero_stage", s), c.zero_stage,
-                      "the runtime implements ZeRO stages 0, 1 and 2");
-  }
-  const int tp = first.tensor_parallel;
-  if (model.ffn_hidden_size % tp != 0)
-    ThrowInputError(where, "stages[0].tensor_parallel", tp,
-                    fmt::format("must divide the model's ffn_hidden_size {}", model.ffn_hidden_size));
-  if (model.vocab_size % tp != 0)
-    ThrowInputError(where, "stages[0].tensor_parallel", tp,
-                    fmt::format("must divide the model's vocab_size {} (vocab-parallel embedding)",
-                                model.vocab_size));
-  if (data_vocab_size > model.vocab_size)
-    ThrowInputError(model.source.empty() ? model.name : model.source, "model.vocab_size",
-                    model.vocab_size,
-                    fmt::format("must be >= the data's {} distinct characters", data_vocab_size));
-}
-
-Plan UniformRuntimePlan(const ModelSpec& model, int pp, int dp, int tp, int micro_batch,
-                        int global_batch, Schedule schedule, int zero_stage,
-                        Recompute recompute) {
-  const std::string where = "command line";
-  if (pp < 1) ThrowInputError(where, "--pp", pp, "must be >= 1");
-  if (model.NumLayers() == model.num_layers + 2 && pp > model.num_layers)
-    ThrowInputError(where, "--pp", pp,
-                    fmt::format("must be at most the model's {} transformer blocks",
-                                model.num_layers));
-  if (dp < 1) ThrowInputError(where, "--dp", dp, "must be >= 1");
-  if (tp < 1) ThrowInputError(where, "--tp", tp, "must be >= 1");
-  if (micro_batch < 1) ThrowInputError(where, "--micro-batch", micro_batch, "must be >= 1");
-  if (global_batch < 1 || global_batch % (micro_batch * dp) != 0)
-    ThrowInputError(where, "--global-batch", global_batch,
-                    fmt::format("must be a positive multiple of micro-batch x dp = {}",
-                                micro_batch * dp));
-  Plan plan;
-  plan.global_batch_size = global_batch;
-  plan.num_microbatches = global_batch / (micro_batch * dp);
-  plan.schedule = schedule;
-  StageConfig config;
-  config.mesh_nodes = 1;
-  config.mesh_gpus_per_node = dp * tp;
-  config.data_parallel = dp;
-  config.tensor_parallel = tp;
-  config.zero_stage = zero_stage;
-  config.recompute = recompute;
-  for (auto [first, last] : MegatronStageLayers(model, pp))
-    plan.stages.push_back({first, last, config});
-  return plan;
 }
 
 // ---------------------------------------------------------------------------------------------

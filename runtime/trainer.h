@@ -26,6 +26,7 @@
 #include "costmodel/plan.h"
 #include "costmodel/problem.h"
 #include "runtime/communicator.h"
+#include "runtime/runtime_plan.h"
 
 namespace stratos {
 
@@ -76,49 +77,6 @@ struct TrainOptions {
 nlohmann::json TrainOptionsToJson(const TrainOptions& options);
 // Throws InputError naming `where` for unknown keys and wrong types.
 TrainOptions TrainOptionsFromJson(const nlohmann::json& json, const std::string& where);
-
-// A zoo model (gpt-tiny included) or a model file, with seq_length > 0 overriding; throws
-// InputError for an unknown name or a bad file.
-ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length);
-
-// This machine's CPU workers as a cluster description: one node of `num_workers` devices of
-// `flops_per_worker` FLOP/s (measured), memory split evenly, and an assumed loopback network
-// (1 GB/s, 30 us per step) that the predicted-vs-measured report calibrates.
-ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker);
-// FLOP/s of an n x n x n matmul on `device` in `dtype` (a short benchmark; on the CPU, one
-// thread's with the default).
-double MeasureMatmulFlops(int n = 256, torch::Device device = torch::Device(torch::kCPU),
-                          torch::ScalarType dtype = torch::kFloat32);
-
-// The runtime's training as the cost model prices it: fp32 weights and gradients, Adam moments
-// 8 bytes/param, activations 4 bytes (2 with dtype "bf16"), half the DP sync hidden behind
-// backward (its bucketed overlap).
-TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule,
-                             const std::string& dtype = "f32");
-
-// The problem a runtime plan is checked against and predicted on: the model, the cluster
-// description `cluster` (zoo name or file; "": LocalCpuCluster(num_workers, flops_per_worker))
-// and RuntimeTraining at the plan's batch and schedule. Throws InputError for an unreadable
-// cluster.
-Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
-                       double flops_per_worker = 1e10, const std::string& cluster = "",
-                       const std::string& dtype = "f32");
-
-// Refuses, before any process is launched, a plan this runtime cannot execute: ValidatePlan
-// against RuntimeProblem (on `cluster`), plus the world size equal to the plan's devices, equal
-// DP and TP in every stage, ZeRO stage 0, 1 or 2, TP dividing heads, ffn and vocabulary, the
-// vocabulary holding the data's characters, and a microbatch of at least one sample per replica.
-// Throws InputError naming `where` (the plan file) and the field.
-void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
-                      const std::string& where, int data_vocab_size = 0,
-                      const std::string& cluster = "");
-
-// A Megatron-style uniform plan: pp stages placed as Megatron-LM does (MegatronStageLayers),
-// each dp x tp devices.
-// Throws InputError if a degree is < 1 or micro_batch * dp does not divide global_batch.
-Plan UniformRuntimePlan(const ModelSpec& model, int pipeline_parallel, int data_parallel,
-                        int tensor_parallel, int micro_batch_size, int global_batch_size,
-                        Schedule schedule, int zero_stage, Recompute recompute);
 
 struct TrainResult {
   int first_step = 0;          // 0, or the step resumed from

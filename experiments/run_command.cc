@@ -80,12 +80,6 @@ void PrintMfu(const nlohmann::json& measurement) {
              measurement.at("mfu_peak_source").get<std::string>());
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 }  // namespace
 
@@ -120,15 +114,12 @@ int RunRun(const RunArgs& args) {
   const LaunchResult result =
       RunLocal(options, SelfExecutable(), {"worker", "--config"}, args.deadline_seconds);
   if (!result.Succeeded()) {
-    fmt::print(stderr, "stratos run: workers failed: {}\n", result.Summary());
-    const std::string errors = options.output_dir + "/errors";
-    if (std::filesystem::exists(errors))
-      for (const auto& entry : std::filesystem::directory_iterator(errors))
-        fmt::print(stderr, "  {}", ReadText(entry.path().string()));
+    fmt::print(stderr, "stratos run: workers failed: {}\n{}", result.Summary(),
+               WorkerErrors(options.output_dir));
     return kExitNoResult;
   }
   const auto measurement =
-      nlohmann::json::parse(ReadText(options.output_dir + "/measurement.json"));
+      ReadJsonFile(options.output_dir + "/measurement.json");
   const auto losses = measurement.at("losses").get<std::vector<double>>();
   const int first_step = measurement.at("first_step").get<int>();
   for (size_t i = 0; i < losses.size(); ++i)

@@ -111,13 +111,6 @@ namespace {
 // --run: workers still running after this long are killed (stratos run's --deadline default).
 constexpr double kRunDeadlineSeconds = 3600;
 
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 // search --run: trains the fastest predicted plan that the runtime can run (the others are
 // named with the reason) on this machine and prints the measured iteration time against the
 // search's prediction. Returns the exit code.
@@ -162,15 +155,11 @@ int RunBestPlan(const SearchArgs& args, const std::vector<Outcome>& outcomes) {
   const LaunchResult result =
       RunLocal(options, SelfExecutable(), {"worker", "--config"}, kRunDeadlineSeconds);
   if (!result.Succeeded()) {
-    fmt::print(stderr, "stratos: --run: workers failed: {}\n", result.Summary());
-    const std::string errors = options.output_dir + "/errors";
-    if (std::filesystem::exists(errors))
-      for (const auto& entry : std::filesystem::directory_iterator(errors))
-        fmt::print(stderr, "  {}", ReadWholeFile(entry.path().string()));
+    fmt::print(stderr, "stratos: --run: workers failed: {}\n{}", result.Summary(),
+               WorkerErrors(options.output_dir));
     return kExitNoResult;
   }
-  const nlohmann::json measurement =
-      nlohmann::json::parse(ReadWholeFile(options.output_dir + "/measurement.json"));
+  const nlohmann::json measurement = ReadJsonFile(options.output_dir + "/measurement.json");
   const double measured = measurement.at("iteration_seconds").get<double>();
   const double predicted = chosen->estimate->iteration_seconds;
   const std::vector<double> losses = measurement.at("losses").get<std::vector<double>>();

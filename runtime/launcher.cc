@@ -11,12 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -54,6 +56,31 @@ std::string LaunchResult::Summary() const {
     } else {
       text += fmt::format("rank {}: exit {} after {:.1f} s", r, exit_codes[r], exit_seconds[r]);
     }
+  }
+  return text;
+}
+
+std::string WorkerErrors(const std::string& output_dir) {
+  const std::filesystem::path dir = std::filesystem::path(output_dir) / "errors";
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error)) return "";
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error))
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  // rank_2 before rank_10.
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
+    const std::string x = a.filename().string(), y = b.filename().string();
+    return x.size() != y.size() ? x.size() < y.size() : x < y;
+  });
+  std::string text;
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    std::string line = buffer.str();
+    if (line.empty()) continue;
+    if (line.back() != '\n') line += '\n';
+    text += "  " + line;
   }
   return text;
 }

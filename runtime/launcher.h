@@ -47,6 +47,10 @@ struct LaunchResult {
   std::string Summary() const;
 };
 
+// The errors the workers of a failed run wrote (output_dir/errors/rank_R.txt), each indented
+// by two spaces and ending in a newline, in rank order; "" if there are none.
+std::string WorkerErrors(const std::string& output_dir);
+
 // The absolute path of this process's executable (/proc/self/exe), to launch copies of it as
 // workers. Throws std::runtime_error if it cannot be read.
 std::string SelfExecutable();

@@ -14,6 +14,7 @@
 #include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
+#include "runtime/launcher.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/runtime_test_util.h"
 
@@ -212,6 +213,15 @@ TEST_CASE("resume falls back to the newest intact checkpoint and continues the s
     CHECK(message.find(CheckpointFile(dir, 20, 0) + ": truncated: 64 of") != std::string::npos);
     CHECK(message.find("no checkpoint in " + dir + " is intact") != std::string::npos);
   }
+}
+
+TEST_CASE("the workers' errors of a failed run are listed in rank order, one indented line each") {
+  const std::string dir = TestDir("worker_errors");
+  CHECK(WorkerErrors(dir).empty());
+  std::filesystem::create_directories(dir + "/errors");
+  std::ofstream(dir + "/errors/rank_10.txt") << "rank 10: step 3: peer gone\n";
+  std::ofstream(dir + "/errors/rank_2.txt") << "rank 2: step 3: injected fault";
+  CHECK(WorkerErrors(dir) == "  rank 2: step 3: injected fault\n  rank 10: step 3: peer gone\n");
 }
 
 TEST_CASE("plans the runtime cannot run are refused with the field and the rule") {

@@ -1,0 +1,244 @@
+#pragma once
+// Data parallelism inside a stage: the DP gradient synchronization (bucketed all-reduce or,
+// for ZeRO-2, reduce-scatter into each rank's shard, overlapped with the last microbatch's
+// backward; or a gradient compressor's exchange) and Adam over the flat parameter vector,
+// sharded over DP for ZeRO-1 and ZeRO-2. Split from runtime/trainer.cc; internal to the
+// runtime (tested through the trainer's multi-process runs).
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "costmodel/error.h"
+#include "runtime/communicator.h"
+#include "runtime/compression.h"
+#include "runtime/gpt.h"
+#include "runtime/trainer.h"
+
+namespace stratos {
+
+// Rank r's shard [lo, hi) of a flat vector of n elements split over D ranks for ZeRO: ceil(n / D)
+// elements each, the last ones shorter or empty.
+inline std::pair<int64_t, int64_t> ZeroShard(int64_t n, int D, int r) {
+  const int64_t shard = (n + D - 1) / D;
+  const int64_t lo = std::min(n, r * shard);
+  return {lo, std::min(n, lo + shard)};
+}
+
+class GradientSynchronizer {
+ public:
+  // zero2: ZeRO-2, each bucket reduce-scattered so that a DP rank gets the summed gradient of
+  // its ShardedAdam shard only (ZeroShard); buckets holding a tied word embedding split across
+  // stages (tied_split) are all-reduced whole, since the embedding group then adds the other
+  // stage's copy element by element.
+  GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap,
+                       GradientCompressor* compressor, bool zero2 = false, bool tied_split = false)
+      : stage_(stage),
+        dp_(dp),
+        overlap_(overlap && dp->Size() > 1),
+        compressor_(compressor),
+        zero2_(zero2 && dp->Size() > 1) {
+    flat_grads_ = torch::zeros({stage.NumLocalParameters()}, stage.FlatParameters().options());
+    const auto& infos = stage.ParameterInfos();
+    // Buckets over parameters in reverse order (the order backward produces their gradients).
+    int64_t bucket_elements = 0;
+    for (int p = static_cast<int>(infos.size()) - 1; p >= 0; --p) {
+      if (buckets_.empty() || bucket_elements * 4 >= bucket_bytes) {
+        buckets_.push_back({});
+        bucket_elements = 0;
+      }
+      buckets_.back().params.push_back(p);
+      bucket_elements += infos[p].numel;
+      bucket_of_.resize(infos.size());
+      bucket_of_[p] = static_cast<int>(buckets_.size()) - 1;
+    }
+    for (Bucket& b : buckets_) {
+      b.offset = infos[b.params.back()].offset;
+      const ParameterInfo& last = infos[b.params.front()];
+      b.numel = last.offset + last.numel - b.offset;
+      for (int p : b.params) b.all_reduce = b.all_reduce || (tied_split && infos[p].word_embedding);
+    }
+    if (overlap_) {
+      for (size_t p = 0; p < infos.size(); ++p) {
+        auto accumulator = torch::autograd::impl::grad_accumulator(stage.Parameters()[p]);
+        accumulator->add_post_hook(std::make_unique<Hook>(this, static_cast<int>(p)));
+        accumulators_.push_back(std::move(accumulator));
+      }
+    }
+  }
+
+  void BeginStep() {
+    armed_ = false;
+    for (Bucket& b : buckets_) {
+      b.ready = 0;
+      b.work.reset();
+      b.pending.reset();
+    }
+    next_launch_ = 0;
+    for (const torch::Tensor& p : stage_.Parameters()) {
+      if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::Tensor();
+    }
+  }
+  // Call before the backward of the last microbatch: from then on, buckets whose parameters all
+  // have their final gradient are all-reduced while the backward continues.
+  void Arm() { armed_ = overlap_; }
+
+  // Launches what is left, waits for all buckets and returns the flat gradient summed over DP
+  // (the DP mean with a compressor) (num_local_parameters,).
+  torch::Tensor Finish() {
+    for (size_t k = next_launch_; k < buckets_.size(); ++k) Launch(k);
+    next_launch_ = buckets_.size();
+    for (Bucket& b : buckets_) {
+      if (b.work) b.work->Wait();
+      if (b.pending) b.pending->Finish();  // in bucket order on every rank (PowerSGD's Q)
+      b.pending.reset();
+    }
+    armed_ = false;
+    return flat_grads_;
+  }
+  const torch::Tensor& FlatGrads() const { return flat_grads_; }
+
+ private:
+  struct Bucket {
+    std::vector<int> params;  // in launch order (reverse parameter order)
+    int64_t offset = 0, numel = 0;
+    bool all_reduce = false;  // ZeRO-2: all-reduced whole (a tied embedding split over stages)
+    int ready = 0;
+    std::shared_ptr<CommWork> work;
+    std::unique_ptr<PendingReduce> pending;  // compressed exchange
+  };
+  struct Hook : torch::autograd::FunctionPostHook {
+    Hook(GradientSynchronizer* owner, int param) : owner_(owner), param_(param) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      owner_->OnGradientReady(param_);
+      return outputs;
+    }
+    GradientSynchronizer* owner_;
+    int param_;
+  };
+
+  void OnGradientReady(int p) {
+    if (!armed_) return;
+    Bucket& b = buckets_[bucket_of_[p]];
+    ++b.ready;
+    // Launch in bucket order so every DP rank issues the same collective sequence.
+    while (next_launch_ < buckets_.size() &&
+           buckets_[next_launch_].ready >= static_cast<int>(buckets_[next_launch_].params.size())) {
+      Launch(next_launch_++);
+    }
+  }
+
+  void Launch(size_t k) {
+    Bucket& b = buckets_[k];
+    torch::NoGradGuard no_grad;
+    const auto& infos = stage_.ParameterInfos();
+    for (int p : b.params) {
+      torch::Tensor slice = flat_grads_.narrow(0, infos[p].offset, infos[p].numel);
+      const torch::Tensor& grad = stage_.Parameters()[p].grad();
+      if (grad.defined()) slice.copy_(grad.reshape({-1}));
+      else slice.zero_();
+    }
+    if (compressor_) {
+      std::vector<torch::Tensor> grads;
+      for (int p : b.params) grads.push_back(flat_grads_.narrow(0, infos[p].offset, infos[p].numel));
+      b.pending = compressor_->ReduceAsync(b.params, grads, *dp_);
+    } else if (zero2_ && !b.all_reduce) {
+      // Piece r: the bucket's elements in rank r's shard.
+      const int D = dp_->Size();
+      const int64_t n = flat_grads_.numel(), end = b.offset + b.numel;
+      std::vector<int64_t> counts(D);
+      int64_t mine = b.offset;
+      for (int r = 0; r < D; ++r) {
+        const auto [lo, hi] = ZeroShard(n, D, r);
+        counts[r] = std::max<int64_t>(0, std::min(end, hi) - std::max(b.offset, lo));
+        if (r == dp_->Rank() && counts[r] > 0) mine = std::max(b.offset, lo);
+      }
+      b.work = dp_->ReduceScatterAsync(flat_grads_.narrow(0, mine, counts[dp_->Rank()]),
+                                       flat_grads_.narrow(0, b.offset, b.numel), counts);
+    } else if (dp_->Size() > 1) {
+      b.work = dp_->AllReduceSumAsync(flat_grads_.narrow(0, b.offset, b.numel));
+    }
+  }
+
+  GptStage& stage_;
+  Communicator* dp_;
+  bool overlap_;
+  GradientCompressor* compressor_;  // nullptr: plain all-reduce
+  bool zero2_;
+  bool armed_ = false;
+  torch::Tensor flat_grads_;  // (num_local_parameters,)
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+  size_t next_launch_ = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+};
+
+// Adam over the flat parameter vector, sharded over DP (ZeroShard) for ZeRO-1 and ZeRO-2 (whose
+// reduced gradients are those of the shard only); the updated shards are all-gathered.
+class ShardedAdam {
+ public:
+  ShardedAdam(const TrainOptions& options, torch::Tensor flat_params, Communicator* dp, bool zero1)
+      : options_(options), params_(std::move(flat_params)), dp_(dp), zero1_(zero1 && dp->Size() > 1) {
+    const int64_t n = params_.numel();
+    const int D = zero1_ ? dp->Size() : 1;
+    shard_ = (n + D - 1) / D;
+    std::tie(begin_, end_) = ZeroShard(n, D, zero1_ ? dp->Rank() : 0);
+    m_ = torch::zeros({end_ - begin_}, params_.options());
+    v_ = torch::zeros({end_ - begin_}, params_.options());
+  }
+
+  // grads: (n,) averaged over DP.
+  void Step(const torch::Tensor& grads) {
+    torch::NoGradGuard no_grad;
+    ++step_;
+    const double b1 = options_.adam_beta1, b2 = options_.adam_beta2;
+    torch::Tensor p = params_.narrow(0, begin_, end_ - begin_);
+    torch::Tensor g = grads.narrow(0, begin_, end_ - begin_);
+    m_.mul_(b1).add_(g, 1 - b1);
+    v_.mul_(b2).addcmul_(g, g, 1 - b2);
+    const double bias1 = 1 - std::pow(b1, step_), bias2 = 1 - std::pow(b2, step_);
+    torch::Tensor denom = (v_.sqrt() / std::sqrt(bias2)).add_(options_.adam_epsilon);
+    p.addcdiv_(m_, denom, -options_.learning_rate / bias1);
+    if (zero1_) {
+      const int D = dp_->Size();
+      torch::Tensor local = torch::zeros({shard_}, params_.options());
+      local.narrow(0, 0, end_ - begin_).copy_(p);
+      std::vector<torch::Tensor> parts;
+      for (int r = 0; r < D; ++r) parts.push_back(torch::empty({shard_}, params_.options()));
+      dp_->AllGather(parts, local);
+      const int64_t n = params_.numel();
+      for (int r = 0; r < D; ++r) {
+        const int64_t b = std::min(n, r * shard_), e = std::min(n, b + shard_);
+        if (e > b) params_.narrow(0, b, e - b).copy_(parts[r].narrow(0, 0, e - b));
+      }
+    }
+  }
+
+  int64_t StepCount() const { return step_; }
+  // On the CPU, so that a checkpoint loads on any device.
+  std::vector<torch::Tensor> State() const { return {m_.cpu(), v_.cpu(), torch::tensor({step_})}; }
+  void LoadState(const torch::Tensor& m, const torch::Tensor& v, int64_t step) {
+    STRATOS_CHECK(m.numel() == m_.numel() && v.numel() == v_.numel(),
+                  "checkpoint optimizer shard of {} elements, expected {}", m.numel(), m_.numel());
+    m_.copy_(m);
+    v_.copy_(v);
+    step_ = step;
+  }
+
+ private:
+  const TrainOptions& options_;
+  torch::Tensor params_;
+  Communicator* dp_;
+  bool zero1_;
+  int64_t shard_ = 0, begin_ = 0, end_ = 0;
+  torch::Tensor m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace stratos

@@ -4,9 +4,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "calibrate/alpa_profile.h"
 #include "costmodel/error.h"

@@ -3,10 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/error.h"
@@ -14,6 +11,7 @@
 #include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
+#include "experiments/run_commands.h"
 #include "experiments/searchers.h"
 #include "interop/interop.h"
 #include "runtime/data.h"
@@ -108,9 +106,6 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
 
 namespace {
 
-// --run: workers still running after this long are killed (stratos run's --deadline default).
-constexpr double kRunDeadlineSeconds = 3600;
-
 // search --run: trains the fastest predicted plan that the runtime can run (the others are
 // named with the reason) on this machine and prints the measured iteration time against the
 // search's prediction. Returns the exit code.
@@ -153,7 +148,7 @@ int RunBestPlan(const SearchArgs& args, const std::vector<Outcome>& outcomes) {
              options.output_dir);
   std::fflush(stdout);
   const LaunchResult result =
-      RunLocal(options, SelfExecutable(), {"worker", "--config"}, kRunDeadlineSeconds);
+      RunLocal(options, SelfExecutable(), {"worker", "--config"}, RunArgs().deadline_seconds);
   if (!result.Succeeded()) {
     fmt::print(stderr, "stratos: --run: workers failed: {}\n{}", result.Summary(),
                WorkerErrors(options.output_dir));

@@ -518,8 +518,8 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
   const size_t stride = static_cast<size_t>(L) + 1;
   const double mc = microbatch_count_;
   // A plan that fits within D devices on this DP's cut positions bounds the optimum: every
-  // stage cost is >= 0, so an entry that alone costs more is in no better plan. These are the
-  // smallest meshes (the slowest configs that still fit), whose sizes set the device unit.
+  // stage cost is >= 0, so an entry that alone costs more is in no better plan (mostly the
+  // smallest meshes of long ranges; fewer min-plus steps, the unit rarely larger).
   double bound = kInf;
   if (known != nullptr && known->NumStages() <= S &&
       std::all_of(known->boundaries.begin(), known->boundaries.end(),
@@ -725,8 +725,8 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
   // Entries that cannot be in the optimum: when `around` fits within D devices, its own stage
   // costs sum to an upper bound U on the optimum's, and an entry of stage s whose cost plus the
   // least cost of every other stage exceeds U is in no better plan. These are mostly the
-  // smallest meshes (the slowest configs that still fit), whose sizes set the device unit: on
-  // GPT-3 175B / 16,384 GPUs, 8 devices, W = 2,049, against 1,024 and W = 17 without them.
+  // smallest meshes (the slowest configs that still fit), whose sizes set the device unit
+  // (smoothed_dp.h: W = 2,049 with them on GPT-3 175B / 16,384 GPUs, 5 to 257 without).
   const double bound = AroundCost(p, around);
   if (bound < kInf) {
     std::vector<double> least(S, kInf);

@@ -184,36 +184,34 @@ struct StepTimes {
 };
 
 // The newest step whose checkpoint file is intact on every rank (CheckpointProblem), agreed
-// through an all-reduce over `world`; 0 if `dir` holds no step. Each rank names on stderr its
-// files that are skipped. Throws InputError, with this rank's problem when it has one, if no
-// step is intact on every rank.
+// step by step, newest first, through a one-element all-reduce over `world` (so each rank reads
+// only the steps down to the one chosen); 0 if `dir` holds no step. Each rank names on stderr
+// its files that are skipped. Throws InputError, with this rank's newest problem when it has
+// one, if no step is intact on every rank.
 int AgreeOnResumeStep(const std::string& dir, int rank, Communicator& world,
                       const torch::TensorOptions& float_options) {
   const std::vector<int> steps = CheckpointSteps(dir);
-  if (steps.empty()) return 0;
-  std::vector<std::string> problems;
-  Tensor bad = torch::zeros({static_cast<int64_t>(steps.size())}, float_options.device(torch::kCPU));
-  for (size_t i = 0; i < steps.size(); ++i) {
-    problems.push_back(CheckpointProblem(dir, steps[i], rank));
-    if (!problems.back().empty()) bad[static_cast<int64_t>(i)] = 1.0f;
-  }
-  bad = bad.to(float_options.device());
-  world.AllReduceSum(bad);
-  bad = bad.cpu();
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (bad[static_cast<int64_t>(i)].item<float>() > 0) continue;
-    for (size_t skipped = 0; skipped < i; ++skipped)
-      if (!problems[skipped].empty())
-        fmt::print(stderr, "rank {}: {}; resuming from step {}\n", rank, problems[skipped],
-                   steps[i]);
-    if (i > 0 && rank == 0)
+  std::vector<std::string> problems;  // this rank's, of the steps skipped so far
+  for (int step : steps) {
+    const std::string problem = CheckpointProblem(dir, step, rank);
+    Tensor bad = torch::full({1}, problem.empty() ? 0.0f : 1.0f, float_options);
+    world.AllReduceSum(bad);
+    if (bad.item<float>() > 0) {
+      problems.push_back(problem);
+      continue;
+    }
+    for (const std::string& skipped : problems)
+      if (!skipped.empty())
+        fmt::print(stderr, "rank {}: {}; resuming from step {}\n", rank, skipped, step);
+    if (step != steps.front() && rank == 0)
       fmt::print(stderr, "resuming from step {}, the newest checkpoint in {} intact on every rank "
-                         "(newer: step {})\n", steps[i], dir, steps.front());
-    return steps[i];
+                         "(newer: step {})\n", step, dir, steps.front());
+    return step;
   }
   for (const std::string& problem : problems)
     if (!problem.empty())
       throw InputError(fmt::format("{} (no checkpoint in {} is intact on every rank)", problem, dir));
+  if (steps.empty()) return 0;
   throw InputError(fmt::format(
       "no checkpoint in {} is intact on every rank (another rank's files are not; see its log)",
       dir));

@@ -54,8 +54,9 @@ struct RelaxOptions {
   // At 2, on GPT-3 175B / 1536 on DGX A100, the tracks that stop are 2.0x to 23x behind (1,024
   // GPUs, block level) and 2.2x to 159x (16,384 GPUs, operator granularity), and relax (polish
   // none) returns the same plans in 6.5 s instead of 7.2 s and 3.5 s instead of 4.7 s
-  // (experiments/specs/scale-175b-ops.toml); at 1.2 it stopped the best option early on GPT-3
-  // 13B / 8 p3.16xlarge / 512 (before the level search).
+  // (experiments/specs/scale-175b-ops.toml, the second figures with prune_microbatch_ratio = 0
+  // added to its relax options); at 1.2 it stopped the best option early on GPT-3 13B / 8
+  // p3.16xlarge / 512 (before the level search).
   double prune_microbatch_ratio = 2;
   // Smoothed DP: at the end, decode every microbatch option's final levels (theta, phi) exactly
   // with the device budget as a DP dimension (SmoothedStageDp::DecodeWithinDevices: no duality

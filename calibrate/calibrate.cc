@@ -109,7 +109,6 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
   cluster.name = options.name.empty() ? base.name + "-calibrated" : options.name;
   const int ring_links = options.ring_links_per_gpu >= 0 ? options.ring_links_per_gpu
                                                          : base.IntraNode().ring_links_per_gpu;
-  result.layer_rows = static_cast<int>(profile.layers.size());
 
   // Collectives: split the rows the model covers into fitted and held out, per collective.
   std::array<std::vector<CollectiveRow>, kNumCollectives> fit_rows;
@@ -219,6 +218,39 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
         largest.m, largest.n, largest.k, base.name);
     matmul_rows_fitted = report.choice.fit.rows;
     result.matmul = report;
+  }
+  // Transformer blocks: the device's block curve, on top of the matmul curve just fitted, from
+  // block rows of the same dtype.
+  std::vector<LayerRow> layer_rows;
+  int other_dtype_layers = 0;
+  for (const LayerRow& row : profile.layers)
+    (row.dtype == options.matmul_dtype ? layer_rows.push_back(row) : void(++other_dtype_layers));
+  if (options.fit_layer_curve && matmul_rows_fitted > 0 && layer_rows.size() >= 4) {
+    DeviceSpec* device = nullptr;
+    for (DeviceSpec& d : cluster.devices) {
+      if (d.name == cluster.node_groups.front().device) device = &d;
+    }
+    STRATOS_CHECK(device != nullptr, "device of {}", cluster.name);
+    LayerReport report;
+    report.other_dtype_rows = other_dtype_layers;
+    report.choice = ChooseLayerCurve(layer_rows, *device);
+    std::vector<double> forward, backward, measured_forward, measured_backward;
+    for (size_t i = 0; i < layer_rows.size(); ++i) {
+      measured_forward.push_back(layer_rows[i].forward_seconds);
+      measured_backward.push_back(layer_rows[i].backward_seconds);
+    }
+    for (const auto& [f, b] : PredictLayerRows(layer_rows, *device, report.choice.curve)) {
+      forward.push_back(f);
+      backward.push_back(b);
+    }
+    report.forward = RelativeErrors(forward, measured_forward);
+    report.backward = RelativeErrors(backward, measured_backward);
+    device->layer_curve = report.choice.curve;
+    device->source += fmt::format(
+        "; layer_curve (power {:g}) fitted on {} {} transformer blocks", report.choice.curve.power,
+        report.choice.rows, options.matmul_dtype);
+    cluster.calibration.layer_rows = report.choice.rows;
+    result.layer = report;
   }
   if (collective_rows_fitted == 0 && matmul_rows_fitted == 0) {
     throw InputError(fmt::format("profile of {}: no collective or {} matmul rows to fit",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "calibrate/collective_fit.h"
+#include "calibrate/layer_fit.h"
 #include "calibrate/least_squares.h"
 #include "calibrate/matmul_fit.h"
 #include "calibrate/profile.h"
@@ -57,6 +58,8 @@ struct CalibrateOptions {
   // GEMM rows of this dtype fit the device's curve (the cost model prices fp16/bf16 GEMMs
   // against peak_TFLOPS, the dense fp16/bf16 peak).
   std::string matmul_dtype = "f16";
+  // Fit the block curve (calibrate/layer_fit.h) when the profile has >= 4 blocks of matmul_dtype.
+  bool fit_layer_curve = true;
   std::string name;    // of the calibrated cluster; "": "<base name>-calibrated"
   std::string source;  // prose for [calibration] source: the command and the profile
 };
@@ -74,12 +77,19 @@ struct MatmulReport {
   int other_dtype_rows = 0;  // matmul rows of another dtype, not used
 };
 
+struct LayerReport {
+  LayerChoice choice;
+  ErrorStats forward;   // on the rows fitted
+  ErrorStats backward;
+  int other_dtype_rows = 0;  // layer rows of another dtype, not used
+};
+
 struct CalibrationResult {
   ClusterSpec cluster;                        // the base with the calibrated constants
   std::vector<CollectiveReport> collectives;  // one per collective with rows, Collective order
   std::optional<MatmulReport> matmul;         // nullopt: no matmul rows of the dtype
   std::map<std::string, int> skipped_rows;    // reason -> collective rows the model does not cover
-  int layer_rows = 0;                         // layer.csv rows (read, not fitted yet)
+  std::optional<LayerReport> layer;  // nullopt: fewer than 4 layer rows of the matmul dtype
 };
 
 // Fits every collective with rows and the matmul curve, on the rows `options.holdout` does not

@@ -35,6 +35,15 @@ toml::table DeviceTable(const DeviceSpec& device) {
                     {"half_efficiency_dim", device.matmul_curve->half_efficiency_dim},
                     {"overhead_us", device.matmul_curve->overhead_seconds / kMicrosecond}});
   }
+  if (device.layer_curve) {
+    const LayerCurve& curve = *device.layer_curve;
+    table.insert("layer_curve",
+                 toml::table{{"forward_scale", curve.forward_scale},
+                             {"backward_scale", curve.backward_scale},
+                             {"forward_floor_us", curve.forward_floor_seconds / kMicrosecond},
+                             {"backward_floor_us", curve.backward_floor_seconds / kMicrosecond},
+                             {"power", curve.power}});
+  }
   InsertSource(table, device.source);
   return table;
 }
@@ -86,9 +95,12 @@ std::string ClusterToToml(const ClusterSpec& cluster, const std::string& header)
   }
   if (!collectives.empty()) root.insert("collective", std::move(collectives));
   if (!cluster.calibration.source.empty()) {
-    root.insert("calibration", toml::table{{"source", cluster.calibration.source},
-                                           {"collective_rows", cluster.calibration.collective_rows},
-                                           {"matmul_rows", cluster.calibration.matmul_rows}});
+    toml::table calibration{{"source", cluster.calibration.source},
+                            {"collective_rows", cluster.calibration.collective_rows},
+                            {"matmul_rows", cluster.calibration.matmul_rows}};
+    if (cluster.calibration.layer_rows > 0)
+      calibration.insert("layer_rows", cluster.calibration.layer_rows);
+    root.insert("calibration", std::move(calibration));
   }
 
   std::ostringstream out;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "costmodel/error.h"
@@ -53,6 +55,15 @@ std::optional<InterNodeAlgorithm> ParseInterNodeAlgorithmName(const std::string&
   if (name == "hierarchical") return InterNodeAlgorithm::kHierarchical;
   if (name == "ring") return InterNodeAlgorithm::kRing;
   return std::nullopt;
+}
+
+double LayerCurve::Combine(double scale, double floor_seconds, double x) const {
+  const double device = scale * x;
+  if (floor_seconds <= 0) return device;
+  if (power == 1.0) return device + floor_seconds;
+  const double top = std::max(device, floor_seconds);  // scaled, so that the powers stay finite
+  return top * std::pow(std::pow(device / top, power) + std::pow(floor_seconds / top, power),
+                        1.0 / power);
 }
 
 double NetworkLevel::CollectiveBandwidth(Collective kind) const {

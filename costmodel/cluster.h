@@ -43,6 +43,25 @@ struct MatmulCurve {
   double overhead_seconds = 0;     // per GEMM, >= 0
 };
 
+// Transformer-block time as training measures it, fitted from block profiles by
+// `stratos calibrate` (calibrate/layer_fit.h). The GEMM curve and the memory roofline give a
+// block's device time x (forward and backward apart); on a real device the block takes
+//   t = ((scale * x)^power + floor^power)^(1 / power),
+// a power mean of the device time, scaled (attention and elementwise kernels run below the GEMM
+// curve and the roofline), and a floor: the host's time to launch the block's kernels and run
+// autograd, which the device's work hides only when it is longer. power = 1 adds the two; a
+// large power takes the larger.
+struct LayerCurve {
+  double forward_scale = 1.0;  // > 0
+  double backward_scale = 1.0;
+  double forward_floor_seconds = 0;  // >= 0, per block and microbatch
+  double backward_floor_seconds = 0;
+  double power = 1.0;  // >= 1
+
+  // t for a device time of x seconds: Combine(forward_scale, forward_floor_seconds, x).
+  double Combine(double scale, double floor_seconds, double x) const;
+};
+
 struct DeviceSpec {
   std::string name;
   double peak_flops = 0;             // dense bf16/fp16 tensor-core peak, FLOP/s (datasheet)
@@ -59,6 +78,9 @@ struct DeviceSpec {
   // with it (costmodel/matmul_efficiency.h) instead of the scalar matmul_efficiency, which
   // remains the fallback for layers without a GEMM shape.
   std::optional<MatmulCurve> matmul_curve = std::nullopt;
+  // Optional calibrated block curve; when set, transformer blocks' compute goes through it
+  // (cost_model.h LayerComputeSeconds).
+  std::optional<LayerCurve> layer_curve = std::nullopt;
 };
 
 struct NodeGroup {
@@ -115,6 +137,7 @@ struct CalibrationInfo {
   std::string source;       // prose: command, profile, split
   int collective_rows = 0;  // profile rows the collective constants were fitted on
   int matmul_rows = 0;      // profile rows the matmul curve was fitted on
+  int layer_rows = 0;       // profile rows the layer curve was fitted on
 };
 
 struct ClusterSpec {

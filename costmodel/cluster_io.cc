@@ -66,10 +66,24 @@ MatmulCurve ReadMatmulCurve(const TomlTableReader& c) {
   return curve;
 }
 
+// [device.layer_curve]: calibrated transformer-block curve (cluster.h LayerCurve).
+LayerCurve ReadLayerCurve(const TomlTableReader& c) {
+  c.AllowOnly({"forward_scale", "backward_scale", "forward_floor_us", "backward_floor_us",
+               "power"});
+  LayerCurve curve;
+  curve.forward_scale = c.Positive("forward_scale");
+  curve.backward_scale = c.Positive("backward_scale");
+  curve.forward_floor_seconds = RequiredNonNegative(c, "forward_floor_us") * kMicrosecond;
+  curve.backward_floor_seconds = RequiredNonNegative(c, "backward_floor_us") * kMicrosecond;
+  curve.power = c.Positive("power");
+  if (curve.power < 1.0) c.Fail("power", "must be >= 1");
+  return curve;
+}
+
 DeviceSpec ReadDevice(const TomlTableReader& d) {
   d.AllowOnly({"name", "peak_TFLOPS", "memory_GB", "memory_GiB", "hbm_GBps", "matmul_efficiency",
                "measured_matmul_TFLOPS", "reserved_memory_GB", "reserved_memory_GiB",
-               "matmul_curve", "source"});
+               "matmul_curve", "layer_curve", "source"});
   DeviceSpec device;
   device.name = d.RequireString("name");
   const double peak_tflops = d.Positive("peak_TFLOPS");
@@ -98,6 +112,9 @@ DeviceSpec ReadDevice(const TomlTableReader& d) {
   }
   if (const std::optional<TomlTableReader> curve = SubTable(d, "matmul_curve")) {
     device.matmul_curve = ReadMatmulCurve(*curve);
+  }
+  if (const std::optional<TomlTableReader> curve = SubTable(d, "layer_curve")) {
+    device.layer_curve = ReadLayerCurve(*curve);
   }
   device.source = d.String("source").value_or("");
   return device;
@@ -158,10 +175,11 @@ void ReadCollectives(const TomlTableReader& top, ClusterSpec& cluster) {
 void ReadCalibration(const TomlTableReader& top, ClusterSpec& cluster) {
   const std::optional<TomlTableReader> c = SubTable(top, "calibration");
   if (!c) return;
-  c->AllowOnly({"source", "collective_rows", "matmul_rows"});
+  c->AllowOnly({"source", "collective_rows", "matmul_rows", "layer_rows"});
   cluster.calibration.source = c->RequireString("source");
   cluster.calibration.collective_rows = static_cast<int>(c->Int("collective_rows", 0).value_or(0));
   cluster.calibration.matmul_rows = static_cast<int>(c->Int("matmul_rows", 0).value_or(0));
+  cluster.calibration.layer_rows = static_cast<int>(c->Int("layer_rows", 0).value_or(0));
 }
 
 }  // namespace

@@ -31,6 +31,12 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   max_efficiency = 0.95           #   in (0, 1]
 //   half_efficiency_dim = 560       #   >= 0, elements
 //   overhead_us = 29                #   >= 0, per GEMM
+//   [device.layer_curve]            # optional, calibrated (cluster.h LayerCurve), all 5 keys:
+//   forward_scale = 1.1             #   > 0
+//   backward_scale = 1.2            #   > 0
+//   forward_floor_us = 500          #   >= 0, per block and microbatch
+//   backward_floor_us = 1200        #   >= 0
+//   power = 3                       #   >= 1
 //   [[node_group]]                  # at least one; several = heterogeneous cluster
 //   count = 2                       # >= 1 nodes
 //   gpus_per_node = 8               # >= 1
@@ -53,6 +59,7 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   source = "..."                  #   required in the table
 //   collective_rows = 1200          #   optional, >= 0
 //   matmul_rows = 18                #   optional, >= 0
+//   layer_rows = 48                 #   optional, >= 0
 // Throws InputError ("<where>: <key path> = <value>: <rule>") on TOML syntax errors, unknown,
 // missing or wrongly typed keys, impossible values, duplicate or unknown device names, and more
 // than 2 network levels.

@@ -186,6 +186,56 @@ double ActivationBytesPerSample(const LayerSpec& layer, int tp, bool sequence_pa
 
 }  // namespace
 
+LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
+                                 const DeviceSpec& device, const TrainingSpec& training,
+                                 double samples, int tensor_parallel, Recompute recompute,
+                                 bool use_layer_curve) {
+  const LayerSpec& layer = model.layers.at(layer_index);
+  const double b = samples;
+  const int tp = tensor_parallel;
+  const double ratio = model.backward_to_forward_ratio;
+  LayerCompute out;
+  // GEMM FLOPs at the device's achievable matmul rate (Megatron SC'21 appendix: a block's
+  // forward is 24bsh^2 + 4bs^2h, backward twice that, full recomputation one forward more,
+  // selective recomputation the attention scores; Korthikanti et al. 2022 §5), plus a roofline
+  // term for memory-bound ops: every stored activation byte is written in forward and read and
+  // written (as its gradient) in backward.
+  out.forward_flops = layer.forward_flops * b / tp;
+  const bool recomputes = Recomputes(layer);
+  const double flops_per_second =
+      device.peak_flops * MatmulEfficiency(device, LayerGemmShape(model, layer, b, tp));
+  const double full_activation_bytes =
+      b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone);
+  const double hbm = device.hbm_bytes_per_second;
+  out.forward_seconds = out.forward_flops / flops_per_second + full_activation_bytes / hbm;
+  out.backward_seconds =
+      ratio * out.forward_flops / flops_per_second + 2.0 * full_activation_bytes / hbm;
+  if (recomputes && recompute == Recompute::kFull) {
+    out.recompute_flops = out.forward_flops;
+    out.recompute_seconds = out.forward_seconds;
+  }
+  if (recomputes && recompute == Recompute::kSelective) {
+    out.recompute_flops = layer.attention_flops * b / tp;
+    out.recompute_seconds = out.recompute_flops / flops_per_second +
+                            b * layer.activation_attention_bytes / tp / hbm;
+  }
+  // A transformer block on a device with a calibrated block curve (cluster.h LayerCurve): each
+  // pass through it; a full recomputation is one more forward pass, a selective one runs inside
+  // the backward pass (scaled, no floor of its own).
+  if (use_layer_curve && device.layer_curve && layer.kind == LayerKind::kTransformer) {
+    const LayerCurve& curve = *device.layer_curve;
+    const double forward =
+        curve.Combine(curve.forward_scale, curve.forward_floor_seconds, out.forward_seconds);
+    out.backward_seconds =
+        curve.Combine(curve.backward_scale, curve.backward_floor_seconds, out.backward_seconds);
+    if (recomputes && recompute == Recompute::kFull) out.recompute_seconds = forward;
+    if (recomputes && recompute == Recompute::kSelective)
+      out.recompute_seconds *= curve.backward_scale;
+    out.forward_seconds = forward;
+  }
+  return out;
+}
+
 StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) const {
   const LayerSpec& layer = problem_.model.layers.at(layer_index);
   const TrainingSpec& training = problem_.training;
@@ -197,34 +247,16 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   const double ratio = problem_.model.backward_to_forward_ratio;
   StageTerms terms;
 
-  // Compute: GEMM FLOPs at the device's achievable matmul rate (Megatron SC'21 appendix: a
-  // block's forward is 24bsh^2 + 4bs^2h, backward twice that, full recomputation one forward
-  // more, selective recomputation the attention scores; Korthikanti et al. 2022 §5), plus a
-  // roofline term for memory-bound ops: every stored activation byte is written in forward and
-  // read and written (as its gradient) in backward.
-  const double forward_flops = layer.forward_flops * b / tp;
-  double recompute_flops = 0.0;
+  const LayerCompute compute =
+      LayerComputeSeconds(problem_.model, layer_index, device, training, b, tp, c.recompute);
+  const double forward_flops = compute.forward_flops;
   const bool recomputes = Recomputes(layer);
-  if (recomputes && c.recompute == Recompute::kFull) recompute_flops = forward_flops;
-  if (recomputes && c.recompute == Recompute::kSelective)
-    recompute_flops = layer.attention_flops * b / tp;
   const double flops_per_second =
       device.peak_flops * MatmulEfficiency(device, LayerGemmShape(problem_.model, layer, b, tp));
-  const double full_activation_bytes =
-      b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone);
-  double recompute_traffic = 0.0;
-  if (recomputes && c.recompute == Recompute::kFull) recompute_traffic = full_activation_bytes;
-  if (recomputes && c.recompute == Recompute::kSelective)
-    recompute_traffic = b * layer.activation_attention_bytes / tp;
-  const double forward_compute = forward_flops / flops_per_second +
-                                 full_activation_bytes / device.hbm_bytes_per_second;
-  terms.compute_seconds = forward_compute +
-                          (ratio * forward_flops + recompute_flops) / flops_per_second +
-                          (2.0 * full_activation_bytes + recompute_traffic) /
-                              device.hbm_bytes_per_second;
-  terms.forward_seconds = forward_compute;
+  terms.compute_seconds = compute.TotalSeconds();
+  terms.forward_seconds = compute.forward_seconds;
   terms.model_flops = (1.0 + ratio) * forward_flops;
-  terms.hardware_flops = terms.model_flops + recompute_flops;
+  terms.hardware_flops = terms.model_flops + compute.recompute_flops;
 
   // Tensor parallelism (Narayanan et al. SC'21 §3.2): tp_allreduces_per_forward all-reduces of
   // the layer's activations in forward, as many in backward, and again in a full recompute. With

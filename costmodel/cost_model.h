@@ -65,6 +65,26 @@ struct StageTerms {
 // GPipe holds all m; 1F1B holds min(m, p - s) at stage s of p (0-based).
 int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int num_microbatches);
 
+// Compute time of one pass of `samples` sequences through layer `layer_index` of `model` on one
+// of `tensor_parallel` ranks of `device` (per device, seconds; FLOPs per device): the forward,
+// its backward without recomputation, and what `recompute` adds. GEMM FLOPs at the device's
+// matmul curve (or scalar efficiency) plus the activation-traffic roofline; with
+// use_layer_curve and a device whose layer_curve is set, a transformer block's passes go through
+// that curve (cluster.h LayerCurve). The compute part of CostModel::LayerTerms; also what
+// `stratos calibrate` fits the block curve against (use_layer_curve = false).
+struct LayerCompute {
+  double forward_seconds = 0;
+  double backward_seconds = 0;   // without recomputation
+  double recompute_seconds = 0;  // added to the backward pass by recomputation
+  double forward_flops = 0;
+  double recompute_flops = 0;
+  double TotalSeconds() const { return forward_seconds + backward_seconds + recompute_seconds; }
+};
+LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
+                                 const DeviceSpec& device, const TrainingSpec& training,
+                                 double samples, int tensor_parallel, Recompute recompute,
+                                 bool use_layer_curve = true);
+
 class CostModel {
  public:
   // Keeps a reference to `problem`, which must outlive the CostModel. Throws InputError for a

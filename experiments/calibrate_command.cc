@@ -34,6 +34,7 @@ std::string CommandLine(const CalibrateArgs& args, const std::string& profile_fl
   }
   if (!args.matmul_dtype.empty()) line += fmt::format(" --matmul-dtype {}", args.matmul_dtype);
   if (!args.name.empty()) line += fmt::format(" --name {}", args.name);
+  if (args.no_layer_curve) line += " --no-layer-curve";
   if (!args.save_as.empty()) {
     line += fmt::format(" --save-as {}", args.save_as);
   } else if (!args.output.empty()) {
@@ -86,6 +87,7 @@ int RunCalibrate(const CalibrateArgs& args) {
   CalibrateOptions options;
   options.holdout = ParseHoldout(args.holdout);
   options.ring_links_per_gpu = args.ring_links;
+  options.fit_layer_curve = !args.no_layer_curve;
   options.matmul_dtype = matmul_dtype;
   options.name = !args.name.empty() ? args.name : args.save_as;
   const std::string command = CommandLine(args, loaded.flag);
@@ -100,11 +102,12 @@ int RunCalibrate(const CalibrateArgs& args) {
   const std::string header = fmt::format(
       "{}: {} calibrated by stratos (calibrate/).\n"
       "Produced by: {}\n"
-      "Fitted on {} collective rows and {} GEMMs; see [calibration] source for the data.\n"
+      "Fitted on {} collective rows, {} GEMMs and {} transformer blocks; see [calibration] source "
+      "for the data.\n"
       "Held-out errors of this model (refitted on small meshes, predicting larger ones): "
       "`stratos validate alpa-comm`, README section Calibration.",
       result.cluster.name, base.name, command, result.cluster.calibration.collective_rows,
-      result.cluster.calibration.matmul_rows);
+      result.cluster.calibration.matmul_rows, result.cluster.calibration.layer_rows);
   const std::filesystem::path parent = std::filesystem::path(output).parent_path();
   if (!parent.empty()) EnsureDirectory(parent.string());
   WriteClusterFile(result.cluster, output, header);
@@ -150,6 +153,10 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "`stratos profile --device cuda --dtype bf16`); default: f32 for --cluster "
                    "local, else f16")
       ->check(cli::OneOf({"f16", "bf16", "f32"}));
+  commands.calibrate->add_flag(
+      "--no-layer-curve", c.no_layer_curve,
+      "fit no block curve from the profile's transformer blocks (blocks are then priced from the "
+      "GEMM curve and the memory roofline alone)");
   commands.calibrate->add_option(
       "--name", c.name, "name of the calibrated cluster (default: the --save-as name, else "
                         "<base>-calibrated)");

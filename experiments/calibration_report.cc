@@ -94,9 +94,20 @@ std::string CalibrationTable(const CalibrationResult& result) {
       out += fmt::format("  {:>5}  {}\n", count, reason);
     }
   }
-  if (result.layer_rows > 0) {
-    out += fmt::format("{} layer rows read, not fitted (no layer-level constant yet)\n",
-                       result.layer_rows);
+  if (result.layer) {
+    const LayerReport& l = *result.layer;
+    const LayerCurve& c = l.choice.curve;
+    out += fmt::format(
+        "\nlayer curve (power {:g}, chosen by leave-one-out error on the fitted blocks):\n"
+        "  forward: scale {:.3f}, floor {:.0f} us; backward: scale {:.3f}, floor {:.0f} us\n"
+        "  fitted MAPE forward {} (max {}), backward {} (max {}) on {} blocks\n",
+        c.power, c.forward_scale, c.forward_floor_seconds * 1e6, c.backward_scale,
+        c.backward_floor_seconds * 1e6, Percent(l.forward.mape), Percent(l.forward.max_ape),
+        Percent(l.backward.mape), Percent(l.backward.max_ape), l.choice.rows);
+    out += "  leave-one-out MAPE:";
+    for (const auto& [power, mape] : l.choice.cross_validation_mape)
+      out += fmt::format(" power {:g} {}", power, Percent(mape));
+    out += fmt::format("\n  {} blocks of other dtypes not used\n", l.other_dtype_rows);
   }
   return out;
 }

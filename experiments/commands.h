@@ -163,6 +163,7 @@ struct CalibrateArgs {
   std::string name;                     // "": the --save-as name, else <base>-calibrated
   std::string output;                   // "": out/calibrate/cluster.toml unless save_as
   std::string save_as;                  // "": none; else written to UserClusterPath(save_as)
+  bool no_layer_curve = false;          // fit no block curve even if the profile has blocks
 };
 
 // `stratos calibrate`: fits the collective constants and the matmul curve (calibrate/), prints

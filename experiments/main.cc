@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     uniform(command->add_option("--micro-batch", flags->micro_batch_size, "samples per DP replica per microbatch")->check(IntAtLeast(1)));
     uniform(command->add_option("--global-batch", flags->global_batch_size, "sequences per step (uniform plan)")->check(IntAtLeast(1)));
     uniform(command->add_option("--schedule", flags->schedule, "pipeline schedule (uniform plan)")->check(OneOf({"1f1b", "gpipe"})));
-    uniform(command->add_option("--zero", flags->zero_stage, "ZeRO stage (uniform plan)")->check(IntIn(0, 1)));
+    uniform(command->add_option("--zero", flags->zero_stage, "ZeRO stage (uniform plan)")->check(IntIn(0, 2)));
     uniform(command->add_option("--recompute", flags->recompute, "activation recomputation (uniform plan)")->check(OneOf({"none", "selective", "full"})));
     AddCompressionFlags(command, flags->grad_compression, flags->topk_density, flags->topk_momentum,
                         flags->powersgd_rank, " (uniform plan)", plan);
@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
     command->add_option("--backend", flags->backend, "process-group backend (auto: NCCL for cuda, Gloo for cpu)")->check(OneOf({"gloo", "nccl", "auto"}))->capture_default_str();
     command->add_option("--device", flags->device, "where the tensors live (cuda: one GPU per worker)")->check(OneOf({"cpu", "cuda"}))->capture_default_str();
     command->add_option("--dtype", flags->dtype, "f32, or bf16 autocast with fp32 master weights (cuda)")->check(OneOf({"f32", "bf16"}))->capture_default_str();
+    command->add_flag("--fp32-residual-connection", flags->fp32_residual_connection, "bf16: keep the residual stream, its layer norms and the activations between stages in fp32 (default: bf16, as Megatron-LM)");
     command->add_option("--cluster", flags->cluster, "cluster description (zoo name or file) to predict on and report MFU against (default: this machine's workers)");
     command->add_option("--kineto-step", flags->kineto_step, "trace this step's operators and GPU kernels with Kineto into OUTPUT_DIR/kineto/")->check(IntAtLeast(0));
     command->add_option("--threads", flags->threads, "intra-op threads per worker")->check(IntAtLeast(1))->capture_default_str();

@@ -42,6 +42,7 @@ ProfileOptions OptionsFromArgs(const ProfileArgs& args) {
     // hidden sizes, messages up to 256 MiB.
     options.gemm_sizes = {256, 512, 1024, 2048, 4096, 8192};
     options.layer_hiddens = {1024, 2048, 4096};
+    options.layer_head_dims = {64, 128};
     options.layer_seq_lens = {1024, 2048};
     options.layer_micro_batches = {1, 4};
     options.layer_tensor_parallel = {1, 2};

@@ -38,6 +38,7 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   options.backend = flags.backend;
   options.device = flags.device;
   options.dtype = flags.dtype;
+  options.fp32_residual_connection = flags.fp32_residual_connection;
   options.cluster = flags.cluster;
   options.threads = flags.threads;
   options.kineto_step = flags.kineto_step;
@@ -47,6 +48,9 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
   if (flags.dtype == "bf16" && flags.device != "cuda")
     ThrowInputError(where, "--dtype", "bf16",
                     "needs --device cuda (bf16 autocast); the CPU runtime trains in fp32");
+  if (flags.fp32_residual_connection && flags.dtype != "bf16")
+    ThrowInputError(where, "--fp32-residual-connection", "set",
+                    "applies to --dtype bf16 only (an f32 run's residual stream is fp32)");
   if (flags.kineto_step >= 0 && !KinetoAvailable())
     ThrowInputError(where, "--kineto-step", flags.kineto_step,
                     "this build has no Kineto profiler (LibTorch >= 2.4, cmake STRATOS_KINETO)");
@@ -152,6 +156,8 @@ nlohmann::json RederiveRun(const std::string& where, const std::string& cluster,
   try {
     record.options = measurement.at("options");
     if (!cluster.empty()) record.options["cluster"] = cluster;
+    // Nothing is traced again: a run traced by a build with Kineto re-derives on any build.
+    record.options["kineto_step"] = -1;
     const TrainOptions options = TrainOptionsFromJson(record.options, where + ": options");
     record.model = LoadRuntimeModel(options.model, options.seq_length);
     record.first_step = measurement.at("first_step").get<int>();

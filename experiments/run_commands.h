@@ -40,6 +40,7 @@ struct RunFlags {
   std::string backend = "auto";    // gloo | nccl | auto (follows --device)
   std::string device = "cpu";      // cpu | cuda
   std::string dtype = "f32";       // f32 | bf16 (cuda)
+  bool fp32_residual_connection = false;  // bf16: fp32 residual stream
   std::string cluster;             // predict on / MFU against this cluster; "": local workers
   int threads = 1;                 // intra-op threads per worker
   int kineto_step = -1;            // >= 0: Kineto trace of that step (runtime/kineto_trace.h)

@@ -17,8 +17,16 @@
 #include "costmodel/error.h"
 #include "runtime/communicator.h"
 #include "runtime/compression.h"
+#include "runtime/device.h"
 #include "runtime/gpt.h"
 #include "runtime/trainer.h"
+
+// at::_fused_adam_ (LibTorch >= 2.1); -DSTRATOS_NO_FUSED_ADAM builds without it.
+#if STRATOS_TORCH_AT_LEAST(2, 1) && !defined(STRATOS_NO_FUSED_ADAM)
+#define STRATOS_FUSED_ADAM 1
+#else
+#define STRATOS_FUSED_ADAM 0
+#endif
 
 namespace stratos {
 
@@ -200,11 +208,13 @@ class ShardedAdam {
     const double b1 = options_.adam_beta1, b2 = options_.adam_beta2;
     torch::Tensor p = params_.narrow(0, begin_, end_ - begin_);
     torch::Tensor g = grads.narrow(0, begin_, end_ - begin_);
-    m_.mul_(b1).add_(g, 1 - b1);
-    v_.mul_(b2).addcmul_(g, g, 1 - b2);
-    const double bias1 = 1 - std::pow(b1, step_), bias2 = 1 - std::pow(b2, step_);
-    torch::Tensor denom = (v_.sqrt() / std::sqrt(bias2)).add_(options_.adam_epsilon);
-    p.addcdiv_(m_, denom, -options_.learning_rate / bias1);
+    if (!FusedStep(p, g)) {
+      m_.mul_(b1).add_(g, 1 - b1);
+      v_.mul_(b2).addcmul_(g, g, 1 - b2);
+      const double bias1 = 1 - std::pow(b1, step_), bias2 = 1 - std::pow(b2, step_);
+      torch::Tensor denom = (v_.sqrt() / std::sqrt(bias2)).add_(options_.adam_epsilon);
+      p.addcdiv_(m_, denom, -options_.learning_rate / bias1);
+    }
     if (zero1_) {
       const int D = dp_->Size();
       torch::Tensor local = torch::zeros({shard_}, params_.options());
@@ -221,6 +231,14 @@ class ShardedAdam {
   }
 
   int64_t StepCount() const { return step_; }
+  // Whether Step() updates with the fused CUDA kernel (CUDA parameters, STRATOS_FUSED_ADAM).
+  bool Fused() const {
+#if STRATOS_FUSED_ADAM
+    return params_.is_cuda();
+#else
+    return false;
+#endif
+  }
   // On the CPU, so that a checkpoint loads on any device.
   std::vector<torch::Tensor> State() const { return {m_.cpu(), v_.cpu(), torch::tensor({step_})}; }
   void LoadState(const torch::Tensor& m, const torch::Tensor& v, int64_t step) {
@@ -236,8 +254,33 @@ class ShardedAdam {
   torch::Tensor params_;
   Communicator* dp_;
   bool zero1_;
+  // The update of Step() in one kernel over p, g, m and v: torch.optim.Adam(fused=True)'s
+  // at::_fused_adam_, the same formula as the unfused ops (Kingma & Ba 2015, Algorithm 1 with
+  // the bias corrections folded into the step size), reading and writing each element once
+  // instead of once per op. Returns false where it does not apply (see Fused()).
+  bool FusedStep(const torch::Tensor& p, const torch::Tensor& g) {
+#if STRATOS_FUSED_ADAM
+    if (!Fused()) return false;
+    if (p.numel() == 0) return true;  // an empty ZeRO shard
+    if (!step_tensor_.defined()) step_tensor_ = torch::zeros({}, m_.options());
+    step_tensor_.fill_(static_cast<double>(step_));
+    const std::vector<torch::Tensor> params{p}, grads{g}, exp_avgs{m_}, exp_avg_sqs{v_},
+        max_exp_avg_sqs, steps{step_tensor_};
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+                     options_.learning_rate, options_.adam_beta1, options_.adam_beta2,
+                     /*weight_decay=*/0.0, options_.adam_epsilon, /*amsgrad=*/false,
+                     /*maximize=*/false);
+    return true;
+#else
+    (void)p;
+    (void)g;
+    return false;
+#endif
+  }
+
   int64_t shard_ = 0, begin_ = 0, end_ = 0;
   torch::Tensor m_, v_;
+  torch::Tensor step_tensor_;  // fp32 scalar on the device: the fused kernel's step count
   int64_t step_ = 0;
 };
 

@@ -54,6 +54,19 @@ AutocastScope::~AutocastScope() {
 #endif
 }
 
+NoAutocastScope::NoAutocastScope() {
+#if STRATOS_TORCH_DEVICE_API
+  previous_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+#endif
+}
+
+NoAutocastScope::~NoAutocastScope() {
+#if STRATOS_TORCH_DEVICE_API
+  at::autocast::set_autocast_enabled(at::kCUDA, previous_enabled_);
+#endif
+}
+
 bool AutocastEnabled() {
 #if STRATOS_TORCH_DEVICE_API
   return at::autocast::is_autocast_enabled(at::kCUDA);

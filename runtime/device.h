@@ -48,6 +48,20 @@ class AutocastScope {
   torch::ScalarType previous_dtype_ = torch::kBFloat16;
 };
 
+// Turns autocast off for CUDA tensors on this thread while alive (as
+// `with torch.autocast("cuda", enabled=False)`), for ops that should run in their inputs' dtype;
+// restores the previous state. A no-op on a LibTorch without the autocast API (< 2.4).
+class NoAutocastScope {
+ public:
+  NoAutocastScope();
+  ~NoAutocastScope();
+  NoAutocastScope(const NoAutocastScope&) = delete;
+  NoAutocastScope& operator=(const NoAutocastScope&) = delete;
+
+ private:
+  bool previous_enabled_ = false;
+};
+
 // Whether autocast is on for CUDA tensors on this thread.
 bool AutocastEnabled();
 // x cast once to the autocast dtype when autocast is on for x's device (so that the several

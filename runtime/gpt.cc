@@ -166,6 +166,19 @@ struct EmbeddingLayer : Layer {
   }
 };
 
+// Layer norm (eps 1e-5) over the last dimension of the residual stream x: (..., h), weight and
+// bias (h,) fp32. An fp32 x is normalized in fp32 (under autocast too, which runs layer norms in
+// fp32); a bf16 x (bf16 residual stream, Megatron-LM's default in bf16 training) in bf16 with
+// the weights cast to bf16, the kernel accumulating the statistics in fp32, so that the stream
+// never round-trips through fp32 memory. Returns x's dtype.
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (x.scalar_type() != torch::kBFloat16)
+    return torch::layer_norm(x, {x.size(-1)}, weight, bias, 1e-5);
+  NoAutocastScope no_autocast;
+  return torch::layer_norm(x, {x.size(-1)}, weight.to(x.scalar_type()), bias.to(x.scalar_type()),
+                           1e-5);
+}
+
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads) {
   // q, k, v: (b, s, heads * d) -> (b, s, heads * d)
   const int64_t b = q.size(0), s = q.size(1), d = q.size(2) / heads;
@@ -258,8 +271,7 @@ struct BlockLayer : Layer {
     const auto& P = params;
     const int64_t local_heads = x.a / x.tp;
     // Under autocast the normalized input is cast once for the three projections.
-    Tensor h1 = CopyToTensorParallel(
-        AutocastInput(torch::layer_norm(in, {x.h}, P[0], P[1], 1e-5)), tp);
+    Tensor h1 = CopyToTensorParallel(AutocastInput(LayerNorm(in, P[0], P[1])), tp);
     Tensor q = torch::linear(h1, P[2], P[3]);  // (b, s, h / tp)
     Tensor k = torch::linear(h1, P[4], P[5]);
     Tensor v = torch::linear(h1, P[6], P[7]);
@@ -267,8 +279,7 @@ struct BlockLayer : Layer {
                       ? AttentionCheckpoint::apply(q, k, v, local_heads)
                       : CausalAttention(q, k, v, local_heads);
     Tensor out = in + RowParallelLinear(attn, P[8], P[9], tp);
-    Tensor h2 = CopyToTensorParallel(
-        AutocastInput(torch::layer_norm(out, {x.h}, P[10], P[11], 1e-5)), tp);
+    Tensor h2 = CopyToTensorParallel(AutocastInput(LayerNorm(out, P[10], P[11])), tp);
     Tensor m = torch::gelu(torch::linear(h2, P[12], P[13]));  // (b, s, f / tp)
     return out + RowParallelLinear(m, P[14], P[15], tp);
   }
@@ -298,6 +309,25 @@ variable_list BlockCheckpoint::backward(AutogradContext* ctx, variable_list grad
   return {x.grad(), Tensor()};
 }
 
+// The LM head's GEMM, h: (b, s, h) @ weight: (rows, h)^T -> (b, s, rows). On CUDA the weight is
+// zero-padded to a multiple of kVocabPadding rows for the GEMM and the padded logits dropped
+// after it: the same logits and gradients, but cuBLAS's tensor-core kernels need the dimension
+// aligned, and for GPT-2's 50,257 (odd) it otherwise falls back to an sm75 CUTLASS kernel: on an
+// H200 (LibTorch 2.11, 16,384 tokens, hidden 2048) the logits took 37.1 ms and their two
+// backward GEMMs 47.2 ms, padded 4.2 ms and 7.9 ms (Kineto traces read by
+// experiments/gpu/head_kernels.py: experiments/gpu/results/h200-2026-11-26b/head_kernels.txt).
+// Megatron-LM pads the vocabulary itself (--make-vocab-size-divisible-by 128); padding only the
+// GEMM keeps the model, its parameters and its checkpoints unchanged.
+constexpr int64_t kVocabPadding = 128;
+Tensor LogitsGemm(const Tensor& h, const Tensor& weight) {
+  const int64_t rows = weight.size(0);
+  const int64_t padded = (rows + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
+  if (!h.is_cuda() || padded == rows) return torch::linear(h, weight);
+  // Cast first (under autocast), so that the padded copy is made once, in bf16.
+  const Tensor w = torch::constant_pad_nd(AutocastInput(weight), {0, 0, 0, padded - rows});
+  return torch::linear(h, w).narrow(-1, 0, rows);
+}
+
 struct HeadLayer : Layer {
   Shape x;
   Communicator* tp;
@@ -320,10 +350,10 @@ struct HeadLayer : Layer {
   }
   // hidden: (b, s, h), targets: (b, s) -> scalar mean cross entropy
   Tensor Forward(const Tensor& in, const Tensor& targets) override {
-    Tensor h = CopyToTensorParallel(torch::layer_norm(in, {x.h}, params[0], params[1], 1e-5), tp);
+    Tensor h = CopyToTensorParallel(LayerNorm(in, params[0], params[1]), tp);
     const Tensor& weight = params.size() > 2 ? params[2] : shared_wte;  // (V / tp, h)
-    Tensor logits = GatherLastDimFromTensorParallel(torch::linear(h, weight), tp);  // (b, s, V)
-    return torch::cross_entropy_loss(logits.view({-1, x.V}), targets.reshape({-1}));
+    Tensor logits = GatherLastDimFromTensorParallel(LogitsGemm(h, weight), tp);  // (b, s, V)
+    return torch::cross_entropy_loss(logits.reshape({-1, x.V}), targets.reshape({-1}));
   }
 };
 
@@ -337,12 +367,14 @@ uint64_t ParamSeed(uint64_t seed, int layer, const std::string& name) {
 }  // namespace
 
 GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
-                   Communicator* tp, uint64_t seed, torch::Device device, bool bf16)
+                   Communicator* tp, uint64_t seed, torch::Device device, bool bf16,
+                   bool fp32_residual)
     : first_layer_(first_layer),
       last_layer_(last_layer),
       num_model_layers_(model.NumLayers()),
       hidden_(model.hidden_size),
-      bf16_(bf16) {
+      bf16_(bf16),
+      activation_dtype_(bf16 && !fp32_residual ? torch::kBFloat16 : torch::kFloat32) {
   CheckRuntimeModel(model);
   if (bf16 && !device.is_cuda())
     throw std::runtime_error("bf16 autocast runs on CUDA only; the CPU runtime trains in fp32");
@@ -446,7 +478,11 @@ bool GptStage::IsLast() const { return last_layer_ == num_model_layers_; }
 Tensor GptStage::Forward(const Tensor& input, const Tensor& targets) {
   AutocastScope autocast(bf16_);
   Tensor x = input;
-  for (auto& layer : layers_) x = layer->Forward(x, targets);
+  for (auto& layer : layers_) {
+    x = layer->Forward(x, targets);
+    // The embedding sums fp32 tables; the residual stream after it has the activation dtype.
+    if (layer->index == 0) x = x.to(activation_dtype_);
+  }
   return x;
 }
 

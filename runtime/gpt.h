@@ -19,8 +19,10 @@
 // (seed, layer, parameter), then sliced: a run's initial weights do not depend on its plan.
 // All parameters of a stage are views into one flat fp32 buffer (FlatParameters()) on the
 // stage's device. With bf16 (CUDA only) the forward runs under autocast (runtime/device.h):
-// GEMMs and attention in bf16, layer norms and the loss in fp32, fp32 parameters (the master
-// weights) and gradients; the residual stream stays fp32. Attention is
+// GEMMs and attention in bf16, the loss in fp32, fp32 parameters (the master weights) and
+// gradients. The residual stream, the layer norms on it and the activations passed between
+// stages are bf16 (Megatron-LM's default); with fp32_residual (Megatron's
+// --fp32-residual-connection) they are fp32, and the layer norms run in fp32. Attention is
 // at::scaled_dot_product_attention (fused: FlashAttention on CUDA) with LibTorch >= 2.0, the
 // explicit masked softmax before.
 #include <torch/torch.h>
@@ -62,22 +64,24 @@ class GptStage {
  public:
   // Builds layers [first_layer, last_layer) of `model` for TP rank tp->Rank() of tp->Size(),
   // with its parameters on `device` (initialized on the CPU, so equal on every device) and, if
-  // `bf16`, a bf16-autocast forward (CUDA only). Throws InputError if the model is not supported
+  // `bf16`, a bf16-autocast forward (CUDA only) whose residual stream is bf16, or fp32 with
+  // `fp32_residual`. Throws InputError if the model is not supported
   // (CheckRuntimeModel) or TP does not divide the heads, the ffn size or the vocabulary, and
   // std::runtime_error for bf16 on a CPU device or on a LibTorch without autocast (< 2.4).
   GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
            Communicator* tp, uint64_t seed, torch::Device device = torch::Device(torch::kCPU),
-           bool bf16 = false);
+           bool bf16 = false, bool fp32_residual = false);
   ~GptStage();
   GptStage(const GptStage&) = delete;
   GptStage& operator=(const GptStage&) = delete;
 
   bool IsFirst() const { return first_layer_ == 0; }
   bool IsLast() const;
-  // input: token ids (b, s) int64 on the first stage, hidden states (b, s, h) fp32 otherwise,
-  // on the stage's device.
+  // input: token ids (b, s) int64 on the first stage, hidden states (b, s, h) of
+  // ActivationDtype() otherwise, on the stage's device.
   // targets: (b, s) int64 token ids, used on the last stage only.
-  // Returns the mean cross entropy (scalar) on the last stage, hidden states (b, s, h) otherwise.
+  // Returns the mean cross entropy (scalar, fp32) on the last stage, hidden states (b, s, h) of
+  // ActivationDtype() otherwise.
   torch::Tensor Forward(const torch::Tensor& input, const torch::Tensor& targets);
 
   // Views into the flat buffer, in layer order.
@@ -88,6 +92,9 @@ class GptStage {
   int HiddenSize() const { return hidden_; }
   torch::Device Device() const { return flat_.device(); }
   bool Bf16() const { return bf16_; }
+  // The dtype of the residual stream and of the activations and gradients sent between stages:
+  // bf16 for a bf16 stage without fp32_residual, else fp32.
+  torch::ScalarType ActivationDtype() const { return activation_dtype_; }
 
   struct Layer;  // defined in gpt.cc
 
@@ -97,6 +104,7 @@ class GptStage {
   int num_model_layers_;
   int hidden_;
   bool bf16_;
+  torch::ScalarType activation_dtype_;
   std::vector<std::unique_ptr<Layer>> layers_;
   torch::Tensor flat_;
   std::vector<torch::Tensor> parameters_;

@@ -104,6 +104,8 @@ void ProfileOptions::Validate() const {
     ThrowInputError(where, "device", device, NoCudaRule());
   if (repeats < 1) ThrowInputError(where, "repeats", repeats, "must be >= 1");
   if (layer_stack < 1) ThrowInputError(where, "layer_stack", layer_stack, "must be >= 1");
+  for (int head_dim : layer_head_dims)
+    if (head_dim < 1) ThrowInputError(where, "layer_head_dims", head_dim, "every one must be >= 1");
   for (int64_t size : gemm_sizes)
     if (size < 1) ThrowInputError(where, "gemm_sizes", size, "every size must be >= 1");
   for (int64_t bytes : collective_bytes)
@@ -145,6 +147,7 @@ std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
   const bool bf16 = options.dtype == "bf16";
   std::vector<LayerRow> rows;
   for (int hidden : options.layer_hiddens)
+   for (size_t d = 0; d < options.layer_head_dims.size(); ++d)
     for (int seq : options.layer_seq_lens)
       for (int micro_batch : options.layer_micro_batches)
         for (int tp : options.layer_tensor_parallel) {
@@ -154,15 +157,20 @@ std::vector<LayerRow> ProfileLayers(const ProfileOptions& options) {
           model.source = "runtime/profiler.cc";
           model.hidden_size = hidden;
           model.num_layers = 1;
-          model.num_attention_heads = std::max(2, hidden / 64);
+          model.num_attention_heads = std::max(2, hidden / options.layer_head_dims[d]);
+          bool repeated = false;  // two head dimensions giving the same head count
+          for (size_t e = 0; e < d; ++e)
+            repeated |= std::max(2, hidden / options.layer_head_dims[e]) == model.num_attention_heads;
+          if (repeated) continue;
           model.vocab_size = 64;
           model.seq_length = seq;
           BuildTransformerLayers(model);
           if (model.num_attention_heads % tp != 0) continue;
           ShardShapeCommunicator shape(tp);
           GptStage block(model, 1, 2, Recompute::kNone, &shape, /*seed=*/1, device, bf16);
-          const torch::Tensor input =
-              torch::randn({micro_batch, seq, hidden}, torch::TensorOptions().device(device));
+          const torch::Tensor input = torch::randn(
+              {micro_batch, seq, hidden},
+              torch::TensorOptions().device(device).dtype(block.ActivationDtype()));
           const torch::Tensor no_targets;
           LayerRow row;
           row.hidden = hidden;

@@ -25,9 +25,11 @@ struct ProfileOptions {
   int repeats = 5;             // timed runs per point (median)
   // GEMM (m, n, k) grid: every combination of these sizes.
   std::vector<int64_t> gemm_sizes = {64, 128, 256, 512, 1024};
-  // Transformer-block grid: hidden sizes (heads = hidden / 64, at least 2), sequence lengths,
-  // microbatch sizes and TP shards (1/tp of the heads and ffn columns, one rank's work).
+  // Transformer-block grid: hidden sizes, head dimensions (heads = hidden / head_dim, at least
+  // 2), sequence lengths, microbatch sizes and TP shards (1/tp of the heads and ffn columns, one
+  // rank's work).
   std::vector<int> layer_hiddens = {64, 128, 256};
+  std::vector<int> layer_head_dims = {64};
   std::vector<int> layer_seq_lens = {64, 128};
   std::vector<int> layer_micro_batches = {1, 4};
   std::vector<int> layer_tensor_parallel = {1, 2};

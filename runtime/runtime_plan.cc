@@ -59,7 +59,8 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   TrainingSpec training;
   training.global_batch_size = global_batch_size;
   training.schedule = schedule;
-  // bf16 autocast keeps fp32 parameters, gradients and Adam state; activations are mostly bf16.
+  // bf16 autocast keeps fp32 parameters, gradients and Adam state; activations are bf16 (the
+  // residual stream too, unless --fp32-residual-connection).
   training.activation_dtype_bytes = dtype == "bf16" ? 2 : 4;
   training.param_dtype_bytes = 4;
   training.grad_dtype_bytes = 4;

@@ -60,6 +60,9 @@ void TrainOptions::Validate() const {
                     "this build has no Kineto profiler (LibTorch >= 2.4, cmake STRATOS_KINETO)");
   if (kineto_step >= 0 && output_dir.empty())
     ThrowInputError(where, "kineto_step", kineto_step, "needs an output directory for the trace");
+  if (fp32_residual_connection && dtype != "bf16")
+    ThrowInputError(where, "fp32_residual_connection", "true",
+                    "applies to dtype bf16 only (an f32 run's residual stream is fp32)");
   if (dtype == "bf16" && device != "cuda")
     ThrowInputError(where, "dtype", "\"bf16\"",
                     "needs device cuda (bf16 autocast); the CPU runtime trains in fp32");
@@ -86,6 +89,7 @@ json TrainOptionsToJson(const TrainOptions& o) {
           {"backend", o.backend},
           {"device", o.device},
           {"dtype", o.dtype},
+          {"fp32_residual_connection", o.fp32_residual_connection},
           {"cluster", o.cluster},
           {"threads", o.threads},
           {"trace_steps", o.trace_steps},
@@ -122,6 +126,7 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
       else if (key == "backend") o.backend = v.get<std::string>();
       else if (key == "device") o.device = v.get<std::string>();
       else if (key == "dtype") o.dtype = v.get<std::string>();
+      else if (key == "fp32_residual_connection") o.fp32_residual_connection = v.get<bool>();
       else if (key == "cluster") o.cluster = v.get<std::string>();
       else if (key == "threads") o.threads = JsonNumber<int>(v, where, key);
       else if (key == "trace_steps") o.trace_steps = JsonNumber<int>(v, where, key);
@@ -279,7 +284,8 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     const StagePlan& stage_plan = plan.stages[layout.stage];
     GptStage stage(model, stage_plan.first_layer, stage_plan.last_layer,
                    stage_plan.config.recompute, tp.get(), options.seed, device,
-                   options.dtype == "bf16");
+                   options.dtype == "bf16", options.fp32_residual_connection);
+    const auto activation_options = float_options.dtype(stage.ActivationDtype());
     // Gradient compression only where gradients travel (DP > 1), as the cost model prices it.
     std::unique_ptr<GradientCompressor> compressor;
     if (stage_plan.config.grad_compression.kind != GradCompression::kNone && layout.dp > 1) {
@@ -395,7 +401,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
             activity.peer = prev_rank;
             doing("receiving activations", true);
             const int a = timer.Mark();
-            input = torch::empty({b, S, H}, float_options);
+            input = torch::empty({b, S, H}, activation_options);
             world.RecvAsync(input, prev_rank, 2 * i)->Wait();
             regions.push_back({fmt::format("recv F{}", i), "p2p_wait", &StepTimes::p2p_wait, a,
                                timer.Mark()});
@@ -424,7 +430,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
             activity.peer = next_rank;
             doing("receiving gradients", true);
             const int a = timer.Mark();
-            grad = torch::empty({b, S, H}, float_options);
+            grad = torch::empty({b, S, H}, activation_options);
             world.RecvAsync(grad, next_rank, 2 * i + 1)->Wait();
             regions.push_back({fmt::format("recv B{}", i), "p2p_wait", &StepTimes::p2p_wait, a,
                                timer.Mark()});

@@ -56,6 +56,9 @@ struct TrainOptions {
   // f32, or bf16 (CUDA only): bf16 autocast with fp32 master weights, gradients and Adam state
   // (runtime/gpt.h).
   std::string dtype = "f32";
+  // bf16 only: keep the residual stream, its layer norms and the activations sent between stages
+  // in fp32 (Megatron-LM's --fp32-residual-connection) instead of bf16.
+  bool fp32_residual_connection = false;
   // Cluster description (zoo name or file) the measurement is predicted on and whose device's
   // peak FLOP/s MFU is reported against; "": this machine's CPU workers (LocalCpuCluster).
   std::string cluster;

@@ -27,6 +27,13 @@ inline const std::filesystem::path& ScratchRoot() {
   return root.path;
 }
 
+// Removes ScratchRoot() with everything in it now (for a process that exits without running
+// the static destructors).
+inline void RemoveScratchRoot() {
+  std::error_code ignored;
+  std::filesystem::remove_all(ScratchRoot(), ignored);
+}
+
 // The path ScratchRoot()/name, without creating or clearing it.
 inline std::string ScratchPath(const std::string& name) { return (ScratchRoot() / name).string(); }
 

@@ -8,7 +8,8 @@
 #   3. trains the tiny GPT for 20 steps in fp32 on the CPU and on the GPU (loss parity),
 #   4. trains a GPT-3 1.3B-shaped model (24 blocks, hidden 2048, sequence 2048) in bf16 and
 #      reports MFU against the GPU's dense bf16 peak,
-#   5. profiles GEMMs and transformer blocks in bf16 and calibrates the GPU's description,
+#   5. profiles GEMMs and transformer blocks in bf16 and calibrates the GPU's description (its
+#      GEMM curve and its block curve),
 #   6. runs single-GPU plans (microbatch, recomputation, sequence length) whose measured
 #      iteration times are compared with the calibrated description's predictions.
 # Usage: [PARTS=tests,interop,parity,mfu,profile,plans] bash experiments/gpu/gpu_checks.sh RESULTS_DIR
@@ -57,8 +58,13 @@ build() {
 say "configure and build"
 if ! build; then
   grep -E "error|Error" "$WORK/configure.log" "$WORK/build.log" | head -30 | tee -a "$SUMMARY"
-  say "build failed; again without NCCL and Kineto"
-  build -DSTRATOS_NCCL=OFF -DSTRATOS_KINETO=OFF || grep -E "error" "$WORK/build.log" | tail -30 | tee -a "$SUMMARY"
+  say "build failed; again without Kineto and the fused Adam kernel"
+  if ! build -DSTRATOS_KINETO=OFF -DCMAKE_CXX_FLAGS=-DSTRATOS_NO_FUSED_ADAM; then
+    grep -E "error" "$WORK/build.log" | tail -20 | tee -a "$SUMMARY"
+    say "build failed; again without NCCL, Kineto and the fused Adam kernel"
+    build -DSTRATOS_NCCL=OFF -DSTRATOS_KINETO=OFF -DCMAKE_CXX_FLAGS=-DSTRATOS_NO_FUSED_ADAM ||
+      grep -E "error" "$WORK/build.log" | tail -30 | tee -a "$SUMMARY"
+  fi
   [ -x "$B" ] || { say "no stratos binary"; pack; exit 1; }
 fi
 grep "runtime backends" "$WORK/configure.log" | tail -1 | tee -a "$SUMMARY"
@@ -68,9 +74,11 @@ pack
 # 2. Tests.
 if part tests; then
 say "gpu test suite"
-"$BUILD/tests/runtime_test" -ts=gpu -s > "$WORK/test_gpu.log" 2>&1
+STRATOS_TEST_EXIT_MARK=1 "$BUILD/tests/runtime_test" -ts=gpu -s > "$WORK/test_gpu.log" 2>&1
 echo "gpu suite exit $?" | tee -a "$SUMMARY"
 grep -E "MESSAGE|relative|TFLOP|bf16 loss|test cases|ERROR|FAILED" "$WORK/test_gpu.log" | head -40 | tee -a "$SUMMARY"
+# A crash outside the test cases: where (tests/test_main.cc prints the stack).
+grep -A40 -E "test main\] doctest returned|fatal signal" "$WORK/test_gpu.log" | head -60 | tee -a "$SUMMARY"
 "$BUILD/tests/runtime_test" -sf='*test_device.cc' > "$WORK/test_device.log" 2>&1
 echo "device tests exit $?; $(grep 'test cases' "$WORK/test_device.log")" | tee -a "$SUMMARY"
 pack
@@ -106,11 +114,11 @@ pack
 fi
 
 # 4. MFU: GPT-3 1.3B-shaped, bf16, sequence 2048.
-run_plan() {  # name micro_batch recompute seq global_batch cluster [steps]
-  local name=$1 mb=$2 rc=$3 seq=$4 gb=$5 cluster=$6 steps=${7:-3}
+run_plan() {  # name micro_batch recompute seq global_batch cluster [steps [extra flags]]
+  local name=$1 mb=$2 rc=$3 seq=$4 gb=$5 cluster=$6 steps=${7:-3} extra=${8:-}
   "$B" run --model gpt3-1.3b --device cuda --dtype bf16 --micro-batch "$mb" --recompute "$rc" \
     --seq-length "$seq" --global-batch "$gb" --steps "$steps" --threads 8 --cluster "$cluster" \
-    --deadline 240 --output-dir "$WORK/$name" > "$WORK/$name.log" 2>&1
+    --deadline 240 --output-dir "$WORK/$name" $extra > "$WORK/$name.log" 2>&1
   local rc_=$?
   echo "$name (mb $mb, recompute $rc, seq $seq, global batch $gb): exit $rc_; $(grep -E '^iteration|^MFU' "$WORK/$name.log" | tr '\n' ' ')" | tee -a "$SUMMARY"
   [ $rc_ = 0 ] || tail -4 "$WORK/$name.log" | tee -a "$SUMMARY"
@@ -123,6 +131,10 @@ if part mfu; then
   MEMORY_MB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   if [ "${MEMORY_MB:-0}" -gt 100000 ]; then
     run_plan mfu_mb16 16 none 2048 64 "$CLUSTER" 4
+    pack
+    # The same with the residual stream in fp32 (the runtime before the bf16 stream), measured in
+    # the same run for the ratio.
+    run_plan mfu_mb16_fp32res 16 none 2048 64 "$CLUSTER" 4 --fp32-residual-connection
     pack
   fi
   # Where one step's time goes: Kineto's operators and kernels (GPU busy share, top kernels).
@@ -149,7 +161,24 @@ for e in kernels:
     by_name[e["name"][:70]] += e["dur"]
 for name, d in by_name.most_common(12):
     print(f"  {d / 1e3:8.2f} ms {100 * d / busy:5.1f}%  {name}")
+# Kernel classes: what the cost model prices as GEMMs, as attention, and the rest (elementwise,
+# norms, the loss, the optimizer).
+classes = collections.Counter()
+for e in kernels:
+    n = e["name"].lower()
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa")):
+        classes["attention"] += e["dur"]
+    elif any(k in n for k in ("gemm", "cutlass", "xmma", "nvjet", "cublas")):
+        classes["GEMM"] += e["dur"]
+    elif "adam" in n:
+        classes["optimizer"] += e["dur"]
+    else:
+        classes["other"] += e["dur"]
+print("kernel classes: " + ", ".join(f"{k} {v / 1e3:.1f} ms ({100 * v / busy:.1f}%)"
+                                      for k, v in classes.most_common()))
 PY
+    python3 experiments/gpu/head_kernels.py "$WORK/kineto_mb8/kineto/rank_0.json" \
+      > "$WORK/head_kernels.txt" 2>&1 && head -12 "$WORK/head_kernels.txt" | tee -a "$SUMMARY"
     pack
   fi
 fi

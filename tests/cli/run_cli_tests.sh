@@ -183,7 +183,7 @@ for bad in "search --max-stages 0:--max-stages = 0: must be >= 1" \
            "compare --max-stages 0:--max-stages = 0: must be >= 1" \
            "evaluate --zero 4 --tp 1:--zero = 4: must be in \[0, 3\]" \
            "bench ladder --time-limit 0:--time-limit = 0: must be > 0" \
-           "run --zero 2:--zero = 2: must be in \[0, 1\]" \
+           "run --zero 3:--zero = 3: must be in \[0, 2\]" \
            "cosearch --nodes 0:--nodes = 0: must be >= 1" \
            "experiment run x.toml --jobs 0:--jobs = 0: must be >= 1" \
            "experiment run x.toml --max-cells -1:--max-cells = -1: must be >= 0"; do
@@ -386,22 +386,29 @@ expect_one_line_error "run --pp above the block count names --pp" \
   "$STRATOS" run --pp 9 --steps 1 --output-dir "$WORK/pp9_run"
 expect_one_line_error "run --dtype bf16 on the CPU" 'command line: --dtype = bf16: needs --device cuda' -- \
   "$STRATOS" run --dtype bf16 --steps 1 --output-dir "$WORK/bf16_run"
-expect "run-report re-predicts measured GPU runs" 0 "p_mb4_full_s2048.json +0.8837 +0.69[0-9]+ +-21.8%" -- \
-  "$STRATOS" run-report experiments/gpu/results/h200-2026-11-26/runs/p_mb4_full_s2048.json \
-  experiments/gpu/results/h200-2026-11-26/runs/p_mb2_none_s2048.json \
+expect_one_line_error "run --fp32-residual-connection in f32" 'command line: --fp32-residual-connection = set: applies to --dtype bf16 only' -- \
+  "$STRATOS" run --fp32-residual-connection --steps 1 --output-dir "$WORK/fp32_residual_run"
+R=experiments/gpu/results/h200-2026-11-26b
+expect "run-report re-predicts measured GPU runs" 0 "run2_p_mb4_full_s2048.json +0.7224 +0.78[0-9]+ +\+8.2%" -- \
+  "$STRATOS" run-report $R/runs/run2_p_mb4_full_s2048.json $R/runs/run2_p_mb2_none_s2048.json \
   --cluster h200-node-calibrated --output-dir "$WORK/run_report"
-expect "run-report writes its summary with the MAPE" 0 '"mape": 0.26' -- \
+expect "run-report writes its summary with the MAPE" 0 '"mape": 0.07' -- \
   cat "$WORK/run_report/summary.json"
 expect "run-report writes each run's reports" 0 '"predicted_iteration_seconds"' -- \
   cat "$WORK/run_report/0/predicted_vs_measured.json"
+expect "run-report re-derives a run traced with Kineto on a build without it" 0 "run2_kineto_mb8.json" -- \
+  "$STRATOS" run-report $R/runs/run2_kineto_mb8.json --output-dir "$WORK/run_report_kineto"
 expect_one_line_error "run-report refuses a file that is no measurement" \
   "not a stratos.measurement/1 file" -- \
-  "$STRATOS" run-report experiments/gpu/results/h200-2026-11-26/profile/profile.json \
-  --output-dir "$WORK/run_report_bad"
+  "$STRATOS" run-report $R/profile/profile.json --output-dir "$WORK/run_report_bad"
 expect "calibrate --matmul-dtype bf16 fits a GPU profile's GEMMs" 0 \
-  "max_efficiency 0.836, half_efficiency_dim 0, overhead 38.6 us" -- \
-  "$STRATOS" calibrate --profile experiments/gpu/results/h200-2026-11-26/profile \
-  --cluster h200-node --matmul-dtype bf16 --output "$WORK/h200.toml"
+  "max_efficiency 0.820, half_efficiency_dim 0, overhead 30.1 us" -- \
+  "$STRATOS" calibrate --profile $R/profile --cluster h200-node --matmul-dtype bf16 \
+  --output "$WORK/h200.toml"
+expect "calibrate fits the block curve on the GPU profile's blocks" 0 \
+  "forward: scale 1.082, floor 509 us; backward: scale 1.185, floor 1198 us" -- \
+  "$STRATOS" calibrate --profile $R/profile --cluster h200-node --matmul-dtype bf16 \
+  --output "$WORK/h200_again.toml"
 expect_one_line_error "profile: unknown part" \
   '--parts = "gemm": must be one of "matmul", "layer", "collective"' -- \
   "$STRATOS" profile --parts gemm --output-dir "$WORK/profile"

@@ -11,6 +11,7 @@
 #include "calibrate/alpa_profile.h"
 #include "calibrate/calibrate.h"
 #include "calibrate/collective_fit.h"
+#include "calibrate/layer_fit.h"
 #include "calibrate/least_squares.h"
 #include "calibrate/matmul_fit.h"
 #include "calibrate/profile.h"
@@ -193,6 +194,73 @@ TEST_CASE("the matmul fit recovers each curve from times it generated") {
   const MatmulChoice choice = ChooseMatmulCurve(SquareGemms(truth, peak, 8192), peak);
   CHECK(choice.fit.model == MatmulModel::kSaturatingOverhead);
   CHECK(choice.cross_validation_mape.size() == 3);
+}
+
+// Block rows on the GPU profile's grid whose times `truth` generated from the cost model's device
+// times on `device`.
+std::vector<LayerRow> GeneratedBlocks(const DeviceSpec& device, const LayerCurve& truth) {
+  std::vector<LayerRow> rows;
+  for (int hidden : {1024, 2048, 4096})
+    for (int head_dim : {64, 128})
+      for (int seq : {1024, 2048})
+        for (int micro_batch : {1, 4})
+          for (int tp : {1, 2}) rows.push_back({hidden, hidden / head_dim, seq, micro_batch, tp,
+                                                "bf16", 0.0, 0.0, 0.0});
+  const auto x = LayerRowDeviceSeconds(rows, device);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].forward_seconds =
+        truth.Combine(truth.forward_scale, truth.forward_floor_seconds, x[i].first);
+    rows[i].backward_seconds =
+        truth.Combine(truth.backward_scale, truth.backward_floor_seconds, x[i].second);
+  }
+  return rows;
+}
+
+TEST_CASE("the layer fit recovers the block curve and its power from times it generated") {
+  DeviceSpec device = ReadClusterFile(ResolveClusterPath("h200-node")).Device();
+  device.matmul_curve = MatmulCurve{0.82, 0, 30e-6};
+  const LayerCurve truth{1.08, 1.19, 510e-6, 1200e-6, 3};
+  const std::vector<LayerRow> rows = GeneratedBlocks(device, truth);
+  const LayerCurve fit = FitLayerCurve(rows, LayerRowDeviceSeconds(rows, device), 3);
+  CHECK(fit.forward_scale == doctest::Approx(1.08).epsilon(1e-3));
+  CHECK(fit.backward_scale == doctest::Approx(1.19).epsilon(1e-3));
+  CHECK(fit.forward_floor_seconds == doctest::Approx(510e-6).epsilon(1e-3));
+  CHECK(fit.backward_floor_seconds == doctest::Approx(1200e-6).epsilon(1e-3));
+  // Leave-one-out picks the power that generated the times.
+  const LayerChoice choice = ChooseLayerCurve(rows, device);
+  CHECK(choice.curve.power == 3);
+  CHECK(choice.rows == static_cast<int>(rows.size()));
+  CHECK(choice.cross_validation_mape.size() == std::size(kLayerCurvePowers));
+  for (const auto& [power, mape] : choice.cross_validation_mape)
+    if (power != 3) CHECK(mape > 1e-3);
+  // Too few rows to leave one out.
+  CHECK_THROWS_AS(ChooseLayerCurve({rows[0], rows[1], rows[2]}, device), InputError);
+}
+
+TEST_CASE("calibrate fits the block curve on the matmul dtype's block rows") {
+  const ClusterSpec base = ReadClusterFile(ResolveClusterPath("h200-node"));
+  Profile profile;
+  profile.info.device = base.Device().name;
+  for (long long n : {1024, 2048, 4096, 8192})
+    for (long long k : {1024, 4096}) profile.matmuls.push_back({n, n, k, "bf16", 2.0 * n * n * k,
+                                                                2.0 * n * n * k / 800e12 + 30e-6});
+  DeviceSpec device = base.Device();
+  device.matmul_curve = MatmulCurve{800e12 / device.peak_flops, 0, 30e-6};
+  profile.layers = GeneratedBlocks(device, LayerCurve{1.1, 1.2, 500e-6, 1000e-6, 2});
+  LayerRow other = profile.layers.front();
+  other.dtype = "f32";
+  profile.layers.push_back(other);
+  CalibrateOptions options;
+  options.matmul_dtype = "bf16";
+  options.source = "test";
+  const CalibrationResult result = Calibrate(base, profile, options);
+  REQUIRE(result.layer.has_value());
+  CHECK(result.layer->other_dtype_rows == 1);
+  CHECK(result.layer->choice.curve.power == 2);
+  CHECK(result.layer->forward.mape < 1e-3);
+  REQUIRE(result.cluster.Device().layer_curve.has_value());
+  CHECK(result.cluster.Device().layer_curve->backward_scale == doctest::Approx(1.2).epsilon(1e-3));
+  CHECK(result.cluster.calibration.layer_rows == static_cast<int>(profile.layers.size()) - 1);
 }
 
 TEST_CASE("the matmul curve never claims more than the peak") {

@@ -39,6 +39,14 @@ void CheckSameCluster(const ClusterSpec& a, const ClusterSpec& b) {
       CHECK(Close(x.matmul_curve->half_efficiency_dim, y.matmul_curve->half_efficiency_dim));
       CHECK(Close(x.matmul_curve->overhead_seconds, y.matmul_curve->overhead_seconds));
     }
+    REQUIRE(x.layer_curve.has_value() == y.layer_curve.has_value());
+    if (x.layer_curve) {
+      CHECK(Close(x.layer_curve->forward_scale, y.layer_curve->forward_scale));
+      CHECK(Close(x.layer_curve->backward_scale, y.layer_curve->backward_scale));
+      CHECK(Close(x.layer_curve->forward_floor_seconds, y.layer_curve->forward_floor_seconds));
+      CHECK(Close(x.layer_curve->backward_floor_seconds, y.layer_curve->backward_floor_seconds));
+      CHECK(Close(x.layer_curve->power, y.layer_curve->power));
+    }
   }
   REQUIRE(a.node_groups.size() == b.node_groups.size());
   for (size_t i = 0; i < a.node_groups.size(); ++i) {
@@ -78,6 +86,7 @@ ClusterSpec CalibratedExample() {
   cluster.name = "p3-test";
   cluster.devices[0].matmul_curve = MatmulCurve{0.9476, 557.4, 29.0e-6};
   cluster.devices[0].matmul_efficiency = 0.8162;
+  cluster.devices[0].layer_curve = LayerCurve{1.08, 1.19, 509e-6, 1198e-6, 3};
   cluster.networks[0].ring_links_per_gpu = 6;
   cluster.networks[0].collective_fits[0] = LinkFit{22.95e9, 10.89e-6};
   cluster.networks[0].collective_fits[2] = LinkFit{17.41e9 / 3, 29.2e-6 / 7};
@@ -154,6 +163,18 @@ latency_us = 10
                    ParseClusterToml(text, "c.toml");
                  }),
                  "device[0].matmul_curve.max_efficiency = 1.5: must be in (0, 1]"));
+  CHECK(Contains(InputErrorMessage([&] {
+                   std::string text = device_curve;
+                   text.replace(text.find("power = "), 8, "power = 0.5 #");
+                   ParseClusterToml(text, "c.toml");
+                 }),
+                 "device[0].layer_curve.power = 0.5: must be >= 1"));
+  CHECK(Contains(InputErrorMessage([&] {
+                   std::string text = device_curve;
+                   text.replace(text.find("forward_floor_us = "), 19, "forward_floor_us = -1 #");
+                   ParseClusterToml(text, "c.toml");
+                 }),
+                 "device[0].layer_curve.forward_floor_us = -1: must be >= 0"));
 }
 
 // The pre-calibration collective formula, copied from cost_model.cc as it was before the
@@ -230,13 +251,61 @@ TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficienc
   const double forward =
       forward_flops / flops_per_second + activation / device.hbm_bytes_per_second;
   CHECK(terms.forward_seconds == forward);
-  CHECK(terms.compute_seconds == forward + (2.0 * forward_flops + 0.0) / flops_per_second +
-                                     (2.0 * activation + 0.0) / device.hbm_bytes_per_second);
+  CHECK(terms.compute_seconds == forward + (2.0 * forward_flops / flops_per_second +
+                                             2.0 * activation / device.hbm_bytes_per_second));
   // With a curve the same layer is priced by its GEMM shape: slower than the scalar's 0.9 x peak
   // when the curve says this GEMM reaches less.
   problem.cluster.devices[0].matmul_curve = MatmulCurve{0.9, 1024, 0};
   const CostModel curved(problem);
   CHECK(curved.LayerTerms(1, config, 8).compute_seconds > terms.compute_seconds);
+}
+
+TEST_CASE("a layer curve reshapes each pass of a transformer block and nothing else") {
+  Problem problem;
+  ModelSpec& m = problem.model;
+  m.family = "gpt";
+  m.hidden_size = 2048;
+  m.num_layers = 2;
+  m.num_attention_heads = 16;
+  m.seq_length = 1024;
+  m.vocab_size = 50000;
+  BuildTransformerLayers(m);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb"));
+  problem.training.global_batch_size = 8;
+  const DeviceSpec plain = problem.cluster.Device();
+  LayerCurve curve{1.5, 2.0, 1e-3, 2e-3, 1};  // power 1: scaled device time plus the floor
+  for (Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    INFO("recompute ", static_cast<int>(recompute));
+    const LayerCompute raw =
+        LayerComputeSeconds(m, 1, plain, problem.training, 2, 1, recompute);
+    DeviceSpec curved = plain;
+    curved.layer_curve = curve;
+    const LayerCompute c = LayerComputeSeconds(m, 1, curved, problem.training, 2, 1, recompute);
+    CHECK(c.forward_seconds == doctest::Approx(1.5 * raw.forward_seconds + 1e-3));
+    CHECK(c.backward_seconds == doctest::Approx(2.0 * raw.backward_seconds + 2e-3));
+    if (recompute == Recompute::kFull) CHECK(c.recompute_seconds == c.forward_seconds);
+    if (recompute == Recompute::kSelective)
+      CHECK(c.recompute_seconds == doctest::Approx(2.0 * raw.recompute_seconds));
+    if (recompute == Recompute::kNone) CHECK(c.recompute_seconds == 0);
+    // Not asked for: the raw time. The LM head is no block: untouched.
+    CHECK(LayerComputeSeconds(m, 1, curved, problem.training, 2, 1, recompute, false)
+              .TotalSeconds() == raw.TotalSeconds());
+    const int head = m.NumLayers() - 1;
+    CHECK(LayerComputeSeconds(m, head, curved, problem.training, 2, 1, recompute).TotalSeconds() ==
+          LayerComputeSeconds(m, head, plain, problem.training, 2, 1, recompute).TotalSeconds());
+  }
+  // A large power takes the larger of the scaled device time and the floor.
+  curve.power = 64;
+  CHECK(curve.Combine(1.0, 5e-3, 1e-6) == doctest::Approx(5e-3).epsilon(1e-3));
+  CHECK(curve.Combine(1.0, 1e-6, 5e-3) == doctest::Approx(5e-3).epsilon(1e-3));
+  curve.power = 2;
+  CHECK(curve.Combine(1.0, 3.0, 4.0) == doctest::Approx(5.0));
+  // The cost model's stage terms use it.
+  const StageConfig config{1, 1, 1, 1, 0, Recompute::kNone, {}};
+  const double before = CostModel(problem).LayerTerms(1, config, 4).compute_seconds;
+  problem.cluster.devices[0].layer_curve = LayerCurve{1.0, 1.0, 1e-3, 1e-3, 1};
+  CHECK(CostModel(problem).LayerTerms(1, config, 4).compute_seconds ==
+        doctest::Approx(before + 2e-3));
 }
 
 TEST_CASE("the shipped calibrated zoo cluster loads, says what it was fitted on, and prices") {

@@ -74,11 +74,18 @@ TEST_CASE("run options of the GPU path are checked by name") {
   options.dtype = "f16";
   CHECK_THROWS_WITH_AS(options.Validate(), doctest::Contains("dtype = \"f16\": must be f32 or bf16"),
                        InputError);
+  options.dtype = "f32";
+  options.fp32_residual_connection = true;
+  CHECK_THROWS_WITH_AS(options.Validate(),
+                       doctest::Contains("fp32_residual_connection = true: applies to dtype bf16 only"),
+                       InputError);
   options.dtype = "bf16";
+  CHECK_NOTHROW(options.Validate());
   options.cluster = "h200-node";
   const TrainOptions back = TrainOptionsFromJson(TrainOptionsToJson(options), "test");
   CHECK(back.device == "cuda");
   CHECK(back.dtype == "bf16");
+  CHECK(back.fp32_residual_connection);
   CHECK(back.cluster == "h200-node");
 }
 

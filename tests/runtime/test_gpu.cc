@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "runtime/communicator.h"
+#include "runtime/data_parallel.h"
 #include "runtime/data.h"
 #include "runtime/device.h"
 #include "runtime/gpt.h"
@@ -81,6 +82,62 @@ TEST_CASE("bf16 autocast trains: GEMMs in bf16, fp32 master weights, loss near t
   CHECK(b.losses.back() < b.losses.front() - 0.5);
   // bf16 keeps 8 bits of mantissa: the losses stay within a few percent of fp32's.
   CHECK(std::abs(b.losses.back() - a.losses.back()) < 0.05 * a.losses.back());
+}
+
+TEST_CASE("bf16 keeps the residual stream in bf16, or in fp32 with fp32_residual_connection") {
+  if (SkipWithoutCuda()) return;
+  const ModelSpec model = LoadRuntimeModel("gpt-tiny", 32);
+  auto self = MakeSelfCommunicator("tp");
+  const torch::Device device = RankDevice("cuda", 0);
+  // A middle stage (blocks only) returns its input's dtype: what it sends to the next stage.
+  GptStage bf16_stream(model, 1, 3, Recompute::kNone, self.get(), 7, device, true);
+  GptStage fp32_stream(model, 1, 3, Recompute::kNone, self.get(), 7, device, true, true);
+  CHECK((bf16_stream.ActivationDtype() == torch::kBFloat16));
+  CHECK((fp32_stream.ActivationDtype() == torch::kFloat32));
+  const auto options = torch::TensorOptions().device(device);
+  const torch::Tensor x = torch::randn({2, 32, model.hidden_size}, options);
+  const torch::Tensor y16 = bf16_stream.Forward(x.to(torch::kBFloat16), torch::Tensor());
+  const torch::Tensor y32 = fp32_stream.Forward(x, torch::Tensor());
+  CHECK((y16.scalar_type() == torch::kBFloat16));
+  CHECK((y32.scalar_type() == torch::kFloat32));
+  // Same weights: the streams differ by bf16 rounding only.
+  CHECK(torch::allclose(y16.to(torch::kFloat32), y32, /*rtol=*/0.05, /*atol=*/0.05));
+
+  TrainOptions stream16 = TinyOptions(1, 1, 1, 2);
+  stream16.device = "cuda";
+  stream16.dtype = "bf16";
+  TrainOptions stream32 = stream16;
+  stream32.fp32_residual_connection = true;
+  const TestRun a = RunInProcess(stream16, "gpu_bf16_stream");
+  const TestRun b = RunInProcess(stream32, "gpu_fp32_stream");
+  REQUIRE(a.losses.size() == b.losses.size());
+  MESSAGE(fmt::format("bf16 stream loss {:.4f} -> {:.4f}, fp32 stream {:.4f} -> {:.4f}",
+                      a.losses.front(), a.losses.back(), b.losses.front(), b.losses.back()));
+  CHECK(a.losses.back() < a.losses.front() - 0.5);
+  CHECK(std::abs(a.losses.back() - b.losses.back()) < 0.05 * b.losses.back());
+}
+
+TEST_CASE("Adam's fused CUDA step equals the unfused ops on the CPU") {
+  if (SkipWithoutCuda()) return;
+  TrainOptions options;
+  auto self = MakeSelfCommunicator("dp");
+  const torch::Tensor start = torch::randn({100003});
+  torch::Tensor on_cpu = start.clone();
+  torch::Tensor on_gpu = start.to(RankDevice("cuda", 0));
+  ShardedAdam cpu_adam(options, on_cpu, self.get(), false);
+  ShardedAdam gpu_adam(options, on_gpu, self.get(), false);
+  CHECK_FALSE(cpu_adam.Fused());
+  CHECK(gpu_adam.Fused() == bool(STRATOS_FUSED_ADAM));
+  for (int step = 0; step < 5; ++step) {
+    const torch::Tensor grads = torch::randn({start.numel()}) * (step + 1);
+    cpu_adam.Step(grads);
+    gpu_adam.Step(grads.to(on_gpu.device()));
+  }
+  const double worst = (on_gpu.cpu() - on_cpu).abs().max().item<double>();
+  MESSAGE(fmt::format("fused ({}) vs unfused Adam after 5 steps: largest difference {:.3g}",
+                      gpu_adam.Fused() ? "yes" : "no", worst));
+  CHECK(worst < 1e-6);
+  CHECK((on_gpu.cpu() - start).abs().max().item<double>() > 1e-3);  // it did move
 }
 
 TEST_CASE("recomputation under bf16 autocast gives the same gradients as storing activations") {

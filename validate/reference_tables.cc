@@ -146,6 +146,39 @@ std::vector<MegatronScalingRow> ReadMegatronScaling(const std::string& path) {
   return rows;
 }
 
+std::vector<VtrainRow> ReadVtrain(const std::string& path) {
+  static const std::array<const char*, 11> kNames = {
+      "# GPUs",           "global batch",       "micro batch",        "hidden size",
+      "attention heads",  "# layers",           "sequence length",    "tensor parallelism",
+      "data parallelism", "pipeline parallelism", "iteration time (ms)"};
+  std::vector<VtrainRow> rows;
+  ReadTable(path, kNames, [&](const Row<11>& row) {
+    VtrainRow r;
+    r.line = row.line;
+    r.num_gpus = row.Integer("# GPUs");
+    r.global_batch_size = row.Integer("global batch");
+    r.micro_batch = row.Integer("micro batch");
+    r.hidden_size = row.Integer("hidden size");
+    r.attention_heads = row.Integer("attention heads");
+    r.num_layers = row.Integer("# layers");
+    r.seq_length = row.Integer("sequence length");
+    r.tensor_parallel = row.Integer("tensor parallelism");
+    r.data_parallel = row.Integer("data parallelism");
+    r.pipeline_parallel = row.Integer("pipeline parallelism");
+    r.iteration_ms = row.Finite("iteration time (ms)");
+    if (r.tensor_parallel * r.pipeline_parallel * r.data_parallel != r.num_gpus)
+      row.Fail("# GPUs", fmt::format("must equal tensor x pipeline x data parallelism = {}",
+                                     r.tensor_parallel * r.pipeline_parallel * r.data_parallel));
+    if (r.global_batch_size % (r.micro_batch * r.data_parallel) != 0)
+      row.Fail("global batch",
+               fmt::format("must be a multiple of micro batch x data parallelism = {}",
+                           r.micro_batch * r.data_parallel));
+    if (r.iteration_ms <= 0) row.Fail("iteration time (ms)", "must be > 0");
+    rows.push_back(r);
+  });
+  return rows;
+}
+
 std::vector<AmpTrialRow> ReadAmpTrials(const std::string& path) {
   static const std::array<const char*, 8> kNames = {
       "trial", "micro_batch", "tp_mp", "dp", "pp", "layer_partition", "amp_predicted_cost",

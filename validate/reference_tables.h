@@ -30,6 +30,23 @@ struct MegatronScalingRow {
 };
 std::vector<MegatronScalingRow> ReadMegatronScaling(const std::string& path);
 
+// vtrain_a100_single_node.csv: vTrain's measured Megatron-DeepSpeed GPT runs on one A100 node.
+struct VtrainRow {
+  int line = 0;
+  int num_gpus = 0;
+  int global_batch_size = 0;
+  int micro_batch = 0;
+  int hidden_size = 0;
+  int attention_heads = 0;
+  int num_layers = 0;
+  int seq_length = 0;
+  int tensor_parallel = 0;
+  int data_parallel = 0;
+  int pipeline_parallel = 0;
+  double iteration_ms = 0;
+};
+std::vector<VtrainRow> ReadVtrain(const std::string& path);
+
 // amp_trials_homogeneous.csv: AMP's trials of GPT-2 on 4 x 4 T4.
 struct AmpTrialRow {
   int line = 0;

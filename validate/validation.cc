@@ -9,13 +9,14 @@
 #include "validate/korthikanti.h"
 #include "validate/megatron_h100.h"
 #include "validate/reference_tables.h"
+#include "validate/vtrain.h"
 #include "validate/zero_memory.h"
 
 namespace stratos {
 
 const std::vector<std::string>& ValidationReportNames() {
   static const std::vector<std::string> names = {"megatron-h100", "amp", "korthikanti", "zero",
-                                                 "alpa-point"};
+                                                 "alpa-point", "vtrain"};
   return names;
 }
 
@@ -32,6 +33,9 @@ std::string ValidationReportDescription(const std::string& name) {
   if (name == "zero") return "per-GPU model-state bytes of ZeRO stages 0-3 vs the published table";
   if (name == "alpa-point")
     return "Alpa's measured GPT 2.6B iteration on 8 V100 vs our prediction";
+  if (name == "vtrain")
+    return "predicted vs measured iteration time of vTrain's 1,440 GPT runs on one A100 node "
+           "(a fifth fitted), MAPE and Spearman within each model";
   return "";
 }
 
@@ -44,6 +48,7 @@ ValidationReport RunValidationReport(const std::string& name) {
                                ReferenceDataPath("korthikanti_table4_layer_times_22B.csv"));
   if (name == "zero") return ValidateZeroMemory(ReferenceDataPath("zero_memory.csv"));
   if (name == "alpa-point") return ValidateAlpaPoint(ReferenceDataPath("alpa_measured_points.csv"));
+  if (name == "vtrain") return ValidateVtrain(ReferenceDataPath("vtrain_a100_single_node.csv"));
   throw InputError(fmt::format("validate: report = {}: unknown (reports: {})", name,
                                fmt::join(ValidationReportNames(), ", ")));
 }

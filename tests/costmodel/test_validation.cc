@@ -10,6 +10,7 @@
 
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "tests/scratch_dir.h"
 #include "validate/alpa_point.h"
 #include "validate/amp_trials.h"
 #include "validate/korthikanti.h"
@@ -18,6 +19,7 @@
 #include "validate/reference_tables.h"
 #include "validate/report.h"
 #include "validate/validation.h"
+#include "validate/vtrain.h"
 #include "validate/zero_memory.h"
 
 using namespace stratos;
@@ -212,6 +214,62 @@ TEST_CASE("Alpa: its TFLOP formula turns the measured 2.465 s into the published
   const AlpaPointCase c = BuildAlpaPointCase(row);
   CHECK(Evaluate(c.problem, c.plan).model_flops ==
         doctest::Approx(AlpaGptFlops(row, false)).epsilon(1e-12));
+}
+
+TEST_CASE("vTrain: rows become Megatron-DeepSpeed cases; the fit recovers constants it generated") {
+  const std::vector<VtrainRow> rows = ReadVtrain(ReferenceDataPath("vtrain_a100_single_node.csv"));
+  REQUIRE(rows.size() == 1440);
+  CHECK(VtrainCalibrationRows(rows).size() == 288);
+  CHECK(VtrainCalibrationRows(rows).front() == 4);
+  CHECK(VtrainPaddedVocab(1) == 50304);
+  CHECK(VtrainPaddedVocab(2) == 50432);
+  // Line 2: 2 GPUs, global batch 16, micro batch 8, hidden 1024, 24 layers, TP 1, DP 1, PP 2.
+  const VtrainCase c = BuildVtrainCase(rows[0], {});
+  CHECK(c.plan.num_microbatches == 2);
+  REQUIRE(c.plan.stages.size() == 2);
+  CHECK(c.plan.stages[0].config.recompute == Recompute::kFull);
+  CHECK(c.problem.model.vocab_size == 50304);
+  CHECK(c.problem.training.dp_overlap_fraction == 0);
+  // Times generated with known constants are fitted back (every tenth row, to stay quick).
+  VtrainAssumptions truth;
+  truth.matmul_efficiency = 0.7;
+  truth.layer_curve = LayerCurve{1.0, 1.0, 0.8e-3, 1.5e-3, 2};
+  std::vector<VtrainRow> generated;
+  for (size_t i = 0; i < rows.size(); i += 10) {
+    VtrainRow row = rows[i];
+    row.iteration_ms = PredictVtrainMs(row, truth);
+    generated.push_back(row);
+  }
+  const VtrainFit fit = FitVtrainConstants(generated, {}, true);
+  CHECK(fit.constants.matmul_efficiency == doctest::Approx(0.7).epsilon(0.01));
+  REQUIRE(fit.constants.layer_curve.has_value());
+  CHECK(fit.constants.layer_curve->power == 2);
+  CHECK(fit.constants.layer_curve->forward_floor_seconds == doctest::Approx(0.8e-3).epsilon(0.02));
+  CHECK(fit.constants.layer_curve->backward_floor_seconds == doctest::Approx(1.5e-3).epsilon(0.02));
+  CHECK(fit.rms_relative_error < 0.01);  // coordinate descent, four sweeps
+  // A row whose degrees do not multiply to its GPUs is refused by name.
+  const std::string bad = testing::ScratchDir("vtrain") + "/vtrain_bad.csv";
+  {
+    std::ofstream out(bad);
+    out << "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+           "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
+           "4,16,8,1024,16,24,1024,1,1,2,372.1\n";
+  }
+  CHECK_THROWS_WITH_AS(ReadVtrain(bad),
+                       doctest::Contains(":2: # GPUs = \"4\": must equal tensor x pipeline x data "
+                                         "parallelism = 2"),
+                       InputError);
+}
+
+TEST_CASE("vTrain report: rows not fitted within the 8% MAPE and 0.9 Spearman targets "
+          "(regression check)") {
+  const ValidationReport report = RunValidationReport("vtrain");
+  CHECK(report.rows.size() == 8);
+  CHECK(report.summary["fitted_rows"] == 288);
+  CHECK(report.summary["mape_not_fitted_pct"].get<double>() <= 8.0);
+  CHECK(report.summary["worst_spearman_within_model"].get<double>() >= 0.9);
+  // The floors do the work: the efficiency alone leaves the rows far off.
+  CHECK(report.summary["efficiency_only_mape_not_fitted_pct"].get<double>() > 20.0);
 }
 
 TEST_CASE("every report runs, has rows, a headline and serializes") {

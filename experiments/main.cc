@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
     uniform(command->add_option("--micro-batch", flags->micro_batch_size, "samples per DP replica per microbatch")->check(IntAtLeast(1)));
     uniform(command->add_option("--global-batch", flags->global_batch_size, "sequences per step (uniform plan)")->check(IntAtLeast(1)));
     uniform(command->add_option("--schedule", flags->schedule, "pipeline schedule (uniform plan)")->check(OneOf({"1f1b", "gpipe"})));
+    uniform(command->add_option("--virtual-stages", flags->virtual_stages, "model chunks per pipeline rank: > 1 runs the interleaved 1F1B schedule (uniform plan)")->check(IntAtLeast(1)));
     uniform(command->add_option("--zero", flags->zero_stage, "ZeRO stage (uniform plan)")->check(IntIn(0, 2)));
     uniform(command->add_option("--recompute", flags->recompute, "activation recomputation (uniform plan)")->check(OneOf({"none", "selective", "full"})));
     AddCompressionFlags(command, flags->grad_compression, flags->topk_density, flags->topk_momentum,

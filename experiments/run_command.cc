@@ -64,7 +64,7 @@ TrainOptions OptionsFromFlags(const RunFlags& flags) {
         model, flags.pipeline_parallel, flags.data_parallel, flags.tensor_parallel,
         flags.micro_batch_size, flags.global_batch_size,
         ParseSchedule(flags.schedule, "command line: --schedule"), flags.zero_stage,
-        ParseRecompute(flags.recompute, "command line: --recompute"));
+        ParseRecompute(flags.recompute, "command line: --recompute"), flags.virtual_stages);
     const CompressionSpec compression = CompressionFromCommandLine(
         flags.grad_compression, flags.topk_density, flags.topk_momentum, flags.powersgd_rank);
     for (StagePlan& stage : options.plan.stages) stage.config.grad_compression = compression;

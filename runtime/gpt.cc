@@ -369,8 +369,13 @@ uint64_t ParamSeed(uint64_t seed, int layer, const std::string& name) {
 GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
                    Communicator* tp, uint64_t seed, torch::Device device, bool bf16,
                    bool fp32_residual)
-    : first_layer_(first_layer),
-      last_layer_(last_layer),
+    : GptStage(model, std::vector<std::pair<int, int>>{{first_layer, last_layer}}, recompute, tp,
+               seed, device, bf16, fp32_residual) {}
+
+GptStage::GptStage(const ModelSpec& model, const std::vector<std::pair<int, int>>& chunks,
+                   Recompute recompute, Communicator* tp, uint64_t seed, torch::Device device,
+                   bool bf16, bool fp32_residual)
+    : chunks_(chunks),
       num_model_layers_(model.NumLayers()),
       hidden_(model.hidden_size),
       bf16_(bf16),
@@ -381,8 +386,16 @@ GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Reco
   if (bf16 && !AutocastSupported())
     throw std::runtime_error(fmt::format("bf16 needs LibTorch >= 2.4 (this is {})", TORCH_VERSION));
   const std::string where = model.source.empty() ? model.name : model.source;
-  STRATOS_CHECK(0 <= first_layer && first_layer < last_layer && last_layer <= model.NumLayers(),
-                "stage layers [{}, {}) of {}", first_layer, last_layer, model.NumLayers());
+  STRATOS_CHECK(!chunks.empty(), "a stage of no chunks");
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const auto [first_layer, last_layer] = chunks[c];
+    STRATOS_CHECK(0 <= first_layer && first_layer < last_layer && last_layer <= model.NumLayers() &&
+                      (c == 0 || chunks[c - 1].second <= first_layer),
+                  "stage chunk {}: layers [{}, {}) of {}", c, first_layer, last_layer,
+                  model.NumLayers());
+  }
+  const bool holds_embedding = chunks.front().first == 0;
+  const bool holds_head = chunks.back().second == model.NumLayers();
   Shape x{model.hidden_size,     model.num_attention_heads, model.ffn_hidden_size,
           model.vocab_size,      model.seq_length,          model.max_position_embeddings,
           tp->Size(),            tp->Rank()};
@@ -400,17 +413,21 @@ GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Reco
                                 T));
   const int num_blocks = model.num_layers;
   const int head_layer = model.NumLayers() - 1;
-  for (int l = first_layer; l < last_layer; ++l) {
-    std::unique_ptr<Layer> layer;
-    if (l == 0) {
-      layer = std::make_unique<EmbeddingLayer>(x, tp);
-    } else if (l == head_layer) {
-      layer = std::make_unique<HeadLayer>(x, tp, model.tie_word_embeddings, first_layer == 0, 0);
-    } else {
-      layer = std::make_unique<BlockLayer>(x, tp, recompute, l - 1, num_blocks);
+  chunk_begin_.push_back(0);
+  for (const auto& [first_layer, last_layer] : chunks) {
+    for (int l = first_layer; l < last_layer; ++l) {
+      std::unique_ptr<Layer> layer;
+      if (l == 0) {
+        layer = std::make_unique<EmbeddingLayer>(x, tp);
+      } else if (l == head_layer) {
+        layer = std::make_unique<HeadLayer>(x, tp, model.tie_word_embeddings, holds_embedding, 0);
+      } else {
+        layer = std::make_unique<BlockLayer>(x, tp, recompute, l - 1, num_blocks);
+      }
+      layer->index = l;
+      layers_.push_back(std::move(layer));
     }
-    layer->index = l;
-    layers_.push_back(std::move(layer));
+    chunk_begin_.push_back(static_cast<int>(layers_.size()));
   }
 
   // Local shapes and the flat buffer.
@@ -465,7 +482,7 @@ GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Reco
     }
   }
   // Tied embeddings on one stage: the head uses the embedding's own wte.
-  if (first_layer == 0 && last_layer == model.NumLayers() && model.tie_word_embeddings) {
+  if (holds_embedding && holds_head && model.tie_word_embeddings) {
     auto* head = static_cast<HeadLayer*>(layers_.back().get());
     head->shared_wte = layers_.front()->params[0];
   }
@@ -473,12 +490,14 @@ GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Reco
 
 GptStage::~GptStage() = default;
 
-bool GptStage::IsLast() const { return last_layer_ == num_model_layers_; }
+bool GptStage::IsLast() const { return chunks_.back().second == num_model_layers_; }
 
-Tensor GptStage::Forward(const Tensor& input, const Tensor& targets) {
+Tensor GptStage::Forward(const Tensor& input, const Tensor& targets, int chunk) {
+  STRATOS_CHECK(0 <= chunk && chunk < NumChunks(), "chunk {} of {}", chunk, NumChunks());
   AutocastScope autocast(bf16_);
   Tensor x = input;
-  for (auto& layer : layers_) {
+  for (int l = chunk_begin_[chunk]; l < chunk_begin_[chunk + 1]; ++l) {
+    auto& layer = layers_[l];
     x = layer->Forward(x, targets);
     // The embedding sums fp32 tables; the residual stream after it has the activation dtype.
     if (layer->index == 0) x = x.to(activation_dtype_);

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/model.h"
@@ -71,18 +72,28 @@ class GptStage {
   GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
            Communicator* tp, uint64_t seed, torch::Device device = torch::Device(torch::kCPU),
            bool bf16 = false, bool fp32_residual = false);
+  // A stage of several model chunks (interleaved 1F1B's virtual stages on one pipeline rank):
+  // `chunks` are [first, last) layer ranges in model order, not overlapping; their parameters
+  // share one flat buffer, in chunk order. Throws as the constructor above.
+  GptStage(const ModelSpec& model, const std::vector<std::pair<int, int>>& chunks,
+           Recompute recompute, Communicator* tp, uint64_t seed,
+           torch::Device device = torch::Device(torch::kCPU), bool bf16 = false,
+           bool fp32_residual = false);
   ~GptStage();
   GptStage(const GptStage&) = delete;
   GptStage& operator=(const GptStage&) = delete;
 
-  bool IsFirst() const { return first_layer_ == 0; }
+  // Whether the stage holds the embedding (first layer) / the head (last layer), in any chunk.
+  bool IsFirst() const { return chunks_.front().first == 0; }
   bool IsLast() const;
+  int NumChunks() const { return static_cast<int>(chunks_.size()); }
   // input: token ids (b, s) int64 on the first stage, hidden states (b, s, h) of
   // ActivationDtype() otherwise, on the stage's device.
   // targets: (b, s) int64 token ids, used on the last stage only.
   // Returns the mean cross entropy (scalar, fp32) on the last stage, hidden states (b, s, h) of
   // ActivationDtype() otherwise.
-  torch::Tensor Forward(const torch::Tensor& input, const torch::Tensor& targets);
+  // `chunk`: which of the stage's chunks runs (0 for a stage of one).
+  torch::Tensor Forward(const torch::Tensor& input, const torch::Tensor& targets, int chunk = 0);
 
   // Views into the flat buffer, in layer order.
   const std::vector<torch::Tensor>& Parameters() const { return parameters_; }
@@ -99,8 +110,8 @@ class GptStage {
   struct Layer;  // defined in gpt.cc
 
  private:
-  int first_layer_;
-  int last_layer_;
+  std::vector<std::pair<int, int>> chunks_;
+  std::vector<int> chunk_begin_;  // chunk c is layers_[chunk_begin_[c], chunk_begin_[c + 1])
   int num_model_layers_;
   int hidden_;
   bool bf16_;

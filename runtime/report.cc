@@ -43,9 +43,11 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
   const int world = static_cast<int>(record.ranks.size());
   const int m = plan.num_microbatches;
 
-  // Per stage: mean over its ranks.
-  std::vector<std::map<std::string, double>> stage_means(plan.NumStages());
-  std::vector<int> stage_ranks(plan.NumStages(), 0);
+  // Per pipeline stage (with virtual stages: per pipeline rank, its chunks together): mean over
+  // its ranks.
+  const int num_stages = plan.NumPipelineRanks();
+  std::vector<std::map<std::string, double>> stage_means(num_stages);
+  std::vector<int> stage_ranks(num_stages, 0);
   double iteration_seconds = 0;
   for (const json& rank : record.ranks) {
     const int s = rank.at("stage").get<int>();
@@ -55,13 +57,19 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
     iteration_seconds = std::max(iteration_seconds, mean.at("step_seconds"));
   }
   json stages = json::array();
-  for (int s = 0; s < plan.NumStages(); ++s) {
+  for (int s = 0; s < num_stages; ++s) {
     auto& mean = stage_means[s];
+    json layers = {plan.stages[s].first_layer, plan.stages[s].last_layer};
+    if (plan.virtual_stages > 1) {
+      layers = json::array();
+      for (int k = s; k < plan.NumStages(); k += num_stages)
+        layers.push_back({plan.stages[k].first_layer, plan.stages[k].last_layer});
+    }
     for (auto& [key, value] : mean) value /= std::max(1, stage_ranks[s]);
     const double busy = mean["forward_seconds"] + mean["backward_seconds"] +
                         mean["dp_sync_seconds"] + mean["optimizer_seconds"];
     stages.push_back({{"stage", s},
-                      {"layers", {plan.stages[s].first_layer, plan.stages[s].last_layer}},
+                      {"layers", layers},
                       {"config", plan.stages[s].config.Label()},
                       {"forward_seconds", mean["forward_seconds"]},
                       {"backward_seconds", mean["backward_seconds"]},
@@ -118,8 +126,10 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
       fmt::format("{} of cluster {}", problem.cluster.Device().name, problem.cluster.name);
   const SimResult sim = SimulatePipeline(SimStagesFromEstimate(estimate), m, plan.schedule);
   json rows = json::array();
-  for (int s = 0; s < plan.NumStages(); ++s) {
+  for (int s = 0; s < num_stages; ++s) {
+    // Evaluate's stages are pipeline ranks (a rank's chunks summed).
     const StageTerms& terms = estimate.stages[s].terms;
+    const double predicted_tail = estimate.stages[s].tail_seconds;
     const double predicted_forward = terms.forward_seconds;
     const double predicted_backward = terms.MicrobatchSeconds() - terms.forward_seconds;
     const double measured_forward = stages[s]["forward_seconds"].get<double>() / m;
@@ -136,7 +146,7 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
                     {"predicted_backward_seconds_per_microbatch", predicted_backward},
                     {"measured_backward_seconds_per_microbatch", measured_backward},
                     {"backward_ratio", ratio(measured_backward, predicted_backward)},
-                    {"predicted_tail_seconds", estimate.stages[s].tail_seconds},
+                    {"predicted_tail_seconds", predicted_tail},
                     {"measured_tail_seconds", measured_tail},
                     {"predicted_model_flops_per_microbatch", terms.model_flops}});
   }

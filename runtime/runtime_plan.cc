@@ -85,9 +85,11 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
 void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
                       const std::string& where, int data_vocab_size, const std::string& cluster) {
   CheckRuntimeModel(model);
-  if (plan.virtual_stages != 1)
-    ThrowInputError(where, "virtual_stages", plan.virtual_stages,
-                    "the runtime runs one model chunk per pipeline rank (no interleaved 1F1B yet)");
+  if (plan.virtual_stages > 1 && plan.num_microbatches % plan.NumPipelineRanks() != 0)
+    ThrowInputError(where, "num_microbatches", plan.num_microbatches,
+                    fmt::format("must be a multiple of the {} pipeline ranks for the interleaved "
+                                "1F1B schedule (virtual_stages {})",
+                                plan.NumPipelineRanks(), plan.virtual_stages));
   if (plan.NumDevices() != world_size)
     ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
                     fmt::format("must equal the {} worker processes (--nproc / WORLD_SIZE)",
@@ -123,14 +125,22 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
 }
 
 Plan UniformRuntimePlan(const ModelSpec& model, int pp, int dp, int tp, int micro_batch,
-                        int global_batch, Schedule schedule, int zero_stage,
-                        Recompute recompute) {
+                        int global_batch, Schedule schedule, int zero_stage, Recompute recompute,
+                        int virtual_stages) {
   const std::string where = "command line";
   if (pp < 1) ThrowInputError(where, "--pp", pp, "must be >= 1");
   if (model.NumLayers() == model.num_layers + 2 && pp > model.num_layers)
     ThrowInputError(where, "--pp", pp,
                     fmt::format("must be at most the model's {} transformer blocks",
                                 model.num_layers));
+  if (virtual_stages < 1)
+    ThrowInputError(where, "--virtual-stages", virtual_stages, "must be >= 1");
+  if (virtual_stages > 1 && model.NumLayers() == model.num_layers + 2 &&
+      pp * virtual_stages > model.num_layers)
+    ThrowInputError(where, "--virtual-stages", virtual_stages,
+                    fmt::format("--pp x --virtual-stages = {} must be at most the model's {} "
+                                "transformer blocks",
+                                pp * virtual_stages, model.num_layers));
   if (dp < 1) ThrowInputError(where, "--dp", dp, "must be >= 1");
   if (tp < 1) ThrowInputError(where, "--tp", tp, "must be >= 1");
   if (micro_batch < 1) ThrowInputError(where, "--micro-batch", micro_batch, "must be >= 1");
@@ -149,7 +159,8 @@ Plan UniformRuntimePlan(const ModelSpec& model, int pp, int dp, int tp, int micr
   config.tensor_parallel = tp;
   config.zero_stage = zero_stage;
   config.recompute = recompute;
-  for (auto [first, last] : MegatronStageLayers(model, pp))
+  plan.virtual_stages = virtual_stages;
+  for (auto [first, last] : MegatronStageLayers(model, pp * virtual_stages))
     plan.stages.push_back({first, last, config});
   return plan;
 }

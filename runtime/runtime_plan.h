@@ -51,10 +51,13 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
                       const std::string& cluster = "");
 
 // A Megatron-style uniform plan: pp stages placed as Megatron-LM does (MegatronStageLayers),
-// each dp x tp devices.
-// Throws InputError if a degree is < 1 or micro_batch * dp does not divide global_batch.
+// each dp x tp devices; with virtual_stages v > 1, pp x v virtual stages placed so (interleaved
+// 1F1B, virtual stage k on pipeline rank k mod pp).
+// Throws InputError if a degree is < 1, micro_batch * dp does not divide global_batch, or pp x v
+// exceeds the model's transformer blocks.
 Plan UniformRuntimePlan(const ModelSpec& model, int pipeline_parallel, int data_parallel,
                         int tensor_parallel, int micro_batch_size, int global_batch_size,
-                        Schedule schedule, int zero_stage, Recompute recompute);
+                        Schedule schedule, int zero_stage, Recompute recompute,
+                        int virtual_stages = 1);
 
 }  // namespace stratos

@@ -247,7 +247,11 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
   const auto float_options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   Layout layout;
   const Plan& plan = options.plan;
-  layout.pp = plan.NumStages();
+  // Pipeline ranks; with interleaved 1F1B each holds virtual_stages chunks (virtual stage k on
+  // rank k mod pp).
+  layout.pp = plan.NumPipelineRanks();
+  const int v = plan.virtual_stages;
+  const int num_virtual = plan.NumStages();
   layout.dp = plan.stages.front().config.data_parallel;
   layout.tp = plan.stages.front().config.tensor_parallel;
   const int per_stage = layout.dp * layout.tp;
@@ -282,8 +286,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
 
     doing("building the model", false);
     const StagePlan& stage_plan = plan.stages[layout.stage];
-    GptStage stage(model, stage_plan.first_layer, stage_plan.last_layer,
-                   stage_plan.config.recompute, tp.get(), options.seed, device,
+    std::vector<std::pair<int, int>> chunks;
+    for (int k = layout.stage; k < num_virtual; k += layout.pp)
+      chunks.emplace_back(plan.stages[k].first_layer, plan.stages[k].last_layer);
+    GptStage stage(model, chunks, stage_plan.config.recompute, tp.get(), options.seed, device,
                    options.dtype == "bf16", options.fp32_residual_connection);
     const auto activation_options = float_options.dtype(stage.ActivationDtype());
     // Gradient compression only where gradients travel (DP > 1), as the cost model prices it.
@@ -310,14 +316,21 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     const int B = plan.global_batch_size;
     const int b = B / (m * layout.dp);  // samples per replica per microbatch
     const int64_t S = model.seq_length, H = model.hidden_size;
-    const int prev_rank = layout.stage > 0
-                              ? layout.RankOf(layout.stage - 1, layout.dp_rank, layout.tp_rank)
-                              : -1;
-    const int next_rank = layout.stage + 1 < layout.pp
-                              ? layout.RankOf(layout.stage + 1, layout.dp_rank, layout.tp_rank)
-                              : -1;
-    const std::vector<PipelineOp> schedule =
-        StageSchedule(plan.schedule, layout.pp, layout.stage, m);
+    // Virtual stage k - 1 runs on the previous pipeline rank and k + 1 on the next (wrapping
+    // around between a rank's chunks with virtual stages).
+    const int prev_rank =
+        layout.RankOf((layout.stage + layout.pp - 1) % layout.pp, layout.dp_rank, layout.tp_rank);
+    const int next_rank =
+        layout.RankOf((layout.stage + 1) % layout.pp, layout.dp_rank, layout.tp_rank);
+    const std::vector<StageAction> schedule =
+        RankSchedule(plan.schedule, layout.pp, v, layout.stage, m);
+    // Point-to-point tags: the activations of virtual stage k's microbatch i, and their gradient.
+    auto activation_tag = [&](int k, int i) { return 2 * (k * m + i); };
+    auto gradient_tag = [&](int k, int i) { return 2 * (k * m + i) + 1; };
+    // Pass names in the trace: "F3" (one chunk per rank), "F3c1" (microbatch 3 of chunk 1).
+    auto pass_name = [&](const char* kind, int i, int chunk) {
+      return v == 1 ? fmt::format("{}{}", kind, i) : fmt::format("{}{}c{}", kind, i, chunk);
+    };
     Communicator& world = groups.World();
 
     // Resume.
@@ -378,83 +391,88 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       const double tp_blocked_before = tp->BlockedSeconds();
       const int step_start = timer.Mark();
       sync.BeginStep();
-      std::vector<Tensor> inputs(m), outputs(m);
+      std::vector<std::vector<Tensor>> inputs(v, std::vector<Tensor>(m)), outputs = inputs;
       std::vector<std::shared_ptr<CommWork>> sends;
       std::vector<Tensor> send_buffers;
       std::vector<Tensor> losses;  // per microbatch, on the device (read once, after the step)
-      for (const PipelineOp& op : schedule) {
+      for (const StageAction& action : schedule) {
+        const PipelineOp& op = action.op;
         const int i = op.microbatch;
+        const int k = action.stage;      // virtual stage
+        const int c = k / layout.pp;     // the rank's chunk
+        const bool first = k == 0, last = k == num_virtual - 1;
         activity.microbatch = i;
         const int first_sample = i * (B / m) + layout.dp_rank * b;
         if (op.kind == PipelineOp::kForward) {
           Tensor input, targets;
-          const bool need_batch = stage.IsFirst() || stage.IsLast();
           CharDataset::Batch batch;
-          if (need_batch) {
+          if (first || last) {
             batch = data.TrainBatch(options.seed, step, B, first_sample, b);
             batch.inputs = batch.inputs.to(device);
             batch.targets = batch.targets.to(device);
           }
-          if (stage.IsFirst()) {
+          if (first) {
             input = batch.inputs;
           } else {
             activity.peer = prev_rank;
             doing("receiving activations", true);
             const int a = timer.Mark();
             input = torch::empty({b, S, H}, activation_options);
-            world.RecvAsync(input, prev_rank, 2 * i)->Wait();
-            regions.push_back({fmt::format("recv F{}", i), "p2p_wait", &StepTimes::p2p_wait, a,
-                               timer.Mark()});
+            world.RecvAsync(input, prev_rank, activation_tag(k - 1, i))->Wait();
+            regions.push_back({"recv " + pass_name("F", i, c), "p2p_wait", &StepTimes::p2p_wait,
+                               a, timer.Mark()});
             input.requires_grad_(true);
           }
           activity.peer = -1;
           doing("running the forward pass", false);
           const int a = timer.Mark();
-          Tensor out = stage.Forward(input, stage.IsLast() ? batch.targets : Tensor());
-          regions.push_back({fmt::format("F{}", i), "forward", &StepTimes::forward, a,
+          Tensor out = stage.Forward(input, last ? batch.targets : Tensor(), c);
+          regions.push_back({pass_name("F", i, c), "forward", &StepTimes::forward, a,
                              timer.Mark()});
-          if (stage.IsLast()) {
+          if (last) {
             losses.push_back(out.detach());
           } else {
             activity.peer = next_rank;
             doing("sending activations", false);
             Tensor buffer = out.detach().contiguous();
-            sends.push_back(world.SendAsync(buffer, next_rank, 2 * i));
+            sends.push_back(world.SendAsync(buffer, next_rank, activation_tag(k, i)));
             send_buffers.push_back(buffer);
           }
-          inputs[i] = input;
-          outputs[i] = out;
+          inputs[c][i] = input;
+          outputs[c][i] = out;
         } else {
           Tensor grad;
-          if (!stage.IsLast()) {
+          if (!last) {
             activity.peer = next_rank;
             doing("receiving gradients", true);
             const int a = timer.Mark();
             grad = torch::empty({b, S, H}, activation_options);
-            world.RecvAsync(grad, next_rank, 2 * i + 1)->Wait();
-            regions.push_back({fmt::format("recv B{}", i), "p2p_wait", &StepTimes::p2p_wait, a,
-                               timer.Mark()});
+            world.RecvAsync(grad, next_rank, gradient_tag(k, i))->Wait();
+            regions.push_back({"recv " + pass_name("B", i, c), "p2p_wait", &StepTimes::p2p_wait,
+                               a, timer.Mark()});
           }
-          if (i == m - 1) sync.Arm();
+          // Overlap of the DP gradient sync with the last backward: with several chunks their
+          // last backwards interleave with earlier microbatches' (the sync then follows them all).
+          if (i == m - 1 && v == 1) sync.Arm();
           activity.peer = -1;
           doing("running the backward pass", false);
           const int a = timer.Mark();
-          if (stage.IsLast()) {
-            torch::autograd::backward({outputs[i] / static_cast<double>(m)});
+          if (last) {
+            torch::autograd::backward({outputs[c][i] / static_cast<double>(m)});
           } else {
-            torch::autograd::backward({outputs[i]}, {grad});
+            torch::autograd::backward({outputs[c][i]}, {grad});
           }
-          regions.push_back({fmt::format("B{}", i), "backward", &StepTimes::backward, a,
+          regions.push_back({pass_name("B", i, c), "backward", &StepTimes::backward, a,
                              timer.Mark()});
-          if (!stage.IsFirst()) {
+          if (!first) {
             activity.peer = prev_rank;
             doing("sending gradients", false);
-            Tensor buffer = inputs[i].grad().contiguous();
-            sends.push_back(world.SendAsync(buffer, prev_rank, 2 * i + 1));
+            Tensor buffer = inputs[c][i].grad().contiguous();
+            sends.push_back(world.SendAsync(buffer, prev_rank, gradient_tag(k - 1, i)));
             send_buffers.push_back(buffer);
           }
-          inputs[i] = Tensor();
-          outputs[i] = Tensor();
+          inputs[c][i] = Tensor();
+          outputs[c][i] = Tensor();
         }
       }
       activity.microbatch = -1;

@@ -386,6 +386,15 @@ expect_one_line_error "run --pp above the block count names --pp" \
   "$STRATOS" run --pp 9 --steps 1 --output-dir "$WORK/pp9_run"
 expect_one_line_error "run --dtype bf16 on the CPU" 'command line: --dtype = bf16: needs --device cuda' -- \
   "$STRATOS" run --dtype bf16 --steps 1 --output-dir "$WORK/bf16_run"
+expect_one_line_error "run --virtual-stages beyond the blocks" \
+  "command line: --virtual-stages = 3: --pp x --virtual-stages = 6 must be at most the model's 4 transformer blocks" -- \
+  "$STRATOS" run --pp 2 --virtual-stages 3 --steps 1 --output-dir "$WORK/vs_run"
+expect_one_line_error "run --virtual-stages with microbatches not a multiple of the ranks" \
+  "num_microbatches = 3: must be a multiple of the 2 pipeline ranks for the interleaved 1F1B schedule" -- \
+  "$STRATOS" run --pp 2 --virtual-stages 2 --global-batch 3 --micro-batch 1 --steps 1 --output-dir "$WORK/vs_run"
+expect_one_line_error "run --virtual-stages with GPipe" \
+  'schedule = gpipe: virtual stages run the interleaved 1F1B schedule: must be "1f1b"' -- \
+  "$STRATOS" run --pp 2 --virtual-stages 2 --schedule gpipe --steps 1 --output-dir "$WORK/vs_run"
 expect_one_line_error "run --fp32-residual-connection in f32" 'command line: --fp32-residual-connection = set: applies to --dtype bf16 only' -- \
   "$STRATOS" run --fp32-residual-connection --steps 1 --output-dir "$WORK/fp32_residual_run"
 R=experiments/gpu/results/h200-2026-11-26b

@@ -92,10 +92,35 @@ TEST_CASE("ZeRO-2 (gradients reduce-scattered per bucket) reproduces the single-
   CheckParallelRun(2, 2, 1, 1, Schedule::kOneFOneB, 2, Recompute::kNone, "zero2_pp2_dp2");
 }
 
+TEST_CASE("interleaved 1F1B (two chunks per pipeline rank) reproduces the single-process losses, "
+          "with DP 2 and ZeRO-1 too") {
+  const std::vector<double>& reference = ReferenceLosses();
+  const ModelSpec model = LoadRuntimeModel("gpt-tiny", 32);
+  for (int dp : {1, 2}) {
+    TrainOptions options = TinyOptions(1, 1, 1, 1);
+    options.plan = UniformRuntimePlan(model, 2, dp, 1, 1, 4, Schedule::kOneFOneB, dp > 1 ? 1 : 0,
+                                      Recompute::kSelective, 2);
+    REQUIRE(options.plan.NumStages() == 4);
+    const std::string name = fmt::format("interleaved_dp{}", dp);
+    const LaunchResult result = RunWorkers(options, name);
+    INFO(result.Summary());
+    INFO(Logs(options, name, 2 * dp));
+    REQUIRE(result.Succeeded());
+    CheckLossesMatch(reference, MeasuredLosses(TestPath(name)), options.plan.Summary());
+    // The measurement names each rank's chunks; the trace each chunk's passes.
+    const auto measurement =
+        nlohmann::json::parse(ReadFile(TestPath(name) + "/measurement.json"));
+    CHECK(measurement.at("stages").size() == 2);
+    CHECK(measurement.at("stages")[0].at("layers").dump() == "[[0,2],[3,4]]");
+    CHECK(ReadFile(TestPath(name) + "/trace.json").find("\"F0c1\"") != std::string::npos);
+  }
+}
+
 // Property: plans of gpt-tiny drawn at random from what the runtime runs (1-4 stages cut anywhere
-// in [embedding, 4 blocks, head], DP 1-2 x TP 1-2 on at most 4 workers, 1-4 microbatches, GPipe
-// or 1F1B, per-stage ZeRO 0-2 and recomputation) train 10 steps with the single-process losses
-// within kLossTolerance. A fixed seed: the same 20 plans every run, each named on failure.
+// in [embedding, 4 blocks, head], DP 1-2 x TP 1-2 on at most 4 workers, 1-4 microbatches, GPipe,
+// 1F1B or interleaved 1F1B with two chunks per rank, per-stage ZeRO 0-2 and recomputation) train
+// 10 steps with the single-process losses within kLossTolerance. A fixed seed: the same 20 plans
+// every run, each named on failure.
 TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process losses") {
   const std::vector<double>& reference = ReferenceLosses();
   const ModelSpec model = LoadRuntimeModel("gpt-tiny", 32);
@@ -108,23 +133,33 @@ TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process los
     const int m = 1 << pick(0, 2);
     if (pp * dp * tp > 4 || m * dp > 4) continue;
     const Schedule schedule = pick(0, 1) ? Schedule::kOneFOneB : Schedule::kGpipe;
+    // Interleaved 1F1B where it applies: two chunks per rank on 2 ranks.
+    const int v = (pp == 2 && m % 2 == 0 && schedule == Schedule::kOneFOneB) ? pick(1, 2) : 1;
     TrainOptions options = TinyOptions(pp, dp, tp, m, schedule);
     options.steps = 10;
-    // Cut points: pp - 1 distinct boundaries in [1, L - 1].
+    if (v > 1)
+      options.plan = UniformRuntimePlan(model, pp, dp, tp, 4 / (m * dp), 4, schedule, 0,
+                                        Recompute::kNone, v);
+    const int stages = pp * v;
+    // Cut points: stages - 1 distinct boundaries in [1, L - 1].
     std::vector<int> cuts;
-    while (static_cast<int>(cuts.size()) < pp - 1) {
+    while (static_cast<int>(cuts.size()) < stages - 1) {
       const int cut = pick(1, L - 1);
       if (std::find(cuts.begin(), cuts.end(), cut) == cuts.end()) cuts.push_back(cut);
     }
     std::sort(cuts.begin(), cuts.end());
     cuts.insert(cuts.begin(), 0);
     cuts.push_back(L);
-    for (int s = 0; s < pp; ++s) {
+    for (int s = 0; s < stages; ++s) {
       StagePlan& stage = options.plan.stages[s];
       stage.first_layer = cuts[s];
       stage.last_layer = cuts[s + 1];
-      stage.config.recompute = recomputes[pick(0, 2)];
-      stage.config.zero_stage = dp > 1 ? pick(0, 2) : 0;
+      if (s < pp) {
+        stage.config.recompute = recomputes[pick(0, 2)];
+        stage.config.zero_stage = dp > 1 ? pick(0, 2) : 0;
+      } else {
+        stage.config = options.plan.stages[s % pp].config;  // a rank's chunks share its config
+      }
     }
     const std::string name = fmt::format("random_plan_{}", drawn);
     const std::string summary = options.plan.Summary();

@@ -95,29 +95,22 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
                     fmt::format("must equal the {} worker processes (--nproc / WORLD_SIZE)",
                                 world_size));
   ValidatePlan(RuntimeProblem(model, plan, world_size, 1e10, cluster), plan, where);
-  const StageConfig& first = plan.stages.front().config;
   for (int s = 0; s < plan.NumStages(); ++s) {
     const StageConfig& c = plan.stages[s].config;
-    if (c.data_parallel != first.data_parallel)
-      ThrowInputError(where, fmt::format("stages[{}].data_parallel", s), c.data_parallel,
-                      fmt::format("the runtime needs equal DP in every stage (stage 0 has {})",
-                                  first.data_parallel));
-    if (c.tensor_parallel != first.tensor_parallel)
-      ThrowInputError(where, fmt::format("stages[{}].tensor_parallel", s), c.tensor_parallel,
-                      fmt::format("the runtime needs equal TP in every stage (stage 0 has {})",
-                                  first.tensor_parallel));
     if (c.zero_stage > 2)
       ThrowInputError(where, fmt::format("stages[{}].zero_stage", s), c.zero_stage,
                       "the runtime implements ZeRO stages 0, 1 and 2");
+    const int tp = c.tensor_parallel;
+    if (model.ffn_hidden_size % tp != 0)
+      ThrowInputError(where, fmt::format("stages[{}].tensor_parallel", s), tp,
+                      fmt::format("must divide the model's ffn_hidden_size {}",
+                                  model.ffn_hidden_size));
+    if (model.vocab_size % tp != 0)
+      ThrowInputError(where, fmt::format("stages[{}].tensor_parallel", s), tp,
+                      fmt::format("must divide the model's vocab_size {} (vocab-parallel "
+                                  "embedding)",
+                                  model.vocab_size));
   }
-  const int tp = first.tensor_parallel;
-  if (model.ffn_hidden_size % tp != 0)
-    ThrowInputError(where, "stages[0].tensor_parallel", tp,
-                    fmt::format("must divide the model's ffn_hidden_size {}", model.ffn_hidden_size));
-  if (model.vocab_size % tp != 0)
-    ThrowInputError(where, "stages[0].tensor_parallel", tp,
-                    fmt::format("must divide the model's vocab_size {} (vocab-parallel embedding)",
-                                model.vocab_size));
   if (data_vocab_size > model.vocab_size)
     ThrowInputError(model.source.empty() ? model.name : model.source, "model.vocab_size",
                     model.vocab_size,

@@ -148,14 +148,69 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
 
 namespace {
 
+// Where a rank sits: pipeline rank `stage` of pp, each with its own DP x TP (dps, tps), ranks
+// numbered stage by stage, TP innermost.
 struct Layout {
-  int pp = 1, dp = 1, tp = 1;
+  int pp = 1;
+  std::vector<int> dps, tps, bases;  // per pipeline rank: DP, TP, its first global rank
   int stage = 0, dp_rank = 0, tp_rank = 0;
-  int RankOf(int s, int d, int t) const { return s * dp * tp + d * tp + t; }
+  int dp = 1, tp = 1;  // this rank's pipeline rank's
+  Layout(const Plan& plan, int rank) : pp(plan.NumPipelineRanks()) {
+    int base = 0;
+    for (int s = 0; s < pp; ++s) {
+      const StageConfig& c = plan.stages[s].config;
+      dps.push_back(c.data_parallel);
+      tps.push_back(c.tensor_parallel);
+      bases.push_back(base);
+      if (base <= rank && rank < base + c.data_parallel * c.tensor_parallel) stage = s;
+      base += c.data_parallel * c.tensor_parallel;
+    }
+    dp = dps[stage];
+    tp = tps[stage];
+    dp_rank = std::max(0, rank - bases[stage]) / tp;
+    tp_rank = std::max(0, rank - bases[stage]) % tp;
+  }
+  int RankOf(int s, int d, int t) const { return bases[s] + d * tps[s] + t; }
   std::string Describe(int rank) const {
     return fmt::format("rank {} (stage {}, dp {}, tp {})", rank, stage, dp_rank, tp_rank);
   }
 };
+
+// One message of a microbatch's activations (or their gradients) between this rank's replica and
+// a replica of pipeline rank `other` whose DP x TP may differ: samples [offset, offset + count)
+// of this replica's b, to or from `peer`.
+struct Piece {
+  int peer;
+  int64_t offset, count;
+};
+
+// The resharding of a microbatch of `samples` sequences at a stage boundary (cf. Alpa's
+// cross-mesh resharding): replica d of a stage with dp replicas holds samples
+// [d samples / dp, (d + 1) samples / dp), every TP rank of a replica the whole activation. A
+// message goes from TP rank t of the sending stage to TP rank u of the receiving one when the
+// replicas' samples overlap and t = u mod tp_sender: each receiving rank gets every sample once,
+// each sending rank sends to the receiving TP ranks paired with it. `receive`: this rank
+// receives from `other` (one piece per overlapping replica), else sends to it (to every paired
+// TP rank of each overlapping replica). With equal DP x TP: one piece, the whole microbatch,
+// between equal (d, t).
+std::vector<Piece> ReshardPieces(const Layout& layout, int other, int samples, bool receive) {
+  const int64_t mine = samples / layout.dp, theirs = samples / layout.dps[other];
+  const int64_t lo = layout.dp_rank * mine, hi = lo + mine;
+  std::vector<Piece> pieces;
+  for (int d = 0; d < layout.dps[other]; ++d) {
+    const int64_t from = std::max(lo, d * theirs), to = std::min(hi, (d + 1) * theirs);
+    if (from >= to) continue;
+    if (receive) {
+      pieces.push_back({layout.RankOf(other, d, layout.tp_rank % layout.tps[other]), from - lo,
+                        to - from});
+    } else {
+      for (int u = 0; u < layout.tps[other]; ++u)
+        if (u % layout.tp == layout.tp_rank)
+          pieces.push_back({layout.RankOf(other, d, u), from - lo, to - from});
+    }
+  }
+  return pieces;
+}
 
 // What this rank is doing, for error messages.
 struct Activity {
@@ -245,19 +300,12 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
   std::optional<c10::DeviceGuard> device_guard;  // the current CUDA device: streams, events, NCCL
   if (device.is_cuda()) device_guard.emplace(device);
   const auto float_options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  Layout layout;
   const Plan& plan = options.plan;
-  // Pipeline ranks; with interleaved 1F1B each holds virtual_stages chunks (virtual stage k on
-  // rank k mod pp).
-  layout.pp = plan.NumPipelineRanks();
+  // Pipeline ranks, each with its DP x TP; with interleaved 1F1B each holds virtual_stages chunks
+  // (virtual stage k on rank k mod pp).
+  const Layout layout(plan, rank);
   const int v = plan.virtual_stages;
   const int num_virtual = plan.NumStages();
-  layout.dp = plan.stages.front().config.data_parallel;
-  layout.tp = plan.stages.front().config.tensor_parallel;
-  const int per_stage = layout.dp * layout.tp;
-  layout.stage = rank / per_stage;
-  layout.dp_rank = (rank % per_stage) / layout.tp;
-  layout.tp_rank = rank % layout.tp;
   try {
     const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
     const std::string data_path = options.data_path.empty() ? DefaultDataPath() : options.data_path;
@@ -275,13 +323,28 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         fmt::format("tp[stage {}, dp {}]", layout.stage, layout.dp_rank), tp_ranks);
     auto dp = groups.NewGroup(
         fmt::format("dp[stage {}, tp {}]", layout.stage, layout.tp_rank), dp_ranks);
+    // Tied word embeddings split over the pipeline (Megatron-LM): the first and the last rank's
+    // copies have their gradients summed. With the same DP x TP at both ends, rank by rank
+    // (d, t) with (d, t); otherwise over one group of both ends' ranks, through a full-vocabulary
+    // buffer that each end's DP rank 0 fills with its TP shard of the DP-mean gradient.
     const bool tied_split = model.tie_word_embeddings && layout.pp > 1;
+    const int last_stage = layout.pp - 1;
+    const bool tied_pairwise = layout.dps[0] == layout.dps[last_stage] &&
+                               layout.tps[0] == layout.tps[last_stage];
     std::unique_ptr<Communicator> embedding_group;
-    if (tied_split && (layout.stage == 0 || layout.stage == layout.pp - 1)) {
-      embedding_group = groups.NewGroup(
-          fmt::format("embedding[dp {}, tp {}]", layout.dp_rank, layout.tp_rank),
-          {layout.RankOf(0, layout.dp_rank, layout.tp_rank),
-           layout.RankOf(layout.pp - 1, layout.dp_rank, layout.tp_rank)});
+    if (tied_split && (layout.stage == 0 || layout.stage == last_stage)) {
+      if (tied_pairwise) {
+        embedding_group = groups.NewGroup(
+            fmt::format("embedding[dp {}, tp {}]", layout.dp_rank, layout.tp_rank),
+            {layout.RankOf(0, layout.dp_rank, layout.tp_rank),
+             layout.RankOf(last_stage, layout.dp_rank, layout.tp_rank)});
+      } else {
+        std::vector<int> ends;
+        for (int s : {0, last_stage})
+          for (int r = 0; r < layout.dps[s] * layout.tps[s]; ++r)
+            ends.push_back(layout.bases[s] + r);
+        embedding_group = groups.NewGroup("embedding[first and last stage]", ends);
+      }
     }
 
     doing("building the model", false);
@@ -318,10 +381,34 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     const int64_t S = model.seq_length, H = model.hidden_size;
     // Virtual stage k - 1 runs on the previous pipeline rank and k + 1 on the next (wrapping
     // around between a rank's chunks with virtual stages).
-    const int prev_rank =
-        layout.RankOf((layout.stage + layout.pp - 1) % layout.pp, layout.dp_rank, layout.tp_rank);
-    const int next_rank =
-        layout.RankOf((layout.stage + 1) % layout.pp, layout.dp_rank, layout.tp_rank);
+    Communicator& world = groups.World();
+    const int prev_stage = (layout.stage + layout.pp - 1) % layout.pp;
+    const int next_stage = (layout.stage + 1) % layout.pp;
+    const int microbatch_samples = B / m;
+    const std::vector<Piece> from_prev =
+        ReshardPieces(layout, prev_stage, microbatch_samples, /*receive=*/true);
+    const std::vector<Piece> to_next =
+        ReshardPieces(layout, next_stage, microbatch_samples, /*receive=*/false);
+    const std::vector<Piece> from_next =
+        ReshardPieces(layout, next_stage, microbatch_samples, /*receive=*/true);
+    const std::vector<Piece> to_prev =
+        ReshardPieces(layout, prev_stage, microbatch_samples, /*receive=*/false);
+    // Receives the pieces into `into` (b, S, H), sends the pieces of `from`.
+    auto receive = [&](const std::vector<Piece>& pieces, Tensor& into, int tag) {
+      std::vector<std::shared_ptr<CommWork>> works;
+      for (const Piece& piece : pieces)
+        works.push_back(world.RecvAsync(into.narrow(0, piece.offset, piece.count), piece.peer,
+                                        tag));
+      for (auto& work : works) work->Wait();
+    };
+    auto send = [&](const std::vector<Piece>& pieces, const Tensor& from, int tag,
+                    std::vector<std::shared_ptr<CommWork>>& sends, std::vector<Tensor>& buffers) {
+      for (const Piece& piece : pieces) {
+        Tensor buffer = from.narrow(0, piece.offset, piece.count).contiguous();
+        sends.push_back(world.SendAsync(buffer, piece.peer, tag));
+        buffers.push_back(buffer);
+      }
+    };
     const std::vector<StageAction> schedule =
         RankSchedule(plan.schedule, layout.pp, v, layout.stage, m);
     // Point-to-point tags: the activations of virtual stage k's microbatch i, and their gradient.
@@ -331,7 +418,6 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     auto pass_name = [&](const char* kind, int i, int chunk) {
       return v == 1 ? fmt::format("{}{}", kind, i) : fmt::format("{}{}c{}", kind, i, chunk);
     };
-    Communicator& world = groups.World();
 
     // Resume.
     TrainResult result;
@@ -414,11 +500,11 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           if (first) {
             input = batch.inputs;
           } else {
-            activity.peer = prev_rank;
+            activity.peer = from_prev.front().peer;
             doing("receiving activations", true);
             const int a = timer.Mark();
             input = torch::empty({b, S, H}, activation_options);
-            world.RecvAsync(input, prev_rank, activation_tag(k - 1, i))->Wait();
+            receive(from_prev, input, activation_tag(k - 1, i));
             regions.push_back({"recv " + pass_name("F", i, c), "p2p_wait", &StepTimes::p2p_wait,
                                a, timer.Mark()});
             input.requires_grad_(true);
@@ -432,22 +518,20 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           if (last) {
             losses.push_back(out.detach());
           } else {
-            activity.peer = next_rank;
+            activity.peer = to_next.empty() ? -1 : to_next.front().peer;
             doing("sending activations", false);
-            Tensor buffer = out.detach().contiguous();
-            sends.push_back(world.SendAsync(buffer, next_rank, activation_tag(k, i)));
-            send_buffers.push_back(buffer);
+            send(to_next, out.detach(), activation_tag(k, i), sends, send_buffers);
           }
           inputs[c][i] = input;
           outputs[c][i] = out;
         } else {
           Tensor grad;
           if (!last) {
-            activity.peer = next_rank;
+            activity.peer = from_next.front().peer;
             doing("receiving gradients", true);
             const int a = timer.Mark();
             grad = torch::empty({b, S, H}, activation_options);
-            world.RecvAsync(grad, next_rank, gradient_tag(k, i))->Wait();
+            receive(from_next, grad, gradient_tag(k, i));
             regions.push_back({"recv " + pass_name("B", i, c), "p2p_wait", &StepTimes::p2p_wait,
                                a, timer.Mark()});
           }
@@ -465,11 +549,9 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           regions.push_back({pass_name("B", i, c), "backward", &StepTimes::backward, a,
                              timer.Mark()});
           if (!first) {
-            activity.peer = prev_rank;
+            activity.peer = to_prev.empty() ? -1 : to_prev.front().peer;
             doing("sending gradients", false);
-            Tensor buffer = inputs[c][i].grad().contiguous();
-            sends.push_back(world.SendAsync(buffer, prev_rank, gradient_tag(k - 1, i)));
-            send_buffers.push_back(buffer);
+            send(to_prev, inputs[c][i].grad(), gradient_tag(k - 1, i), sends, send_buffers);
           }
           inputs[c][i] = Tensor();
           outputs[c][i] = Tensor();
@@ -488,13 +570,32 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       Tensor grads = sync.Finish();
       {
         torch::NoGradGuard no_grad;
-        if (embedding_group) {
+        if (embedding_group && tied_pairwise) {
           doing("all-reducing tied embedding gradients", true);
           for (const ParameterInfo& info : stage.ParameterInfos())
             if (info.word_embedding)
               embedding_group->AllReduceSum(grads.narrow(0, info.offset, info.numel));
         }
-        if (layout.dp > 1 && !compressor) grads.div_(layout.dp);
+        // The backward pass weighs each sample 1 / (m x the last stage's samples per replica):
+        // the last stage's replicas average their own samples. Summed over this stage's DP
+        // replicas, the gradient becomes the global batch mean divided by the last stage's DP
+        // degree, whatever this stage's (they differ when activations are resharded). A
+        // compressor's exchange already averages over this stage's DP.
+        const int loss_dp = layout.dps[layout.pp - 1];
+        if (!compressor && loss_dp > 1) grads.div_(loss_dp);
+        if (compressor && layout.dp != loss_dp) grads.mul_(static_cast<double>(layout.dp) / loss_dp);
+        if (embedding_group && !tied_pairwise) {
+          doing("all-reducing tied embedding gradients", true);
+          for (const ParameterInfo& info : stage.ParameterInfos()) {
+            if (!info.word_embedding) continue;
+            // This rank's rows are TP shard tp_rank of the (vocab, hidden) table.
+            Tensor full = torch::zeros({info.numel * layout.tp}, grads.options());
+            Tensor mine = full.narrow(0, layout.tp_rank * info.numel, info.numel);
+            if (layout.dp_rank == 0) mine.copy_(grads.narrow(0, info.offset, info.numel));
+            embedding_group->AllReduceSum(full);
+            grads.narrow(0, info.offset, info.numel).copy_(mine);
+          }
+        }
       }
       const int sync_end = timer.Mark();
       regions.push_back({"grad sync", "dp_sync", &StepTimes::dp_sync, sync_start, sync_end});
@@ -510,7 +611,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       Tensor loss = torch::tensor({stage.IsLast() && layout.tp_rank == 0 ? loss_sum : 0.0},
                                   torch::TensorOptions().dtype(torch::kFloat64).device(device));
       world.AllReduceSum(loss);
-      result.losses.push_back(loss.item<double>() / layout.dp);
+      result.losses.push_back(loss.item<double>() / layout.dps[layout.pp - 1]);
       const int step_end = timer.Mark();
       timer.Synchronize();
       for (const Region& r : regions) {

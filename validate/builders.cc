@@ -32,6 +32,13 @@ void UseFlashAttention(ModelSpec& model) {
     if (layer.kind == LayerKind::kTransformer) layer.activation_attention_bytes = 0;
 }
 
+DeviceSpec& PricedDevice(ClusterSpec& cluster) {
+  const std::string& name = cluster.node_groups.at(0).device;
+  for (DeviceSpec& device : cluster.devices)
+    if (device.name == name) return device;
+  throw InternalError(fmt::format("cluster {}: no device {}", cluster.name, name));
+}
+
 ClusterSpec ZooCluster(const std::string& name, int num_nodes) {
   return ReadClusterFile(ResolveClusterPath(name)).WithNodes(num_nodes);
 }

@@ -27,6 +27,9 @@ void UseFlashAttention(ModelSpec& model);
 // The zoo cluster `name` (data/clusters/<name>.toml) with `num_nodes` nodes.
 ClusterSpec ZooCluster(const std::string& name, int num_nodes);
 
+// The device of the cluster's first node group (the one a homogeneous cluster prices).
+DeviceSpec& PricedDevice(ClusterSpec& cluster);
+
 // A stage of dp x tp devices: one node's first dp*tp GPUs if they fit in a node, else whole
 // nodes. Throws InputError naming `where` if dp x tp neither fits a node nor fills whole nodes.
 StageConfig StageOnDevices(const ClusterSpec& cluster, int data_parallel, int tensor_parallel,

@@ -20,9 +20,7 @@ std::string RowWhere(const MegatronScalingRow& row) {
 }
 
 void SetMatmulEfficiency(ClusterSpec& cluster, double efficiency) {
-  const std::string& name = cluster.node_groups.at(0).device;
-  for (DeviceSpec& device : cluster.devices)
-    if (device.name == name) device.matmul_efficiency = efficiency;
+  PricedDevice(cluster).matmul_efficiency = efficiency;
 }
 
 }  // namespace

@@ -29,10 +29,11 @@ std::string ModelName(const VtrainRow& row) {
                      row.seq_length);
 }
 
-void SetMatmulEfficiency(ClusterSpec& cluster, double efficiency) {
-  const std::string& name = cluster.node_groups.at(0).device;
-  for (DeviceSpec& device : cluster.devices)
-    if (device.name == name) device.matmul_efficiency = efficiency;
+// The fitted constants of `constants` on the cluster's device (the zoo's own where unset).
+void SetConstants(ClusterSpec& cluster, const VtrainAssumptions& constants) {
+  DeviceSpec& device = PricedDevice(cluster);
+  if (constants.matmul_efficiency > 0) device.matmul_efficiency = constants.matmul_efficiency;
+  device.layer_curve = constants.layer_curve;
 }
 
 }  // namespace
@@ -53,12 +54,7 @@ VtrainCase BuildVtrainCase(const VtrainRow& row, const VtrainAssumptions& how) {
     ThrowInputError(where, "# GPUs", row.num_gpus,
                     fmt::format("must fit one node of {} GPUs", cluster.GpusPerNode()));
   problem.cluster = cluster;
-  if (how.matmul_efficiency > 0) SetMatmulEfficiency(problem.cluster, how.matmul_efficiency);
-  if (how.layer_curve) {
-    const std::string& name = problem.cluster.node_groups.at(0).device;
-    for (DeviceSpec& device : problem.cluster.devices)
-      if (device.name == name) device.layer_curve = how.layer_curve;
-  }
+  SetConstants(problem.cluster, how);
 
   TrainingSpec& training = problem.training;
   training.global_batch_size = row.global_batch_size;
@@ -119,13 +115,6 @@ double GoldenSection(F f, double lo, double hi) {
     }
   }
   return fc < fd ? c : d;
-}
-
-void SetConstants(ClusterSpec& cluster, const VtrainAssumptions& constants) {
-  SetMatmulEfficiency(cluster, constants.matmul_efficiency);
-  const std::string& name = cluster.node_groups.at(0).device;
-  for (DeviceSpec& device : cluster.devices)
-    if (device.name == name) device.layer_curve = constants.layer_curve;
 }
 
 }  // namespace

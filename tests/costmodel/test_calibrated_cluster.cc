@@ -225,7 +225,8 @@ TEST_CASE("without calibrated keys collectives cost exactly what they did before
   }
 }
 
-TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficiency exactly") {
+// A two-block GPT (hidden 2048, sequence 1024) on a DGX A100, global batch 8.
+Problem SmallGptProblem() {
   Problem problem;
   ModelSpec& m = problem.model;
   m.family = "gpt";
@@ -237,6 +238,12 @@ TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficienc
   BuildTransformerLayers(m);
   problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb"));
   problem.training.global_batch_size = 8;
+  return problem;
+}
+
+TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficiency exactly") {
+  Problem problem = SmallGptProblem();
+  const ModelSpec& m = problem.model;
   problem.training.sequence_parallel = false;
   const CostModel cost_model(problem);
   const StageConfig config{1, 1, 1, 1, 0, Recompute::kNone, {}};  // one GPU: compute only
@@ -261,17 +268,8 @@ TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficienc
 }
 
 TEST_CASE("a layer curve reshapes each pass of a transformer block and nothing else") {
-  Problem problem;
-  ModelSpec& m = problem.model;
-  m.family = "gpt";
-  m.hidden_size = 2048;
-  m.num_layers = 2;
-  m.num_attention_heads = 16;
-  m.seq_length = 1024;
-  m.vocab_size = 50000;
-  BuildTransformerLayers(m);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb"));
-  problem.training.global_batch_size = 8;
+  Problem problem = SmallGptProblem();
+  const ModelSpec& m = problem.model;
   const DeviceSpec plain = problem.cluster.Device();
   LayerCurve curve{1.5, 2.0, 1e-3, 2e-3, 1};  // power 1: scaled device time plus the floor
   for (Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {

@@ -92,6 +92,52 @@ TEST_CASE("ZeRO-2 (gradients reduce-scattered per bucket) reproduces the single-
   CheckParallelRun(2, 2, 1, 1, Schedule::kOneFOneB, 2, Recompute::kNone, "zero2_pp2_dp2");
 }
 
+TEST_CASE("stages with different DP x TP reshard their activations and reproduce the "
+          "single-process losses") {
+  // Adam with a large epsilon, so that a gradient off by a constant factor (a stage dividing its
+  // DP sum by the wrong degree) changes the updates; Adam proper is blind to the scale.
+  TrainOptions single = TinyOptions(1, 1, 1, 1);
+  single.steps = 10;
+  single.adam_epsilon = 1e-2;
+  const std::vector<double> reference = RunInProcess(single, "reshard_reference").losses;
+  // DP 2 -> TP 2 -> DP 2: the middle stage gathers both replicas' samples, and sends each
+  // replica's half of the gradient back; then TP 1 -> DP 2 x TP 2 -> TP 1 on 6 workers.
+  struct Case {
+    int outer_dp, outer_tp, middle_dp, middle_tp;
+  };
+  for (const Case& c : {Case{2, 1, 1, 2}, Case{1, 1, 2, 2}}) {
+    TrainOptions options = TinyOptions(3, c.outer_dp, c.outer_tp, 4 / (2 * c.outer_dp));
+    options.steps = 10;
+    options.adam_epsilon = single.adam_epsilon;
+    StageConfig& middle = options.plan.stages[1].config;
+    middle.data_parallel = c.middle_dp;
+    middle.tensor_parallel = c.middle_tp;
+    middle.mesh_gpus_per_node = c.middle_dp * c.middle_tp;
+    const int workers = options.plan.NumDevices();
+    const std::string name = fmt::format("reshard_{}x{}_{}x{}", c.outer_dp, c.outer_tp,
+                                         c.middle_dp, c.middle_tp);
+    const LaunchResult result = RunWorkers(options, name);
+    INFO(result.Summary());
+    INFO(Logs(options, name, workers));
+    REQUIRE(result.Succeeded());
+    const std::vector<double> first(reference.begin(), reference.begin() + options.steps);
+    CheckLossesMatch(first, MeasuredLosses(TestPath(name)), options.plan.Summary());
+  }
+  // The first stage DP 2, the last TP 2: the tied word embeddings' copies, sharded differently,
+  // are summed through the full table.
+  TrainOptions tied = TinyOptions(2, 2, 1, 1);
+  tied.steps = 10;
+  tied.adam_epsilon = single.adam_epsilon;
+  tied.plan.stages[1].config.data_parallel = 1;
+  tied.plan.stages[1].config.tensor_parallel = 2;
+  const LaunchResult result = RunWorkers(tied, "reshard_tied");
+  INFO(result.Summary());
+  INFO(Logs(tied, "reshard_tied", 4));
+  REQUIRE(result.Succeeded());
+  const std::vector<double> first(reference.begin(), reference.begin() + tied.steps);
+  CheckLossesMatch(first, MeasuredLosses(TestPath("reshard_tied")), tied.plan.Summary());
+}
+
 TEST_CASE("interleaved 1F1B (two chunks per pipeline rank) reproduces the single-process losses, "
           "with DP 2 and ZeRO-1 too") {
   const std::vector<double>& reference = ReferenceLosses();
@@ -117,10 +163,10 @@ TEST_CASE("interleaved 1F1B (two chunks per pipeline rank) reproduces the single
 }
 
 // Property: plans of gpt-tiny drawn at random from what the runtime runs (1-4 stages cut anywhere
-// in [embedding, 4 blocks, head], DP 1-2 x TP 1-2 on at most 4 workers, 1-4 microbatches, GPipe,
-// 1F1B or interleaved 1F1B with two chunks per rank, per-stage ZeRO 0-2 and recomputation) train
-// 10 steps with the single-process losses within kLossTolerance. A fixed seed: the same 20 plans
-// every run, each named on failure.
+// in [embedding, 4 blocks, head], DP 1-2 x TP 1-2 per pipeline rank on at most 5 workers, 1-4
+// microbatches, GPipe, 1F1B or interleaved 1F1B with two chunks per rank, per-stage ZeRO 0-2 and
+// recomputation) train 10 steps with the single-process losses within kLossTolerance. A fixed
+// seed: the same 20 plans every run, each named on failure.
 TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process losses") {
   const std::vector<double>& reference = ReferenceLosses();
   const ModelSpec model = LoadRuntimeModel("gpt-tiny", 32);
@@ -150,23 +196,35 @@ TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process los
     std::sort(cuts.begin(), cuts.end());
     cuts.insert(cuts.begin(), 0);
     cuts.push_back(L);
+    // Pipeline ranks after the first draw their own DP x TP (activations resharded at the
+    // boundaries; the tied word embeddings' differently sharded copies summed).
+    int workers = pp * dp * tp;
     for (int s = 0; s < stages; ++s) {
       StagePlan& stage = options.plan.stages[s];
       stage.first_layer = cuts[s];
       stage.last_layer = cuts[s + 1];
-      if (s < pp) {
-        stage.config.recompute = recomputes[pick(0, 2)];
-        stage.config.zero_stage = dp > 1 ? pick(0, 2) : 0;
-      } else {
+      if (s >= pp) {
         stage.config = options.plan.stages[s % pp].config;  // a rank's chunks share its config
+        continue;
       }
+      if (s > 0) {
+        const int stage_dp = pick(1, 2), stage_tp = pick(1, 2);
+        if ((4 / m) % stage_dp == 0 && workers - dp * tp + stage_dp * stage_tp <= 5) {
+          workers += stage_dp * stage_tp - dp * tp;
+          stage.config.data_parallel = stage_dp;
+          stage.config.tensor_parallel = stage_tp;
+          stage.config.mesh_gpus_per_node = stage_dp * stage_tp;
+        }
+      }
+      stage.config.recompute = recomputes[pick(0, 2)];
+      stage.config.zero_stage = stage.config.data_parallel > 1 ? pick(0, 2) : 0;
     }
     const std::string name = fmt::format("random_plan_{}", drawn);
     const std::string summary = options.plan.Summary();
     INFO("plan ", drawn, ": ", summary);
     const LaunchResult result = RunWorkers(options, name);
     INFO(result.Summary());
-    INFO(Logs(options, name, pp * dp * tp));
+    INFO(Logs(options, name, workers));
     REQUIRE(result.Succeeded());
     const std::vector<double> first(reference.begin(), reference.begin() + options.steps);
     CheckLossesMatch(first, MeasuredLosses(TestPath(name)), summary);

@@ -233,11 +233,15 @@ TEST_CASE("plans the runtime cannot run are refused with the field and the rule"
   CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, TinyOptions(1, 1, 3, 1).plan, 3, "p.json"),
                        doctest::Contains("tensor_parallel 3 must divide the 4 attention heads"),
                        InputError);
-  Plan uneven = TinyOptions(2, 1, 1, 2).plan;
+  Plan uneven = TinyOptions(2, 1, 1, 2).plan;  // stages with different DP x TP run
   uneven.stages[1].config.data_parallel = 2;
   uneven.stages[1].config.mesh_gpus_per_node = 2;
-  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, uneven, 3, "p.json"),
-                       doctest::Contains("stages[1].data_parallel"), InputError);
+  CHECK_NOTHROW(CheckRuntimePlan(model, uneven, 3, "p.json"));
+  uneven.stages[1].config.tensor_parallel = 3;
+  uneven.stages[1].config.mesh_gpus_per_node = 6;
+  CHECK_THROWS_WITH_AS(CheckRuntimePlan(model, uneven, 7, "p.json"),
+                       doctest::Contains("tensor_parallel 3 must divide the 4 attention heads"),
+                       InputError);
   Plan zero3 = TinyOptions(1, 2, 1, 1).plan;
   zero3.stages[0].config.zero_stage = 2;
   CHECK_NOTHROW(CheckRuntimePlan(model, zero3, 2, "p.json"));

@@ -355,7 +355,8 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
 
   // Pipeline point-to-point (Narayanan et al. SC'21 §4.1, scatter/gather): each TP rank sends
   // 1/tp of the boundary activations of its replica's microbatch forward (unless last stage) and
-  // receives their gradients backward (unless first). Across nodes when the mesh fills whole
+  // receives their gradients backward (unless first); the whole activation without
+  // training.pp_scatter_gather. Across nodes when the mesh fills whole
   // nodes of a multi-node cluster (its neighbour then sits on another node); then each node's
   // GPUs share its NICs. With v virtual stages (interleaved 1F1B, SC'21 §2.2.2) every one of the
   // device's v chunks sends, except the model's last chunk forward and its first backward; a
@@ -363,7 +364,8 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
   double boundary_bytes_per_sample = 0.0;
   for (const LayerSpec& layer : model.layers)
     boundary_bytes_per_sample = std::max(boundary_bytes_per_sample, layer.output_bytes);
-  const double per_gpu_bytes = b * boundary_bytes_per_sample / tp;
+  const double per_gpu_bytes =
+      b * boundary_bytes_per_sample / (training.pp_scatter_gather ? tp : 1);
   const bool crosses_nodes =
       cluster.NumNodes() > 1 && c.mesh_gpus_per_node == cluster.GpusPerNode();
   double send_seconds = 0.0;

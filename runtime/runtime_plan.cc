@@ -67,6 +67,7 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   training.optimizer_state_bytes_per_param = 8;
   training.optimizer_step_bytes_per_param = 28;
   training.dp_overlap_fraction = 0.5;
+  training.pp_scatter_gather = false;  // every TP rank sends the whole activation (trainer.cc)
   training.sequence_parallel = false;
   return training;
 }

@@ -155,7 +155,12 @@ struct Layout {
   std::vector<int> dps, tps, bases;  // per pipeline rank: DP, TP, its first global rank
   int stage = 0, dp_rank = 0, tp_rank = 0;
   int dp = 1, tp = 1;  // this rank's pipeline rank's
-  Layout(const Plan& plan, int rank) : pp(plan.NumPipelineRanks()) {
+  Layout(const Plan& plan, int rank) : pp(std::max(1, plan.NumPipelineRanks())) {
+    if (plan.stages.empty()) {  // refused by CheckRuntimePlan; a placeholder until then
+      dps = tps = {1};
+      bases = {0};
+      return;
+    }
     int base = 0;
     for (int s = 0; s < pp; ++s) {
       const StageConfig& c = plan.stages[s].config;

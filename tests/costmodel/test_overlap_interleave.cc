@@ -112,6 +112,17 @@ TEST_CASE("pp_comm_overlap_fraction hides that share of the pipeline sends") {
         doctest::Approx(0.6 * plain).epsilon(1e-14));
 }
 
+TEST_CASE("without scatter/gather every TP rank sends the whole boundary activation") {
+  Problem problem = OptionsProblem(4, 2);
+  const StageConfig config{1, 8, 2, 4, 0, Recompute::kNone};  // TP 4, whole nodes
+  const double latency = problem.cluster.InterNode().latency_seconds;
+  const double split = CostModel(problem).StageOverhead(config, 4, false, false).p2p_seconds;
+  problem.training.pp_scatter_gather = false;
+  const double whole = CostModel(problem).StageOverhead(config, 4, false, false).p2p_seconds;
+  // A middle stage sends forward and backward: 2 x (bytes x time per byte + latency).
+  CHECK(whole - 2 * latency == doctest::Approx(4 * (split - 2 * latency)).epsilon(1e-12));
+}
+
 TEST_CASE("interleaving with v virtual stages sends v times per microbatch and direction") {
   Problem problem = OptionsProblem(8, 4);
   const StageConfig config{1, 8, 8, 1, 0, Recompute::kNone};

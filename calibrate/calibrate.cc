@@ -97,6 +97,17 @@ Holdout ParseHoldout(const std::string& text) {
   return holdout;
 }
 
+namespace {
+
+// The device the curves are fitted for: the first node group's (the base is homogeneous).
+DeviceSpec& FittedDevice(ClusterSpec& cluster) {
+  for (DeviceSpec& d : cluster.devices)
+    if (d.name == cluster.node_groups.front().device) return d;
+  STRATOS_CHECK(false, "device {} of {}", cluster.node_groups.front().device, cluster.name);
+}
+
+}  // namespace
+
 CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
                             const CalibrateOptions& options) {
   if (!base.IsHomogeneous()) {
@@ -184,12 +195,7 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
   }
   int matmul_rows_fitted = 0;
   if (!matmul_fit_rows.empty()) {
-    DeviceSpec* device = nullptr;
-    for (DeviceSpec& d : cluster.devices) {
-      if (d.name == cluster.node_groups.front().device) device = &d;
-    }
-    STRATOS_CHECK(device != nullptr, "device {} of {}", cluster.node_groups.front().device,
-                  cluster.name);
+    DeviceSpec* device = &FittedDevice(cluster);
     MatmulReport report;
     report.other_dtype_rows = other_dtype;
     report.choice = ChooseMatmulCurve(matmul_fit_rows, device->peak_flops);
@@ -226,11 +232,7 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
   for (const LayerRow& row : profile.layers)
     (row.dtype == options.matmul_dtype ? layer_rows.push_back(row) : void(++other_dtype_layers));
   if (options.fit_layer_curve && matmul_rows_fitted > 0 && layer_rows.size() >= 4) {
-    DeviceSpec* device = nullptr;
-    for (DeviceSpec& d : cluster.devices) {
-      if (d.name == cluster.node_groups.front().device) device = &d;
-    }
-    STRATOS_CHECK(device != nullptr, "device of {}", cluster.name);
+    DeviceSpec* device = &FittedDevice(cluster);
     LayerReport report;
     report.other_dtype_rows = other_dtype_layers;
     report.choice = ChooseLayerCurve(layer_rows, *device);

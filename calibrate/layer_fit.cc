@@ -126,10 +126,8 @@ LayerChoice ChooseLayerCurve(const std::vector<LayerRow>& rows, const DeviceSpec
         kept_x.push_back(x[i]);
       }
       const LayerCurve c = FitLayerCurve(kept, kept_x, power);
-      const double ef = c.Combine(c.forward_scale, c.forward_floor_seconds, x[out].first) /
-                        rows[out].forward_seconds;
-      const double eb = c.Combine(c.backward_scale, c.backward_floor_seconds, x[out].second) /
-                        rows[out].backward_seconds;
+      const double ef = c.Forward(x[out].first) / rows[out].forward_seconds;
+      const double eb = c.Backward(x[out].second) / rows[out].backward_seconds;
       sum += (std::abs(ef - 1) + std::abs(eb - 1)) / 2;
     }
     const double mape = sum / rows.size();
@@ -147,8 +145,7 @@ std::vector<std::pair<double, double>> PredictLayerRows(const std::vector<LayerR
                                                         const LayerCurve& curve) {
   std::vector<std::pair<double, double>> out;
   for (const auto& [f, b] : LayerRowDeviceSeconds(rows, device)) {
-    out.emplace_back(curve.Combine(curve.forward_scale, curve.forward_floor_seconds, f),
-                     curve.Combine(curve.backward_scale, curve.backward_floor_seconds, b));
+    out.emplace_back(curve.Forward(f), curve.Backward(b));
   }
   return out;
 }

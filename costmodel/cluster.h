@@ -58,8 +58,12 @@ struct LayerCurve {
   double backward_floor_seconds = 0;
   double power = 1.0;  // >= 1
 
-  // t for a device time of x seconds: Combine(forward_scale, forward_floor_seconds, x).
+  // ((scale x)^power + floor_seconds^power)^(1 / power), seconds, for a device time of x seconds
+  // (a fit tries scales and floors of its own with the curve's power).
   double Combine(double scale, double floor_seconds, double x) const;
+  // A forward / backward pass of a block whose device time is x seconds.
+  double Forward(double x) const { return Combine(forward_scale, forward_floor_seconds, x); }
+  double Backward(double x) const { return Combine(backward_scale, backward_floor_seconds, x); }
 };
 
 struct DeviceSpec {

@@ -224,10 +224,8 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
   // the backward pass (scaled, no floor of its own).
   if (use_layer_curve && device.layer_curve && layer.kind == LayerKind::kTransformer) {
     const LayerCurve& curve = *device.layer_curve;
-    const double forward =
-        curve.Combine(curve.forward_scale, curve.forward_floor_seconds, out.forward_seconds);
-    out.backward_seconds =
-        curve.Combine(curve.backward_scale, curve.backward_floor_seconds, out.backward_seconds);
+    const double forward = curve.Forward(out.forward_seconds);
+    out.backward_seconds = curve.Backward(out.backward_seconds);
     if (recomputes && recompute == Recompute::kFull) out.recompute_seconds = forward;
     if (recomputes && recompute == Recompute::kSelective)
       out.recompute_seconds *= curve.backward_scale;

@@ -27,7 +27,8 @@ void UseFlashAttention(ModelSpec& model);
 // The zoo cluster `name` (data/clusters/<name>.toml) with `num_nodes` nodes.
 ClusterSpec ZooCluster(const std::string& name, int num_nodes);
 
-// The device of the cluster's first node group (the one a homogeneous cluster prices).
+// The device of the cluster's first node group (the one a homogeneous cluster prices). Throws
+// InternalError if the device catalog lacks it (ReadClusterFile makes that impossible).
 DeviceSpec& PricedDevice(ClusterSpec& cluster);
 
 // A stage of dp x tp devices: one node's first dp*tp GPUs if they fit in a node, else whole

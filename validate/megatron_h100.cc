@@ -19,10 +19,6 @@ std::string RowWhere(const MegatronScalingRow& row) {
   return fmt::format("megatron_h100_weak_scaling_2024.csv:{} ({})", row.line, row.model);
 }
 
-void SetMatmulEfficiency(ClusterSpec& cluster, double efficiency) {
-  PricedDevice(cluster).matmul_efficiency = efficiency;
-}
-
 }  // namespace
 
 MegatronCase BuildMegatronCase(const MegatronScalingRow& row, const MegatronAssumptions& how) {
@@ -44,7 +40,8 @@ MegatronCase BuildMegatronCase(const MegatronScalingRow& row, const MegatronAssu
     ThrowInputError(where, "num_gpus", row.num_gpus,
                     fmt::format("must fill whole nodes of {} GPUs", gpus_per_node));
   problem.cluster = cluster.WithNodes(row.num_gpus / gpus_per_node);
-  if (how.matmul_efficiency > 0) SetMatmulEfficiency(problem.cluster, how.matmul_efficiency);
+  if (how.matmul_efficiency > 0)
+    PricedDevice(problem.cluster).matmul_efficiency = how.matmul_efficiency;
 
   TrainingSpec& training = problem.training;
   training.global_batch_size = row.global_batch_size;
@@ -96,7 +93,7 @@ MegatronFit FitMegatronConstants(const std::vector<MegatronScalingRow>& rows,
     double sum = 0.0;
     for (size_t i = 0; i < rows.size(); ++i) {
       Problem& problem = cases[i].problem;
-      SetMatmulEfficiency(problem.cluster, efficiency);
+      PricedDevice(problem.cluster).matmul_efficiency = efficiency;
       problem.training.dp_overlap_fraction = overlap;
       problem.training.tp_comm_overlap_fraction = overlap;
       problem.training.pp_comm_overlap_fraction = overlap;

@@ -134,45 +134,41 @@ VtrainFit FitVtrainConstants(const std::vector<VtrainRow>& rows, const VtrainAss
     }
     return sum;
   };
+  // Coordinate descent: each coordinate of x in turn set to its golden-section minimum.
+  auto descend = [&](VtrainAssumptions& x, double& coordinate, double lo, double hi) {
+    coordinate = GoldenSection(
+        [&](double value) {
+          coordinate = value;
+          return objective(x);
+        },
+        lo, hi);
+  };
   VtrainFit best;
   double best_sum = std::numeric_limits<double>::infinity();
-  const std::vector<double> powers =
-      with_floors ? std::vector<double>(std::begin(kLayerCurvePowers), std::end(kLayerCurvePowers))
-                  : std::vector<double>{0};
-  for (double power : powers) {
-    VtrainAssumptions x = how;
-    x.matmul_efficiency = 0.6;
-    if (with_floors) x.layer_curve = LayerCurve{1.0, 1.0, 0.5e-3, 1e-3, power};
-    const int sweeps = with_floors ? 4 : 1;
-    for (int sweep = 0; sweep < sweeps; ++sweep) {
-      x.matmul_efficiency = GoldenSection(
-          [&](double e) {
-            VtrainAssumptions y = x;
-            y.matmul_efficiency = e;
-            return objective(y);
-          },
-          0.2, 1.0);
-      if (!with_floors) break;
-      x.layer_curve->forward_floor_seconds = GoldenSection(
-          [&](double f) {
-            VtrainAssumptions y = x;
-            y.layer_curve->forward_floor_seconds = f;
-            return objective(y);
-          },
-          0.0, 5e-3);
-      x.layer_curve->backward_floor_seconds = GoldenSection(
-          [&](double b) {
-            VtrainAssumptions y = x;
-            y.layer_curve->backward_floor_seconds = b;
-            return objective(y);
-          },
-          0.0, 5e-3);
-    }
+  auto keep_if_better = [&](const VtrainAssumptions& x) {
     const double sum = objective(x);
     if (sum < best_sum) {
       best_sum = sum;
       best.constants = x;
     }
+  };
+  VtrainAssumptions start = how;
+  start.matmul_efficiency = 0.6;
+  if (!with_floors) {
+    descend(start, start.matmul_efficiency, 0.2, 1.0);
+    keep_if_better(start);
+  }
+  for (double power : with_floors ? std::vector<double>(std::begin(kLayerCurvePowers),
+                                                        std::end(kLayerCurvePowers))
+                                  : std::vector<double>{}) {
+    VtrainAssumptions x = start;
+    x.layer_curve = LayerCurve{1.0, 1.0, 0.5e-3, 1e-3, power};
+    for (int sweep = 0; sweep < 4; ++sweep) {
+      descend(x, x.matmul_efficiency, 0.2, 1.0);
+      descend(x, x.layer_curve->forward_floor_seconds, 0.0, 5e-3);
+      descend(x, x.layer_curve->backward_floor_seconds, 0.0, 5e-3);
+    }
+    keep_if_better(x);
   }
   best.rms_relative_error = std::sqrt(best_sum / rows.size());
   return best;

@@ -208,10 +208,8 @@ std::vector<LayerRow> GeneratedBlocks(const DeviceSpec& device, const LayerCurve
                                                 "bf16", 0.0, 0.0, 0.0});
   const auto x = LayerRowDeviceSeconds(rows, device);
   for (size_t i = 0; i < rows.size(); ++i) {
-    rows[i].forward_seconds =
-        truth.Combine(truth.forward_scale, truth.forward_floor_seconds, x[i].first);
-    rows[i].backward_seconds =
-        truth.Combine(truth.backward_scale, truth.backward_floor_seconds, x[i].second);
+    rows[i].forward_seconds = truth.Forward(x[i].first);
+    rows[i].backward_seconds = truth.Backward(x[i].second);
   }
   return rows;
 }

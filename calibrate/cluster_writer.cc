@@ -75,13 +75,31 @@ std::string ClusterToToml(const ClusterSpec& cluster, const std::string& header)
   root.insert("device", std::move(devices));
   toml::array groups;
   for (const NodeGroup& group : cluster.node_groups) {
-    groups.push_back(toml::table{
-        {"count", group.count}, {"gpus_per_node", group.gpus_per_node}, {"device", group.device}});
+    toml::table table{
+        {"count", group.count}, {"gpus_per_node", group.gpus_per_node}, {"device", group.device}};
+    // A heterogeneous cluster's groups keep their names and levels (a homogeneous one's group is
+    // written as before: its name is its device's).
+    if (!group.name.empty() && (cluster.NumGroups() > 1 || group.name != group.device))
+      table.insert("name", group.name);
+    if (group.intra_node_network >= 0)
+      table.insert("intra_node_network", cluster.networks.at(group.intra_node_network).name);
+    if (group.inter_node_network >= 0)
+      table.insert("inter_node_network", cluster.networks.at(group.inter_node_network).name);
+    groups.push_back(std::move(table));
   }
   root.insert("node_group", std::move(groups));
   toml::array networks;
   for (const NetworkLevel& level : cluster.networks) networks.push_back(NetworkTable(level));
   root.insert("network", std::move(networks));
+  if (!cluster.group_links.empty()) {
+    toml::array links;
+    for (const GroupLink& link : cluster.group_links)
+      links.push_back(toml::table{
+          {"groups", toml::array{cluster.GroupName(link.first_group),
+                                 cluster.GroupName(link.second_group)}},
+          {"network", cluster.networks.at(link.network).name}});
+    root.insert("group_link", std::move(links));
+  }
   toml::table collectives;
   for (Collective kind : kAllCollectives) {
     const CollectiveCalibration& c = cluster.collectives[static_cast<int>(kind)];

@@ -87,10 +87,27 @@ struct DeviceSpec {
   std::optional<LayerCurve> layer_curve = std::nullopt;
 };
 
+// Nodes of one kind (DESIGN.md §3): several groups make a heterogeneous cluster. A stage's mesh
+// lives inside one group (StageConfig::node_group).
 struct NodeGroup {
   int count = 0;          // nodes
   int gpus_per_node = 0;
   std::string device;     // name in the device catalog
+  // Unique among the cluster's groups; files default it to the device name (cluster_io.h).
+  std::string name = "";
+  // Indices into ClusterSpec::networks of the group's own levels; -1: the cluster's defaults
+  // (networks[0] inside a node, networks[1] between nodes, or networks[0] when there is one).
+  int intra_node_network = -1;
+  int inter_node_network = -1;
+};
+
+// The network level between the nodes of two different groups (e.g. A100 nodes on InfiniBand,
+// V100 nodes on Ethernet, Ethernet between them). Without one, two groups talk over the slower
+// of their inter-node levels (ClusterSpec::LinkBetween).
+struct GroupLink {
+  int first_group = 0;   // index into ClusterSpec::node_groups
+  int second_group = 0;
+  int network = 0;       // index into ClusterSpec::networks
 };
 
 // Calibrated alpha-beta constants of one collective on one network level (fitted by
@@ -149,7 +166,9 @@ struct ClusterSpec {
   std::string source;  // file it was read from
   std::vector<DeviceSpec> devices;
   std::vector<NodeGroup> node_groups;
-  std::vector<NetworkLevel> networks;  // [0] intra-node, [1] inter-node
+  // [0] intra-node, [1] inter-node by default; node groups and group links may name others.
+  std::vector<NetworkLevel> networks;
+  std::vector<GroupLink> group_links;
   // Per collective (index: Collective); defaults reproduce the uncalibrated model.
   std::array<CollectiveCalibration, kNumCollectives> collectives;
   CalibrationInfo calibration;
@@ -162,15 +181,46 @@ struct ClusterSpec {
   // Nodes x GPUs per node over all groups, in 64 bits (what kMaxDevices bounds).
   long long DeviceCount64() const;
   bool IsHomogeneous() const { return node_groups.size() == 1; }
+  int NumGroups() const { return static_cast<int>(node_groups.size()); }
   // Of the first node group (the only one of a homogeneous cluster).
   int GpusPerNode() const;
   const DeviceSpec& Device() const;  // throws InputError if the group's device is not in the catalog
-  const NetworkLevel& IntraNode() const { return networks.at(0); }
-  // Falls back to the intra-node level for single-node clusters without an inter-node level.
-  const NetworkLevel& InterNode() const { return networks.size() > 1 ? networks[1] : networks[0]; }
+  // The first group's levels (a homogeneous cluster's): networks[0], and networks[1] between
+  // nodes, falling back to networks[0] for a single-node cluster without an inter-node level.
+  const NetworkLevel& IntraNode() const { return GroupIntraNode(0); }
+  const NetworkLevel& InterNode() const { return GroupInterNode(0); }
+
+  // Node group `group` (0-based). Throws InternalError when out of range.
+  const NodeGroup& Group(int group) const;
+  // Devices of group `group`: count x gpus_per_node.
+  int GroupDevices(int group) const;
+  // The device of group `group`; throws InputError if it is not in the catalog.
+  const DeviceSpec& GroupDevice(int group) const;
+  // The network levels of group `group` inside its nodes and between them.
+  const NetworkLevel& GroupIntraNode(int group) const;
+  const NetworkLevel& GroupInterNode(int group) const;
+  // The level a point-to-point send from a node of group `from` to a node of group `to` crosses:
+  // the group's inter-node level when from == to; else their [[group_link]], or, without one,
+  // the slower (lower EffectiveBandwidth) of the two groups' inter-node levels.
+  const NetworkLevel& LinkBetween(int from, int to) const;
+  // The group's name (its device's for groups built in code without one).
+  const std::string& GroupName(int group) const;
+  // Index of the group named `name`, or -1.
+  int GroupIndex(const std::string& name) const;
+  // e.g. "a100 (4 x 8 A100-SXM4-80GB)".
+  std::string GroupLabel(int group) const;
+  // A homogeneous cluster made of group `group` alone: its node group, its two network levels,
+  // the device catalog and the cluster's collective calibration. The cost model prices a stage
+  // on the view of its group, so every homogeneous formula applies unchanged.
+  ClusterSpec GroupView(int group) const;
+
   // Returns a copy with the first node group's count set to num_nodes (--nodes). Throws
   // InputError naming --nodes if num_nodes < 1 or the cluster would exceed kMaxDevices.
   ClusterSpec WithNodes(int num_nodes) const;
+  // --nodes as the command line gives it: "N" (the first group, as WithNodes) or per group,
+  // "a100=4,v100=8" (groups not named keep their count). Throws InputError naming --nodes, the
+  // value and the rule (unknown group, count < 1, repeated group, malformed entry).
+  ClusterSpec WithNodeCounts(const std::string& spec) const;
 };
 
 }  // namespace stratos

@@ -131,9 +131,6 @@ NetworkLevel ReadNetwork(const TomlTableReader& n, int index) {
   level.latency_seconds = RequiredNonNegative(n, "latency_us") * kMicrosecond;
   level.efficiency = n.Fraction("efficiency");
   if (n.Find("ring_links_per_gpu") != nullptr) {
-    if (index != 0) {
-      n.Fail("ring_links_per_gpu", "only the intra-node level (network[0]) has ring links");
-    }
     level.ring_links_per_gpu = static_cast<int>(*n.Int("ring_links_per_gpu", 1, 1024));
   }
   // [network.<collective>]: calibrated bandwidth and latency of one collective on this level.
@@ -187,7 +184,8 @@ void ReadCalibration(const TomlTableReader& top, ClusterSpec& cluster) {
 ClusterSpec ParseClusterToml(std::string_view text, const std::string& where) {
   const toml::table root = ParseTomlText(text, where);
   const TomlTableReader top(root, "", where);
-  top.AllowOnly({"cluster", "device", "node_group", "network", "collective", "calibration"});
+  top.AllowOnly({"cluster", "device", "node_group", "network", "group_link", "collective",
+                 "calibration"});
 
   ClusterSpec cluster;
   cluster.source = where;
@@ -210,10 +208,39 @@ ClusterSpec ParseClusterToml(std::string_view text, const std::string& where) {
     cluster.devices.push_back(std::move(device));
   }
 
+  const std::vector<const toml::table*> networks = TablesOf(top, "network");
+  std::vector<TomlTableReader> network_readers;
+  for (size_t i = 0; i < networks.size(); ++i) {
+    network_readers.emplace_back(*networks[i], fmt::format("network[{}]", i), where);
+    cluster.networks.push_back(ReadNetwork(network_readers.back(), static_cast<int>(i)));
+  }
+  // Who uses each level: a node group inside or between its nodes, or a group link.
+  std::vector<bool> referenced(networks.size(), false);
+  const auto network_named = [&](const TomlTableReader& t, const char* key) {
+    const std::string wanted = t.RequireString(key);
+    int found = -1;
+    std::vector<std::string> known;
+    for (size_t i = 0; i < cluster.networks.size(); ++i) {
+      known.push_back('"' + cluster.networks[i].name + '"');
+      if (cluster.networks[i].name != wanted) continue;
+      if (found >= 0)
+        t.Fail(key, fmt::format("is ambiguous: network[{}] and network[{}] share the name", found,
+                                i));
+      found = static_cast<int>(i);
+    }
+    if (found < 0)
+      t.Fail(key, fmt::format("names no [[network]] (known: {})", fmt::join(known, ", ")));
+    referenced[found] = true;
+    return found;
+  };
+
   const std::vector<const toml::table*> groups = TablesOf(top, "node_group");
+  std::vector<TomlTableReader> group_readers;
   for (size_t i = 0; i < groups.size(); ++i) {
-    const TomlTableReader g(*groups[i], fmt::format("node_group[{}]", i), where);
-    g.AllowOnly({"count", "gpus_per_node", "device"});
+    group_readers.emplace_back(*groups[i], fmt::format("node_group[{}]", i), where);
+    const TomlTableReader& g = group_readers.back();
+    g.AllowOnly({"name", "count", "gpus_per_node", "device", "intra_node_network",
+                 "inter_node_network"});
     NodeGroup group;
     group.count = g.RequireInt("count", 1, kMaxCount);
     group.gpus_per_node = g.RequireInt("gpus_per_node", 1, kMaxCount);
@@ -224,23 +251,104 @@ ClusterSpec ParseClusterToml(std::string_view text, const std::string& where) {
       g.Fail("device",
              fmt::format("not in the device catalog (known: {})", fmt::join(known, ", ")));
     }
+    group.name = g.String("name").value_or("");
+    if (g.Find("name") != nullptr && group.name.empty()) g.Fail("name", "must not be empty");
+    if (g.Find("intra_node_network") != nullptr)
+      group.intra_node_network = network_named(g, "intra_node_network");
+    if (g.Find("inter_node_network") != nullptr)
+      group.inter_node_network = network_named(g, "inter_node_network");
     cluster.node_groups.push_back(std::move(group));
   }
+  // Names: given ones must be unique; a group without one goes by its device's name, or by
+  // "<device>-<index>" when another group has that name too.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string& named = cluster.node_groups[i].name;
+    for (size_t j = 0; j < i && !named.empty(); ++j)
+      if (cluster.node_groups[j].name == named)
+        group_readers[i].Fail("name", fmt::format("duplicate node group name (node_group[{}])", j));
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const NodeGroup& group = cluster.node_groups[i];
+    int sharing = 0;
+    for (const NodeGroup& other : cluster.node_groups)
+      sharing += other.name == group.device || (other.name.empty() && other.device == group.device);
+    names.push_back(!group.name.empty() ? group.name
+                    : sharing > 1       ? fmt::format("{}-{}", group.device, i)
+                                        : group.device);
+  }
+  for (size_t i = 0; i < groups.size(); ++i) cluster.node_groups[i].name = names[i];
   if (cluster.DeviceCount64() > ClusterSpec::kMaxDevices)
     ThrowInputError(where, "node_group",
                     fmt::format("{} devices (count x gpus_per_node)", cluster.DeviceCount64()),
                     fmt::format("must be at most {}", ClusterSpec::kMaxDevices));
 
-  const std::vector<const toml::table*> networks = TablesOf(top, "network");
-  if (networks.size() > 2) {
-    throw InputError(fmt::format(
-        "{}: network[2]: at most 2 network levels (intra-node, inter-node) are supported, got {}",
-        where, networks.size()));
+  // [[group_link]]: the level between the nodes of two groups.
+  if (const toml::node* node = top.Find("group_link")) {
+    const toml::array* array = node->as_array();
+    if (array == nullptr || !array->is_array_of_tables())
+      top.Fail("group_link", "must be an array of tables ([[group_link]])");
+    for (size_t i = 0; i < array->size(); ++i) {
+      const TomlTableReader l(*array->get(i)->as_table(), fmt::format("group_link[{}]", i), where);
+      l.AllowOnly({"groups", "network", "source"});
+      const toml::node* pair = l.Find("groups");
+      if (pair == nullptr) l.Missing("groups");
+      const toml::array* names = pair->as_array();
+      if (names == nullptr || names->size() != 2 || !names->is_homogeneous<std::string>())
+        l.Fail("groups", "must be an array of two node group names, e.g. [\"a100\", \"v100\"]");
+      GroupLink link;
+      int* ends[2] = {&link.first_group, &link.second_group};
+      for (int e = 0; e < 2; ++e) {
+        const std::string group_name = **names->get(e)->as_string();
+        *ends[e] = cluster.GroupIndex(group_name);
+        if (*ends[e] < 0) {
+          std::vector<std::string> known;
+          for (const NodeGroup& g : cluster.node_groups) known.push_back('"' + g.name + '"');
+          l.Fail("groups", fmt::format("names no node group \"{}\" (groups: {})", group_name,
+                                       fmt::join(known, ", ")));
+        }
+      }
+      if (link.first_group == link.second_group)
+        l.Fail("groups", "must name two different node groups (a group's own nodes talk over its "
+                         "inter_node_network)");
+      for (size_t j = 0; j < cluster.group_links.size(); ++j) {
+        const GroupLink& other = cluster.group_links[j];
+        if (std::minmax(other.first_group, other.second_group) ==
+            std::minmax(link.first_group, link.second_group))
+          l.Fail("groups", fmt::format("links the same two groups as group_link[{}]", j));
+      }
+      link.network = network_named(l, "network");
+      l.String("source");  // type check only: prose
+      cluster.group_links.push_back(link);
+    }
   }
-  for (size_t i = 0; i < networks.size(); ++i) {
-    const TomlTableReader n(*networks[i], fmt::format("network[{}]", i), where);
-    cluster.networks.push_back(ReadNetwork(n, static_cast<int>(i)));
+
+  // Levels: the first two serve groups that name none; further ones must be named; a level
+  // between nodes has no ring links.
+  for (int g = 0; g < cluster.NumGroups(); ++g) {
+    const NodeGroup& group = cluster.node_groups[g];
+    if (group.intra_node_network < 0) referenced[0] = true;
+    if (group.inter_node_network < 0 && networks.size() > 1) referenced[1] = true;
   }
+  for (size_t i = 2; i < networks.size(); ++i)
+    if (!referenced[i])
+      network_readers[i].Fail(
+          "name", "is not used: a level after the first two must be named by a node_group's "
+                  "intra_node_network or inter_node_network or by a group_link's network");
+  const auto no_ring_links = [&](int level, const std::string& user) {
+    if (cluster.networks[level].ring_links_per_gpu > 0)
+      network_readers[level].Fail(
+          "ring_links_per_gpu",
+          fmt::format("only an intra-node level has ring links; this one is {}", user));
+  };
+  for (int g = 0; g < cluster.NumGroups(); ++g) {
+    const int inter = cluster.node_groups[g].inter_node_network;
+    if (inter >= 0) no_ring_links(inter, fmt::format("node_group[{}]'s inter-node level", g));
+    if (inter < 0 && networks.size() > 1)
+      no_ring_links(1, fmt::format("node_group[{}]'s inter-node level", g));
+  }
+  for (size_t i = 0; i < cluster.group_links.size(); ++i)
+    no_ring_links(cluster.group_links[i].network, fmt::format("group_link[{}]'s level", i));
   ReadCollectives(top, cluster);
   ReadCalibration(top, cluster);
   return cluster;

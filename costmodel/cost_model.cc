@@ -60,20 +60,22 @@ int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int
 
 CostModel::CostModel(const Problem& problem) : problem_(problem) {
   const ClusterSpec& cluster = problem.cluster;
-  if (cluster.node_groups.size() > 1) {
-    std::string groups;
-    for (const NodeGroup& group : cluster.node_groups)
-      groups += fmt::format("{}{} x {} {}", groups.empty() ? "" : ", ", group.count,
-                            group.gpus_per_node, group.device);
-    ThrowInputError(cluster.source.empty() ? std::string("cluster") : cluster.source,
-                    "node_group", fmt::format("{} groups ({})", cluster.node_groups.size(), groups),
-                    "heterogeneous clusters are not priced yet (each stage would be priced as the "
-                    "first group's device and network); give one [[node_group]]");
-  }
+  if (cluster.NumGroups() > 1)
+    for (int g = 0; g < cluster.NumGroups(); ++g) group_views_.push_back(cluster.GroupView(g));
 }
 
-double CostModel::DeviceMemoryCapacityBytes() const {
-  const DeviceSpec& device = problem_.cluster.Device();
+const ClusterSpec& CostModel::GroupCluster(int node_group) const {
+  if (group_views_.empty()) {
+    STRATOS_CHECK(node_group == 0, "node group {} of a cluster with one", node_group);
+    return problem_.cluster;
+  }
+  STRATOS_CHECK(node_group >= 0 && node_group < static_cast<int>(group_views_.size()),
+                "node group {} of {}", node_group, group_views_.size());
+  return group_views_[node_group];
+}
+
+double CostModel::DeviceMemoryCapacityBytes(int node_group) const {
+  const DeviceSpec& device = GroupCluster(node_group).Device();
   return device.memory_bytes - device.reserved_memory_bytes;
 }
 
@@ -83,13 +85,19 @@ double CostModel::ReplicaMicrobatchSize(const StageConfig& config, int num_micro
 }
 
 std::string CostModel::CheckStructure(const StageConfig& c) const {
-  const ClusterSpec& cluster = problem_.cluster;
+  const int groups = problem_.cluster.NumGroups();
+  if (c.node_group < 0 || c.node_group >= groups)
+    return fmt::format("node_group {} must be in [0, {}] (the cluster has {} node group{})",
+                       c.node_group, groups - 1, groups, groups == 1 ? "" : "s");
+  const ClusterSpec& cluster = GroupCluster(c.node_group);
   const int gpus_per_node = cluster.GpusPerNode();
   if (c.mesh_nodes < 1 || c.mesh_gpus_per_node < 1)
     return fmt::format("mesh {}x{} must have at least one device", c.mesh_nodes,
                        c.mesh_gpus_per_node);
+  const std::string where = groups == 1 ? std::string("the cluster")
+                                        : "node group " + problem_.cluster.GroupName(c.node_group);
   if (c.mesh_nodes > cluster.NumNodes())
-    return fmt::format("mesh spans {} nodes but the cluster has {}", c.mesh_nodes,
+    return fmt::format("mesh spans {} nodes but {} has {}", c.mesh_nodes, where,
                        cluster.NumNodes());
   if (c.mesh_gpus_per_node > gpus_per_node)
     return fmt::format("mesh uses {} GPUs per node but nodes have {}", c.mesh_gpus_per_node,
@@ -237,7 +245,7 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
 StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) const {
   const LayerSpec& layer = problem_.model.layers.at(layer_index);
   const TrainingSpec& training = problem_.training;
-  const ClusterSpec& cluster = problem_.cluster;
+  const ClusterSpec& cluster = GroupCluster(c.node_group);
   const DeviceSpec& device = cluster.Device();
   const int tp = c.tensor_parallel;
   const int dp = c.data_parallel;
@@ -263,7 +271,8 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // leaves the critical path.
   if (tp > 1 && layer.tp_allreduces_per_forward > 0) {
     const double message_bytes = b * std::max(layer.input_bytes, layer.output_bytes);
-    const double one = AllReduceSeconds(message_bytes, 1, tp, c.mesh_gpus_per_node / tp);
+    const double one = RingCollectiveSeconds(cluster, message_bytes, 2.0, 1, tp,
+                                             c.mesh_gpus_per_node / tp, true);
     const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
     const double exposed = 1.0 - training.tp_comm_overlap_fraction;
     terms.tp_comm_seconds = exposed * (passes * layer.tp_allreduces_per_forward * one);
@@ -343,8 +352,8 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
 }
 
 StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stage,
-                                    bool last_stage) const {
-  const ClusterSpec& cluster = problem_.cluster;
+                                    bool last_stage, int previous_group, int next_group) const {
+  const ClusterSpec& cluster = GroupCluster(c.node_group);
   const ModelSpec& model = problem_.model;
   const TrainingSpec& training = problem_.training;
   const double b = ReplicaMicrobatchSize(c, m);
@@ -356,7 +365,8 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
   // receives their gradients backward (unless first); the whole activation without
   // training.pp_scatter_gather. Across nodes when the mesh fills whole
   // nodes of a multi-node cluster (its neighbour then sits on another node); then each node's
-  // GPUs share its NICs. With v virtual stages (interleaved 1F1B, SC'21 §2.2.2) every one of the
+  // GPUs share its NICs. A neighbour in another node group sits on another node: the send crosses
+  // the level between the two groups (ClusterSpec::LinkBetween). With v virtual stages (interleaved 1F1B, SC'21 §2.2.2) every one of the
   // device's v chunks sends, except the model's last chunk forward and its first backward; a
   // single-stage pipeline sends nothing. The share pp_comm_overlap_fraction runs under compute.
   double boundary_bytes_per_sample = 0.0;
@@ -366,24 +376,35 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
       b * boundary_bytes_per_sample / (training.pp_scatter_gather ? tp : 1);
   const bool crosses_nodes =
       cluster.NumNodes() > 1 && c.mesh_gpus_per_node == cluster.GpusPerNode();
-  double send_seconds = 0.0;
-  if (per_gpu_bytes > 0) {
+  // One send to a stage in node group `to`: the group's own levels, or the link between groups
+  // (each node's GPUs of the mesh share its NICs, as across nodes).
+  const auto send_seconds = [&](int to) {
+    if (per_gpu_bytes <= 0) return 0.0;
+    if (to >= 0 && to != c.node_group) {
+      const NetworkLevel& level = problem_.cluster.LinkBetween(c.node_group, to);
+      return per_gpu_bytes * c.mesh_gpus_per_node / level.EffectiveBandwidth() +
+             level.latency_seconds;
+    }
     if (crosses_nodes) {
       const NetworkLevel& level = cluster.InterNode();
-      send_seconds = per_gpu_bytes * c.mesh_gpus_per_node / level.EffectiveBandwidth() +
-                     level.latency_seconds;
-    } else {
-      const NetworkLevel& level = cluster.IntraNode();
-      send_seconds = per_gpu_bytes / level.EffectiveBandwidth() + level.latency_seconds;
+      return per_gpu_bytes * c.mesh_gpus_per_node / level.EffectiveBandwidth() +
+             level.latency_seconds;
     }
-  }
+    const NetworkLevel& level = cluster.IntraNode();
+    return per_gpu_bytes / level.EffectiveBandwidth() + level.latency_seconds;
+  };
   const int v = training.virtual_pipeline_stages;
   const bool single_stage = first_stage && last_stage;
   const int forward_sends = single_stage ? 0 : v - (last_stage ? 1 : 0);
   const int backward_sends = single_stage ? 0 : v - (first_stage ? 1 : 0);
   const double exposed = 1.0 - training.pp_comm_overlap_fraction;
-  terms.p2p_seconds = exposed * ((forward_sends + backward_sends) * send_seconds);
-  terms.forward_seconds = exposed * (forward_sends * send_seconds);
+  const double forward_send = forward_sends > 0 ? send_seconds(next_group) : 0.0;
+  const double backward_send = backward_sends > 0 ? send_seconds(previous_group) : 0.0;
+  terms.p2p_seconds =  // one product when both directions cost the same, as before groups
+      forward_send == backward_send
+          ? exposed * ((forward_sends + backward_sends) * forward_send)
+          : exposed * (forward_sends * forward_send + backward_sends * backward_send);
+  terms.forward_seconds = exposed * (forward_sends * forward_send);
 
   // Latency of the bucketed DP gradient synchronization, once per iteration.
   if (c.data_parallel > 1) {

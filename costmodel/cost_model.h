@@ -87,8 +87,9 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
 
 class CostModel {
  public:
-  // Keeps a reference to `problem`, which must outlive the CostModel. Throws InputError for a
-  // cluster with several node groups: stages are priced with one device and one network.
+  // Keeps a reference to `problem`, which must outlive the CostModel. On a heterogeneous cluster
+  // (several node groups) each stage is priced on its group's view (ClusterSpec::GroupView):
+  // compute, memory capacity, TP and DP collectives from the group's device and levels.
   explicit CostModel(const Problem& problem);
 
   const Problem& problem() const { return problem_; }
@@ -97,8 +98,14 @@ class CostModel {
   // DP divides the microbatch, TP divides the heads and the node). Empty string if valid,
   // otherwise the rule broken, e.g. "data_parallel 3 does not divide the microbatch of 8 samples".
   std::string CheckConfig(const StageConfig& config, int num_microbatches) const;
-  // The rules of CheckConfig that do not depend on the microbatch count.
+  // The rules of CheckConfig that do not depend on the microbatch count (a node group the
+  // cluster has, a mesh that fits that group's nodes, ...).
   std::string CheckStructure(const StageConfig& config) const;
+
+  // The homogeneous cluster a stage in node group `node_group` is priced on: the problem's
+  // cluster itself when it has one group, else its GroupView. Throws InternalError when out of
+  // range.
+  const ClusterSpec& GroupCluster(int node_group) const;
 
   // Terms of layer `layer` (index into problem.model.layers) on a stage with `config`, when the
   // global batch is split into `num_microbatches`. Requires CheckConfig(...) == "".
@@ -106,18 +113,21 @@ class CostModel {
 
   // Per-stage terms that do not scale with the layers: point-to-point sends to the next stage
   // (unless last) and of gradients to the previous one (unless first), collective latencies,
-  // the recomputation working set, the explicit cut cost.
+  // the recomputation working set, the explicit cut cost. `previous_group` / `next_group` are
+  // the node groups of the pipeline ranks the stage receives from / sends to (interleaved: the
+  // ranks before and after it, wrapping around); -1 means the stage's own group. A send to
+  // another group crosses ClusterSpec::LinkBetween.
   StageTerms StageOverhead(const StageConfig& config, int num_microbatches, bool first_stage,
-                           bool last_stage) const;
+                           bool last_stage, int previous_group = -1, int next_group = -1) const;
 
   // Samples one DP replica processes per microbatch: global_batch / (m * dp).
   double ReplicaMicrobatchSize(const StageConfig& config, int num_microbatches) const;
 
-  // Usable memory per device, bytes.
-  double DeviceMemoryCapacityBytes() const;
+  // Usable memory per device of node group `node_group`, bytes.
+  double DeviceMemoryCapacityBytes(int node_group = 0) const;
 
   // Ring collective times over a group laid out as `nodes` x `gpus_per_node_in_group` GPUs of
-  // the cluster, `concurrent_groups` such groups sharing each node's NICs. Hierarchical when the
+  // the first node group (a homogeneous cluster's only one), `concurrent_groups` such groups sharing each node's NICs. Hierarchical when the
   // group spans nodes: intra-node ring over the node's share, then inter-node ring over nodes
   // (NCCL's ring/tree on a two-level network; bus bandwidth per nccl-tests PERFORMANCE.md).
   // all-reduce moves 2(n-1)/n of the bytes per rank, all-gather/reduce-scatter (n-1)/n.
@@ -128,6 +138,7 @@ class CostModel {
 
  private:
   const Problem& problem_;
+  std::vector<ClusterSpec> group_views_;  // one per node group when there are several
 };
 
 }  // namespace stratos

@@ -64,11 +64,15 @@ Estimate EvaluateRanks(const CostModel& cost_model, const Plan& plan) {
   const double activation_factor = InterleavedActivationFactor(p, v);
   Estimate estimate;
   std::vector<double> t(p), e(p), c(p);
-  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  // A rank sends forward to the next rank and backward to the previous one (interleaved: the
+  // last rank's chunks send forward to the first, wrapping around).
+  const auto group_of = [&](int rank) { return plan.stages[(rank + p) % p].config.node_group; };
   for (int s = 0; s < p; ++s) {
     const StageConfig& config = plan.stages[s].config;
     StageEstimate se;
-    se.terms = cost_model.StageOverhead(config, m, s == 0, s == p - 1);
+    se.node_group = config.node_group;
+    se.terms = cost_model.StageOverhead(config, m, s == 0, s == p - 1, group_of(s - 1),
+                                        group_of(s + 1));
     for (int chunk = s; chunk < plan.NumStages(); chunk += p)
       for (int l = plan.stages[chunk].first_layer; l < plan.stages[chunk].last_layer; ++l)
         se.terms += cost_model.LayerTerms(l, config, m);
@@ -80,7 +84,7 @@ Estimate EvaluateRanks(const CostModel& cost_model, const Plan& plan) {
     if (activation_factor != 1.0)
       se.peak_memory_bytes += (activation_factor - 1.0) * se.microbatches_in_flight *
                               se.terms.activation_bytes;
-    se.memory_capacity_bytes = capacity;
+    se.memory_capacity_bytes = cost_model.DeviceMemoryCapacityBytes(config.node_group);
     t[s] = se.microbatch_seconds;
     e[s] = se.tail_seconds;
     c[s] = se.one_time_seconds;
@@ -105,13 +109,34 @@ Estimate EvaluateRanks(const CostModel& cost_model, const Plan& plan) {
   const ModelSpec& model = problem.model;
   const double batch = problem.training.global_batch_size;
   estimate.model_flops = model.TrainingFlopsPerSample() * batch;
-  const double peak = problem.cluster.Device().peak_flops;
+  double peak = 0.0;  // FLOP/s of all the plan's devices
+  for (int s = 0; s < p; ++s) {
+    const StageConfig& config = plan.stages[s].config;
+    peak += config.NumDevices() * cost_model.GroupCluster(config.node_group).Device().peak_flops;
+  }
   if (estimate.iteration_seconds > 0) {
     const double flops_per_second = estimate.model_flops / estimate.iteration_seconds;
     estimate.tflops_per_gpu = flops_per_second / estimate.num_devices / 1e12;
-    estimate.mfu = flops_per_second / (estimate.num_devices * peak);
+    estimate.mfu = flops_per_second / peak;
     estimate.tokens_per_second =
         batch * std::max(1, model.seq_length) / estimate.iteration_seconds;
+  }
+  const ClusterSpec& cluster = problem.cluster;
+  for (int g = 0; cluster.NumGroups() > 1 && g < cluster.NumGroups(); ++g) {
+    GroupUtilization use;
+    use.name = cluster.GroupName(g);
+    use.device = cluster.Group(g).device;
+    use.devices_available = cluster.GroupDevices(g);
+    double busy_device_seconds = 0.0;
+    for (int s = 0; s < p; ++s) {
+      const StageConfig& config = plan.stages[s].config;
+      if (config.node_group != g) continue;
+      use.devices_used += config.NumDevices();
+      busy_device_seconds += config.NumDevices() * m * t[s];
+    }
+    if (use.devices_used > 0 && estimate.iteration_seconds > 0)
+      use.busy_fraction = busy_device_seconds / (use.devices_used * estimate.iteration_seconds);
+    estimate.groups.push_back(use);
   }
   return estimate;
 }
@@ -151,10 +176,18 @@ nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
                       {"activation_bytes_per_microbatch", se.terms.activation_bytes},
                       {"peak_memory_bytes", se.peak_memory_bytes},
                       {"memory_capacity_bytes", se.memory_capacity_bytes}});
+    if (!estimate.groups.empty()) stages.back()["node_group"] = estimate.groups[se.node_group].name;
   }
+  nlohmann::json groups = nlohmann::json::array();
+  for (const GroupUtilization& use : estimate.groups)
+    groups.push_back({{"name", use.name},
+                      {"device", use.device},
+                      {"devices_used", use.devices_used},
+                      {"devices_available", use.devices_available},
+                      {"busy_fraction", use.busy_fraction}});
   nlohmann::json peak = nlohmann::json::array();
   for (const StageEstimate& se : estimate.stages) peak.push_back(se.peak_memory_bytes);
-  return {{"predicted_iteration_seconds", estimate.iteration_seconds},
+  nlohmann::json out = {{"predicted_iteration_seconds", estimate.iteration_seconds},
           {"fill_seconds", estimate.fill_seconds},
           {"steady_seconds", estimate.steady_seconds},
           {"tail_seconds", estimate.tail_seconds},
@@ -166,6 +199,8 @@ nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
           {"fits_memory", estimate.Fits()},
           {"peak_memory_bytes", peak},
           {"stages", stages}};
+  if (!estimate.groups.empty()) out["node_groups"] = groups;
+  return out;
 }
 
 std::string EstimateReport(const Estimate& estimate, const Plan& plan) {
@@ -176,18 +211,35 @@ std::string EstimateReport(const Estimate& estimate, const Plan& plan) {
       plan.Summary(), estimate.iteration_seconds, estimate.fill_seconds, estimate.steady_seconds,
       estimate.tail_seconds, 100 * estimate.bubble_fraction, estimate.tflops_per_gpu,
       100 * estimate.mfu, estimate.tokens_per_second, estimate.num_devices);
-  text += fmt::format("{:>5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}\n",
-                      "stage", "layers", "t_mb ms", "compute", "tp comm", "p2p", "tail ms",
-                      "dp sync", "in-flight", "mem GiB");
+  // A heterogeneous cluster adds the stage's node group and a table of the groups' use.
+  const bool groups = !estimate.groups.empty();
+  size_t group_width = 5;
+  for (const GroupUtilization& use : estimate.groups)
+    group_width = std::max(group_width, use.name.size());
+  const auto group_cell = [&](const std::string& name) {
+    return groups ? fmt::format(" {:>{}}", name, group_width) : std::string();
+  };
+  text += fmt::format("{:>5}{} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}\n",
+                      "stage", group_cell("group"), "layers", "t_mb ms", "compute", "tp comm",
+                      "p2p", "tail ms", "dp sync", "in-flight", "mem GiB");
   for (size_t s = 0; s < estimate.stages.size(); ++s) {
     const StageEstimate& se = estimate.stages[s];
     text += fmt::format(
-        "{:>5} {:>9} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9} {:>6.1f}/{:<4.0f}\n",
-        s, plan.RankLayers(static_cast<int>(s)),
+        "{:>5}{} {:>9} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9} {:>6.1f}/{:<4.0f}\n",
+        s, group_cell(groups ? estimate.groups[se.node_group].name : ""),
+        plan.RankLayers(static_cast<int>(s)),
         1e3 * se.microbatch_seconds, 1e3 * se.terms.compute_seconds,
         1e3 * se.terms.tp_comm_seconds, 1e3 * se.terms.p2p_seconds, 1e3 * se.tail_seconds,
         1e3 * se.terms.dp_sync_seconds, se.microbatches_in_flight, se.peak_memory_bytes / kGiB,
         se.memory_capacity_bytes / kGiB);
+  }
+  if (groups) {
+    text += fmt::format("{:>{}} {:>18} {:>10} {:>8}\n", "group", group_width + 5, "device",
+                        "GPUs used", "busy");
+    for (const GroupUtilization& use : estimate.groups)
+      text += fmt::format("{:>{}} {:>18} {:>5}/{:<4} {:>7.1f}%\n", use.name, group_width + 5,
+                          use.device, use.devices_used, use.devices_available,
+                          100 * use.busy_fraction);
   }
   if (!estimate.Fits()) text += "DOES NOT FIT: " + estimate.MemoryViolation() + "\n";
   return text;

@@ -18,8 +18,20 @@ struct StageEstimate {
   double one_time_seconds = 0;      // c_s
   int microbatches_in_flight = 0;
   double peak_memory_bytes = 0;     // per device
-  double memory_capacity_bytes = 0; // per device (usable)
+  double memory_capacity_bytes = 0; // per device (usable), of the stage's node group
+  int node_group = 0;               // the stage's node group (StageConfig::node_group)
   double MemoryHeadroomBytes() const { return memory_capacity_bytes - peak_memory_bytes; }
+};
+
+// How a heterogeneous plan uses one node group of the cluster.
+struct GroupUtilization {
+  std::string name;        // the group's name (ClusterSpec::GroupName)
+  std::string device;      // its device
+  int devices_used = 0;    // by the plan's stages in the group
+  int devices_available = 0;
+  // Share of the iteration the used devices spend in forward and backward passes:
+  // sum over the group's stages of devices_s * m * t_s / (devices_used * T); 0 if none used.
+  double busy_fraction = 0;
 };
 
 struct Estimate {
@@ -35,9 +47,11 @@ struct Estimate {
   int num_devices = 0;
   double model_flops = 0;      // per iteration, whole cluster, no recomputation
   double tflops_per_gpu = 0;   // model FLOP/s per device / 1e12
-  double mfu = 0;              // model FLOP/s / (devices * peak)
+  double mfu = 0;              // model FLOP/s / (sum over stages of devices * their peak)
   double tokens_per_second = 0;
   std::vector<StageEstimate> stages;
+  // One entry per node group of a heterogeneous cluster (empty for a homogeneous one).
+  std::vector<GroupUtilization> groups;
 
   bool Fits() const;  // every stage's peak memory within capacity
   // "" if it fits, else e.g. "stage 2 (mesh 1x4 dp4 tp1 ...) needs 93.1 GiB per device, 13.1 GiB

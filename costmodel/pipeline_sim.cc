@@ -110,7 +110,18 @@ std::vector<SimStage> SimStagesFromEstimate(const Estimate& estimate) {
   return stages;
 }
 
-nlohmann::json ChromeTrace(const SimResult& result, const std::string& process_name) {
+std::vector<std::string> StageGroupNotes(const Estimate& estimate) {
+  std::vector<std::string> notes;
+  if (estimate.groups.empty()) return notes;
+  for (const StageEstimate& stage : estimate.stages) {
+    const GroupUtilization& group = estimate.groups.at(stage.node_group);
+    notes.push_back(fmt::format("{} {}", group.name, group.device));
+  }
+  return notes;
+}
+
+nlohmann::json ChromeTrace(const SimResult& result, const std::string& process_name,
+                           const std::vector<std::string>& stage_notes) {
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0},
                     {"args", {{"name", process_name}}}});
@@ -118,7 +129,9 @@ nlohmann::json ChromeTrace(const SimResult& result, const std::string& process_n
   for (const SimEvent& e : result.events) num_stages = std::max(num_stages, e.stage + 1);
   for (int s = 0; s < num_stages; ++s)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", s},
-                      {"args", {{"name", fmt::format("stage {}", s)}}}});
+                      {"args", {{"name", s < static_cast<int>(stage_notes.size())
+                                             ? fmt::format("stage {} ({})", s, stage_notes[s])
+                                             : fmt::format("stage {}", s)}}}});
   for (const SimEvent& e : result.events) {
     const std::string name = e.pass == 'T' ? "tail (dp sync + optimizer)"
                                            : fmt::format("{}{}", e.pass, e.microbatch);

@@ -54,7 +54,12 @@ inline long long SimulatedEvents(int num_stages, int num_microbatches) {
 }
 
 // Chrome trace (chrome://tracing, Perfetto): {"traceEvents": [...]} with one thread per stage,
-// times in microseconds.
-nlohmann::json ChromeTrace(const SimResult& result, const std::string& process_name);
+// times in microseconds. Thread s is named "stage s", followed by " (<stage_notes[s]>)" when
+// stage_notes has an entry for it (e.g. the node group and device of a heterogeneous plan).
+nlohmann::json ChromeTrace(const SimResult& result, const std::string& process_name,
+                           const std::vector<std::string>& stage_notes = {});
+// Notes for ChromeTrace from an Evaluate()d plan: "<group> <device>" per stage on a
+// heterogeneous cluster, none on a homogeneous one.
+std::vector<std::string> StageGroupNotes(const Estimate& estimate);
 
 }  // namespace stratos

@@ -163,6 +163,19 @@ void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& w
     if (!rule.empty())
       ThrowInputError(where, fmt::format("stages[{}]", s), plan.stages[s].config.Label(), rule);
   }
+  const ClusterSpec& cluster = problem.cluster;
+  if (cluster.NumGroups() > 1) {
+    for (int g = 0; g < cluster.NumGroups(); ++g) {
+      long long used = 0;
+      for (int r = 0; r < plan.NumPipelineRanks(); ++r)
+        if (plan.stages[r].config.node_group == g) used += plan.stages[r].config.NumDevices();
+      if (used > cluster.GroupDevices(g))
+        ThrowInputError(where, "stages",
+                        fmt::format("{} devices in node group {}", used, cluster.GroupName(g)),
+                        fmt::format("the group has only {} devices ({})", cluster.GroupDevices(g),
+                                    cluster.GroupLabel(g)));
+    }
+  }
 }
 
 json CompressionToJson(const CompressionSpec& spec) {
@@ -190,9 +203,10 @@ json PlanToJson(const Plan& plan) {
                       {"tensor_parallel", c.tensor_parallel},
                       {"zero_stage", c.zero_stage},
                       {"recompute", RecomputeName(c.recompute)},
-                      {"grad_compression", CompressionToJson(c.grad_compression)}});
+                      {"grad_compression", CompressionToJson(c.grad_compression)},
+                      {"node_group", c.node_group}});
   }
-  json out = {{"schema", "stratos.plan/1"},
+  json out = {{"schema", "stratos.plan/2"},
               {"global_batch_size", plan.global_batch_size},
               {"num_microbatches", plan.num_microbatches},
               {"schedule", ScheduleName(plan.schedule)},
@@ -228,8 +242,11 @@ CompressionSpec CompressionFromJson(const json& j, const std::string& where,
 Plan PlanFromJson(const json& j, const std::string& where) {
   JsonObjectReader top(j, where, "");
   const std::string schema = top.String("schema");
-  if (schema != "stratos.plan/1")
-    ThrowInputError(where, "schema", fmt::format("\"{}\"", schema), "must be \"stratos.plan/1\"");
+  // Version 2 added each stage's node_group; version 1 files are still read (group 0).
+  if (schema != "stratos.plan/2" && schema != "stratos.plan/1")
+    ThrowInputError(where, "schema", fmt::format("\"{}\"", schema),
+                    "must be \"stratos.plan/2\" (or the older \"stratos.plan/1\")");
+  const bool has_groups = schema == "stratos.plan/2";
   Plan plan;
   plan.global_batch_size = top.Int("global_batch_size");
   plan.num_microbatches = top.Int("num_microbatches");
@@ -255,6 +272,7 @@ Plan PlanFromJson(const json& j, const std::string& where) {
     if (stage.Has("grad_compression"))
       sp.config.grad_compression =
           CompressionFromJson(stage.Get("grad_compression"), where, stage.Key("grad_compression"));
+    if (has_groups && stage.Has("node_group")) sp.config.node_group = stage.Int("node_group");
     stage.RejectUnknown();
     plan.stages.push_back(sp);
   }

@@ -1,6 +1,6 @@
 #pragma once
 // The discrete plan every searcher returns (DESIGN.md §4), with JSON I/O
-// ("schema": "stratos.plan/1") and validation against a problem.
+// ("schema": "stratos.plan/2") and validation against a problem.
 #include <nlohmann/json_fwd.hpp>
 
 #include <string>
@@ -68,7 +68,10 @@ std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int
 // memory; Evaluate() reports per-stage memory and EstimateFits() decides.
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where = "plan");
 
-// JSON I/O ("virtual_stages" is written when > 1 and optional on reading, default 1).
+// JSON I/O, "schema": "stratos.plan/2" ("virtual_stages" is written when > 1 and optional on
+// reading, default 1; each stage's "node_group", an index into the cluster's [[node_group]]s, is
+// optional on reading, default 0). "stratos.plan/1" files, which have no node_group, are still
+// read.
 // PlanFromJson throws InputError naming `where`, the key and the rule for unknown
 // keys, missing keys, wrong types and a wrong "schema".
 nlohmann::json PlanToJson(const Plan& plan);

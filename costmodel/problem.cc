@@ -53,6 +53,7 @@ std::string StageConfig::Label() const {
                   data_parallel, tensor_parallel, zero_stage, RecomputeName(recompute));
   if (grad_compression.kind != GradCompression::kNone)
     label += " compression=" + grad_compression.Label();
+  if (node_group != 0) label += fmt::format(" group={}", node_group);
   return label;
 }
 

@@ -38,7 +38,9 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
   const ClusterSpec& cluster = problem.cluster;
   if (!cluster.IsHomogeneous())
     ThrowInputError(cluster.source, "node_group", cluster.node_groups.size(),
-                    "heterogeneous clusters (several node groups) are not searchable yet");
+                    "heterogeneous clusters (several node groups) are not searchable yet; "
+                    "`stratos evaluate` prices a plan on one (--plan, or --tp/--pp/--dp with "
+                    "--stage-groups)");
   const int gpus_per_node = cluster.GpusPerNode();
   const int num_nodes = cluster.NumNodes();
   const int batch = problem.training.global_batch_size;

@@ -75,6 +75,9 @@ struct EvaluateArgs {
   double topk_density = 0.01;
   double topk_momentum = 0.0;
   int powersgd_rank = 4;
+  // Node group of each stage of the uniform plan, comma-separated names ("a100,a100,v100");
+  // empty: stages fill the groups in the cluster's order.
+  std::string stage_groups;
   std::string json_file;           // optional outputs
   std::string trace_file;
 };
@@ -91,7 +94,7 @@ struct ExportArgs {
   std::string target;  // TargetNames()
   std::string output_dir = "out/export";
   bool nearest = false;  // export the nearest plan the target runs instead of refusing
-  std::string plan_output;  // optional: the exported plan as stratos.plan/1 JSON
+  std::string plan_output;  // optional: the exported plan as stratos.plan/2 JSON
 };
 
 // `stratos export`: writes the files `target`'s user launches with into output_dir, as one set
@@ -104,14 +107,14 @@ int RunExport(const ExportArgs& args);
 struct ImportArgs {
   std::string from;  // megatron | deepspeed | torchtitan
   std::string file;
-  // --model: "" takes the shape from the configuration; --cluster, --nodes (0: from the
+  // --model: "" takes the shape from the configuration; --cluster, --nodes (empty: from the
   // configuration's torchrun/launcher flags where present, else the cluster file's),
   // --seq-length, --dp-overlap as in search. The global batch and schedule come from the file.
   ProblemArgs problem{"", "dgx-a100-80gb"};
   bool search = false;
   std::vector<std::string> algorithms = {"dp"};
   double time_limit_seconds = 60;
-  std::string plan_output;  // optional: the imported plan as stratos.plan/1 JSON
+  std::string plan_output;  // optional: the imported plan as stratos.plan/2 JSON
 };
 
 // `stratos import`: reads a configuration into a plan, prints its estimate ("your

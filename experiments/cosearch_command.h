@@ -11,7 +11,7 @@ namespace stratos {
 struct CoSearchArgs {
   // The target problem whose iteration time is predicted: GPT-3 2.7B on 16 p3.16xlarge nodes
   // (128 V100, 25 Gb/s between nodes: data-parallel communication matters).
-  ProblemArgs target = {"gpt3-2.7b", "p3.16xlarge-calibrated", 16, 512};
+  ProblemArgs target = {"gpt3-2.7b", "p3.16xlarge-calibrated", "16", 512};
   std::string proxy_model = "gpt-tiny";
   // Gradient compression options of every stage (DESIGN.md §1), a comma list starting with none.
   std::string grad_compressions = "none,bf16,powersgd,topk,terngrad,sign";

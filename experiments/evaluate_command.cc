@@ -10,7 +10,58 @@ namespace stratos {
 
 namespace {
 
-// A Megatron-style plan: PP uniform stages, each a mesh of DP x TP devices.
+// The node group of each of `num_stages` stages of `devices` devices each: the groups that
+// --stage-groups names, or, without it, the first group in the cluster's order with room left
+// whose nodes can hold the mesh. Throws InputError naming --stage-groups for an unknown group or
+// a wrong count, and when the stages do not fit the groups.
+std::vector<int> StageGroups(const ClusterSpec& cluster, const std::string& names, int num_stages,
+                             int devices) {
+  const std::string where = "command line";
+  std::vector<int> groups;
+  if (!names.empty()) {
+    size_t begin = 0;
+    while (begin <= names.size()) {
+      const size_t comma = std::min(names.find(',', begin), names.size());
+      const std::string name = names.substr(begin, comma - begin);
+      const int group = cluster.GroupIndex(name);
+      if (group < 0) {
+        std::string known;
+        for (int g = 0; g < cluster.NumGroups(); ++g)
+          known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", cluster.GroupName(g));
+        ThrowInputError(where, "--stage-groups", fmt::format("\"{}\"", names),
+                        fmt::format("names no node group \"{}\" (groups: {})", name, known));
+      }
+      groups.push_back(group);
+      begin = comma + 1;
+    }
+    if (static_cast<int>(groups.size()) != num_stages)
+      ThrowInputError(where, "--stage-groups", fmt::format("\"{}\"", names),
+                      fmt::format("must name one group per stage ({} for --pp {})", num_stages,
+                                  num_stages));
+    return groups;
+  }
+  std::vector<int> free(cluster.NumGroups());
+  for (int g = 0; g < cluster.NumGroups(); ++g) free[g] = cluster.GroupDevices(g);
+  int group = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    StageConfig probe;
+    while (group < cluster.NumGroups() &&
+           (free[group] < devices ||
+            !SetMeshForDevices(probe, devices, cluster.Group(group).gpus_per_node)))
+      ++group;
+    if (group == cluster.NumGroups())
+      ThrowInputError(where, "--pp", num_stages,
+                      fmt::format("{} stages of {} devices do not fill the node groups in order "
+                                  "(give --stage-groups)",
+                                  num_stages, devices));
+    free[group] -= devices;
+    groups.push_back(group);
+  }
+  return groups;
+}
+
+// A Megatron-style plan: PP uniform stages, each a mesh of DP x TP devices (on a heterogeneous
+// cluster, in the node groups StageGroups gives).
 Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
   const std::string where = "command line";
   // --tp/--pp/--dp/--micro-batch are >= 1 (checked while parsing); --tp needs the others.
@@ -22,13 +73,13 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
     ThrowInputError(where, "--micro-batch", args.micro_batch_size,
                     fmt::format("micro-batch x dp = {} must divide the global batch {}",
                                 per_microbatch, batch));
-  const int gpus_per_node = problem.cluster.GpusPerNode();
+  const ClusterSpec& cluster = problem.cluster;
   const int mesh_devices = args.data_parallel * args.tensor_parallel;
+  const std::vector<int> groups =
+      cluster.NumGroups() > 1 || !args.stage_groups.empty()
+          ? StageGroups(cluster, args.stage_groups, args.pipeline_parallel, mesh_devices)
+          : std::vector<int>(args.pipeline_parallel, 0);
   StageConfig config;
-  if (!SetMeshForDevices(config, mesh_devices, gpus_per_node))
-    ThrowInputError(where, "--dp", args.data_parallel,
-                    fmt::format("dp x tp = {} must fit in a node or fill whole nodes of {} GPUs",
-                                mesh_devices, gpus_per_node));
   config.data_parallel = args.data_parallel;
   config.tensor_parallel = args.tensor_parallel;
   config.zero_stage = args.zero_stage;
@@ -48,7 +99,18 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
                                 blocks ? "transformer blocks" : "layers"));
   const std::vector<std::pair<int, int>> ranges =
       MegatronStageLayers(problem.model, args.pipeline_parallel);
-  for (auto [first, last] : ranges) plan.stages.push_back({first, last, config});
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    config.node_group = groups[s];
+    const int gpus_per_node = cluster.Group(groups[s]).gpus_per_node;
+    if (!SetMeshForDevices(config, mesh_devices, gpus_per_node))
+      ThrowInputError(where, "--dp", args.data_parallel,
+                      fmt::format("dp x tp = {} must fit in a node or fill whole nodes of {} GPUs{}",
+                                  mesh_devices, gpus_per_node,
+                                  cluster.NumGroups() > 1
+                                      ? " (node group " + cluster.GroupName(groups[s]) + ")"
+                                      : ""));
+    plan.stages.push_back({ranges[s].first, ranges[s].second, config});
+  }
   ValidatePlan(problem, plan, "command line (--tp/--pp/--dp/--micro-batch)");
   return plan;
 }
@@ -65,9 +127,15 @@ int RunEvaluate(const EvaluateArgs& args) {
     plan = UniformPlan(problem, args);
   }
   const Estimate estimate = Evaluate(problem, plan);
-  fmt::print("problem: {} on {} x {} ({} devices), global batch {}\n", problem.model.name,
-             problem.cluster.NumNodes(), problem.cluster.name, problem.NumDevices(),
-             problem.training.global_batch_size);
+  const ClusterSpec& cluster = problem.cluster;
+  std::string nodes = fmt::format("{} x {}", cluster.NumNodes(), cluster.name);
+  if (cluster.NumGroups() > 1) {
+    nodes = cluster.name + ":";
+    for (int g = 0; g < cluster.NumGroups(); ++g)
+      nodes += fmt::format("{} {}", g == 0 ? "" : ",", cluster.GroupLabel(g));
+  }
+  fmt::print("problem: {} on {} ({} devices), global batch {}\n", problem.model.name, nodes,
+             problem.NumDevices(), problem.training.global_batch_size);
   fmt::print("{}", EstimateReport(estimate, plan));
   if (!args.json_file.empty()) {
     nlohmann::json json = EstimateToJson(estimate, plan);

@@ -269,7 +269,8 @@ CellProblem BuildCellProblem(const nlohmann::json& p) {
   }
   ProblemArgs args;
   args.cluster = p.at("cluster").get<std::string>();
-  args.nodes = p.at("nodes").get<int>();
+  const int nodes = p.at("nodes").get<int>();
+  if (nodes > 0) args.nodes = std::to_string(nodes);
   args.global_batch_size = p.at("global_batch").get<int>();
   args.seq_length = p.at("seq_length").get<int>();
   args.schedule = p.at("schedule").get<std::string>();

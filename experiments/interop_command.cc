@@ -79,10 +79,10 @@ int RunExport(const ExportArgs& args) {
 int RunImport(const ImportArgs& args) {
   const Target target = ParseTarget(args.from, "command line: --from");
   ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(args.problem.cluster));
-  if (args.problem.nodes > 0) cluster = cluster.WithNodes(args.problem.nodes);
+  if (!args.problem.nodes.empty()) cluster = cluster.WithNodeCounts(args.problem.nodes);
   ImportedConfig imported = ImportConfig(target, args.file, cluster.NumDevices());
   ParallelLayout& layout = imported.layout;
-  if (imported.world_known && args.problem.nodes == 0) {
+  if (imported.world_known && args.problem.nodes.empty()) {
     if (layout.gpus_per_node > cluster.GpusPerNode())
       ThrowInputError(args.file, "processes per node", layout.gpus_per_node,
                       fmt::format("the cluster {} has {} GPUs per node (give --cluster)",

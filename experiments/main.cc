@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       "evaluate", "predict iteration time, memory and MFU of one plan");
   stratos::AddProblemFlags(evaluate_command, evaluate.problem);
   CLI::Option* plan_option =
-      evaluate_command->add_option("--plan", evaluate.plan_file, "plan JSON (stratos.plan/1)");
+      evaluate_command->add_option("--plan", evaluate.plan_file, "plan JSON (stratos.plan/2)");
   CLI::Option* tp = evaluate_command
                         ->add_option("--tp", evaluate.tensor_parallel,
                                      "tensor-parallel degree (uniform plan)")
@@ -123,6 +123,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   AddCompressionFlags(evaluate_command, evaluate.grad_compression, evaluate.topk_density,
                       evaluate.topk_momentum, evaluate.powersgd_rank, "", plan_option);
+  evaluate_command
+      ->add_option("--stage-groups", evaluate.stage_groups,
+                   "node group of each stage on a heterogeneous cluster, e.g. a100,a100,v100 "
+                   "(default: stages fill the groups in the cluster's order)")
+      ->needs(tp);
   evaluate_command->add_option("--json", evaluate.json_file, "write the estimate as JSON");
   evaluate_command->add_option("--trace", evaluate.trace_file, "write a Chrome trace");
   plan_option->excludes(tp);
@@ -158,7 +163,7 @@ int main(int argc, char** argv) {
   CLI::App* worker_command = app.add_subcommand(
       "worker", "one rank of a run (launched by `stratos run`, torchrun --no-python or srun)");
   for (auto [command, flags] : {std::pair{run_command, &run.flags}, std::pair{worker_command, &worker.flags}}) {
-    CLI::Option* plan = command->add_option("--plan", flags->plan_file, "plan JSON (stratos.plan/1)");
+    CLI::Option* plan = command->add_option("--plan", flags->plan_file, "plan JSON (stratos.plan/2)");
     const auto uniform = [&](CLI::Option* option) {
       return option->excludes(plan)->capture_default_str();
     };
@@ -230,7 +235,7 @@ int main(int argc, char** argv) {
                   "compare with fixed plans by validation loss vs simulated time");
   cosearch_command->add_option("--model", cosearch.target.model, "target model: zoo name or file")->capture_default_str();
   cosearch_command->add_option("--cluster", cosearch.target.cluster, "target cluster: zoo name or file")->capture_default_str();
-  cosearch_command->add_option("--nodes", cosearch.target.nodes, "target nodes")->check(IntAtLeast(1))->capture_default_str();
+  cosearch_command->add_option("--nodes", cosearch.target.nodes, "target nodes")->capture_default_str();
   cosearch_command->add_option("--global-batch", cosearch.target.global_batch_size, "target global batch")->check(IntAtLeast(1))->capture_default_str();
   cosearch_command->add_option("--proxy-model", cosearch.proxy_model, "model trained for real (gpt-tiny or a model file)")->capture_default_str();
   cosearch_command->add_option("--grad-compressions", cosearch.grad_compressions, "gradient compression options per stage, comma list starting with none")->capture_default_str();
@@ -260,7 +265,7 @@ int main(int argc, char** argv) {
   // The plan file carries its global batch and schedule.
   export_command->remove_option(export_command->get_option("--global-batch"));
   export_command->remove_option(export_command->get_option("--schedule"));
-  export_command->add_option("--plan", export_args.plan_file, "plan JSON (stratos.plan/1)")
+  export_command->add_option("--plan", export_args.plan_file, "plan JSON (stratos.plan/2)")
       ->required();
   export_command->add_option("--to", export_args.target, "target runtime")
       ->required()
@@ -271,7 +276,7 @@ int main(int argc, char** argv) {
   export_command->add_flag("--nearest", export_args.nearest,
                            "export the nearest plan the target runs instead of refusing");
   export_command->add_option("--plan-output", export_args.plan_output,
-                             "also write the exported plan (stratos.plan/1)");
+                             "also write the exported plan (stratos.plan/2)");
 
   stratos::ImportArgs import_args;
   CLI::App* import_command = app.add_subcommand(
@@ -291,8 +296,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   import_command
       ->add_option("--nodes", import_args.problem.nodes,
-                   "nodes (default: the configuration's launcher flags, else the cluster's)")
-      ->check(IntAtLeast(1));
+                   "nodes (default: the configuration's launcher flags, else the cluster's)");
   import_command->add_option("--seq-length", import_args.problem.seq_length, "sequence length")
       ->check(IntAtLeast(1));
   import_command->add_option("--dp-overlap", import_args.problem.dp_overlap,
@@ -307,7 +311,7 @@ int main(int argc, char** argv) {
       ->check(NumberAbove(0))
       ->capture_default_str();
   import_command->add_option("--plan-output", import_args.plan_output,
-                             "write the imported plan (stratos.plan/1)");
+                             "write the imported plan (stratos.plan/2)");
 
   // `stratos experiment run | report | options` (experiments/experiment_command.cc).
   stratos::ExperimentCommands experiment;

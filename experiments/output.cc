@@ -102,7 +102,7 @@ void WritePlanTrace(const std::string& path, const Estimate& estimate, const Pla
   }
   const SimResult sim =
       SimulatePipeline(SimStagesFromEstimate(estimate), plan.num_microbatches, plan.schedule);
-  WriteJsonAtomically(path, ChromeTrace(sim, process_name));
+  WriteJsonAtomically(path, ChromeTrace(sim, process_name, StageGroupNotes(estimate)));
 }
 
 }  // namespace stratos

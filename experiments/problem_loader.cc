@@ -15,8 +15,9 @@ void AddProblemFlags(CLI::App* command, ProblemArgs& args) {
       ->capture_default_str();
   command->add_option("--cluster", args.cluster, "zoo cluster name or .toml file")
       ->capture_default_str();
-  command->add_option("--nodes", args.nodes, "number of nodes (default: as in the cluster file)")
-      ->check(cli::IntAtLeast(1));
+  command->add_option("--nodes", args.nodes,
+                      "number of nodes, or per node group as a100=4,v100=8 (default: as in the "
+                      "cluster file)");
   command->add_option("--global-batch", args.global_batch_size, "global batch size, sequences")
       ->check(cli::IntAtLeast(1))
       ->capture_default_str();
@@ -33,11 +34,11 @@ void AddProblemFlags(CLI::App* command, ProblemArgs& args) {
 
 Problem LoadProblem(const ProblemArgs& args) {
   // The flags' values are checked while parsing (AddProblemFlags); the libraries check the rest
-  // (ClusterSpec::WithNodes, ReadModelFile, ValidateTrainingSpec).
+  // (ClusterSpec::WithNodeCounts, ReadModelFile, ValidateTrainingSpec).
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath(args.model), args.seq_length);
   problem.cluster = ReadClusterFile(ResolveClusterPath(args.cluster));
-  if (args.nodes > 0) problem.cluster = problem.cluster.WithNodes(args.nodes);
+  if (!args.nodes.empty()) problem.cluster = problem.cluster.WithNodeCounts(args.nodes);
   problem.training.global_batch_size = args.global_batch_size;
   problem.training.schedule = ParseSchedule(args.schedule, "command line: --schedule");
   problem.training.dp_overlap_fraction = args.dp_overlap;

@@ -13,7 +13,8 @@ namespace stratos {
 struct ProblemArgs {
   std::string model = "gpt3-6.7b";        // zoo name or file (.toml, HF config.json)
   std::string cluster = "dgx-a100-80gb";  // zoo name or file (.toml)
-  int nodes = 0;                          // 0: as in the cluster file
+  // Nodes: "N" for the first node group, or per group "a100=4,v100=8"; empty: as in the file.
+  std::string nodes = "";
   int global_batch_size = 512;
   int seq_length = 0;                     // 0: the model's
   std::string schedule = "1f1b";

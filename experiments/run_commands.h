@@ -11,7 +11,7 @@ namespace stratos {
 
 // What to run: a plan file, or a uniform Megatron-style plan from --pp/--dp/--tp/--micro-batch.
 struct RunFlags {
-  std::string plan_file;           // stratos.plan/1 JSON; empty: uniform plan from the degrees
+  std::string plan_file;           // stratos.plan/2 JSON; empty: uniform plan from the degrees
   int pipeline_parallel = 1;       // uniform plan only
   int data_parallel = 1;
   int tensor_parallel = 1;

@@ -1,4 +1,5 @@
-// Plan JSON reader, then ValidatePlan and Evaluate on a fixed problem (4-block GPT, 2 x 8 GPUs).
+// Plan JSON reader, then ValidatePlan and Evaluate on a fixed problem (4-block GPT, 2 x 8 GPUs
+// and a second node group of 8 slower ones).
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_util.h"
@@ -8,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Problem base = [] {
     Problem problem;
     problem.model = fuzz::FixedModel();
-    problem.cluster = fuzz::FixedCluster();
+    problem.cluster = fuzz::FixedMixedCluster();
     return problem;
   }();
   nlohmann::json json;

@@ -49,6 +49,52 @@ latency_us = 10
                           "fixed cluster");
 }
 
+// FixedCluster's two nodes as one node group, and a second group of one node of 8 slower GPUs
+// on levels of its own, so that plans may place stages in either group.
+inline ClusterSpec FixedMixedCluster() {
+  return ParseClusterToml(R"(
+[cluster]
+name = "fuzz-mixed"
+[[device]]
+name = "gpu"
+peak_TFLOPS = 312
+memory_GB = 80
+hbm_GBps = 2039
+[[device]]
+name = "slow"
+peak_TFLOPS = 125
+memory_GB = 16
+hbm_GBps = 900
+[[node_group]]
+count = 2
+gpus_per_node = 8
+device = "gpu"
+[[node_group]]
+count = 1
+gpus_per_node = 8
+device = "slow"
+intra_node_network = "pcie"
+inter_node_network = "eth"
+[[network]]
+name = "nvlink"
+bandwidth_GBps = 232
+latency_us = 5
+[[network]]
+name = "ib"
+bandwidth_GBps = 192
+latency_us = 10
+[[network]]
+name = "pcie"
+bandwidth_GBps = 12
+latency_us = 5
+[[network]]
+name = "eth"
+bandwidth_GBps = 3.125
+latency_us = 30
+)",
+                          "fixed mixed cluster");
+}
+
 // A 4-block GPT.
 inline ModelSpec FixedModel() {
   ModelSpec model;

@@ -50,7 +50,7 @@ expect "search dp+grid on a real model writes summary.json" 0 "gap %" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
   --algo dp,grid --time-limit 60 --no-progress --output-dir "$WORK/search"
 expect "summary.json has the results" 0 '"predicted_iteration_seconds"' -- cat "$WORK/search/summary.json"
-expect "each plan is written" 0 '"schema": "stratos.plan/1"' -- cat "$WORK/search/plans/dp.json"
+expect "each plan is written" 0 '"schema": "stratos.plan/2"' -- cat "$WORK/search/plans/dp.json"
 expect "each trace is a Chrome trace" 0 '"traceEvents"' -- cat "$WORK/search/traces/dp.trace.json"
 expect "a written plan evaluates" 0 "predicted iteration" -- \
   "$STRATOS" evaluate --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
@@ -126,15 +126,32 @@ expect_one_line_error "inf in a TOML model names file, key, value, rule" \
 expect_one_line_error "a plan that does not fit the problem names the key" \
   "--micro-batch = 1: micro-batch x dp = 3 must divide the global batch 512" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
-# AMP's heterogeneous cluster (three T4 nodes, one V100 node): refused until each stage is priced
-# on its own group's device, not silently priced as the first group's.
-{ sed -n '/^\[cluster\]/,$p' data/clusters/g4dn.12xlarge.toml | sed 's/^count = 1/count = 3/'
-  printf '[[device]]\nname = "V100-16GB"\npeak_TFLOPS = 125\nmemory_GB = 16\nhbm_GBps = 900\n'
-  printf '[[node_group]]\ncount = 1\ngpus_per_node = 4\ndevice = "V100-16GB"\n'; } >"$WORK/amp-mixed.toml"
-expect_one_line_error "evaluate refuses a cluster of several node groups" \
-  "amp-mixed.toml: node_group = 2 groups \(3 x 4 T4-16GB, 1 x 4 V100-16GB\): heterogeneous clusters are not priced yet" -- \
-  "$STRATOS" evaluate --model gpt3-1.3b --cluster "$WORK/amp-mixed.toml" --global-batch 64 \
-  --tp 1 --pp 1 --dp 16 --micro-batch 1
+# Heterogeneous clusters: each stage is priced on its own group (the one-line refusal before
+# that is gone); the groups, their counts and a stage's group come from flags checked with
+# one-line errors; the searchers refuse them, pointing at evaluate.
+expect "evaluate prices AMP's cluster per group" 0 \
+  "g4dn.12xlarge +T4-16GB +4/4 " -- \
+  "$STRATOS" evaluate --model gpt2 --cluster amp-het-cluster --global-batch 32 \
+  --tp 1 --pp 4 --dp 4 --micro-batch 2 --stage-groups g4dn.12xlarge,p3.8xlarge,p3.8xlarge,p3.8xlarge
+expect "--nodes per group" 0 "h100 \(2 x 8 H100-SXM5-80GB\), a100 \(3 x 8 A100-SXM4-80GB\)" -- \
+  "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-h100-a100 --nodes h100=2,a100=3 \
+  --global-batch 512 --tp 8 --pp 4 --dp 1 --micro-batch 1
+expect_one_line_error "--nodes naming no group lists the groups" \
+  '--nodes = "v100=2": names no node group "v100" \(groups: "h100", "a100"\)' -- \
+  "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-h100-a100 --nodes v100=2 \
+  --global-batch 512 --tp 8 --pp 2 --dp 1 --micro-batch 1
+expect_one_line_error "--stage-groups naming no group lists the groups" \
+  '--stage-groups = "h100,b200": names no node group "b200"' -- \
+  "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-h100-a100 --global-batch 512 \
+  --tp 8 --pp 2 --dp 1 --micro-batch 1 --stage-groups h100,b200
+expect_one_line_error "stages that overfill a group name it" \
+  "stages = 16 devices in node group h100: the group has only 8 devices" -- \
+  "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-h100-a100 --global-batch 512 \
+  --tp 8 --pp 2 --dp 1 --micro-batch 1 --stage-groups h100,h100
+expect_one_line_error "search refuses a heterogeneous cluster and points at evaluate" \
+  "not searchable yet; .stratos evaluate. prices a plan on one" -- \
+  "$STRATOS" search --model gpt2 --cluster amp-het-cluster --global-batch 32 --algo dp \
+  --output-dir "$WORK/x"
 # Hardening: an empty or root output directory is refused (it wrote summary.json, plans/ and
 # traces/ into /); a batch of 2^31 - 1 searches in well under a second (it died with SIGFPE in
 # the microbatch-count loop) and skips the trace of 2^31 - 1 microbatches instead of simulating it.
@@ -169,7 +186,7 @@ expect_one_line_error "an unknown flag" "command line: The following argument wa
   "$STRATOS" search --frobnicate
 expect_one_line_error "no subcommand" "command line: A subcommand is required" -- "$STRATOS"
 expect_one_line_error "a value of the wrong type names flag, value and rule" \
-  "command line: --nodes = two: must be an integer" -- "$STRATOS" search --nodes two
+  "command line: --nodes = \"two\": must be an integer" -- "$STRATOS" search --nodes two
 expect_one_line_error "a flag without its value" "command line: --seed" -- "$STRATOS" search --seed
 expect_one_line_error "compare --algos is gone (one spelling: --algo)" "not expected: .*--algos" -- \
   "$STRATOS" compare --algos dp

@@ -53,6 +53,15 @@ void CheckSameCluster(const ClusterSpec& a, const ClusterSpec& b) {
     CHECK(a.node_groups[i].count == b.node_groups[i].count);
     CHECK(a.node_groups[i].gpus_per_node == b.node_groups[i].gpus_per_node);
     CHECK(a.node_groups[i].device == b.node_groups[i].device);
+    CHECK(a.GroupName(static_cast<int>(i)) == b.GroupName(static_cast<int>(i)));
+    CHECK(a.node_groups[i].intra_node_network == b.node_groups[i].intra_node_network);
+    CHECK(a.node_groups[i].inter_node_network == b.node_groups[i].inter_node_network);
+  }
+  REQUIRE(a.group_links.size() == b.group_links.size());
+  for (size_t i = 0; i < a.group_links.size(); ++i) {
+    CHECK(a.group_links[i].first_group == b.group_links[i].first_group);
+    CHECK(a.group_links[i].second_group == b.group_links[i].second_group);
+    CHECK(a.group_links[i].network == b.group_links[i].network);
   }
   REQUIRE(a.networks.size() == b.networks.size());
   for (size_t i = 0; i < a.networks.size(); ++i) {
@@ -142,7 +151,8 @@ latency_us = 10
   };
   // Appended tables attach to the last [[network]] (the inter-node level) or stand alone.
   CHECK(Contains(error("ring_links_per_gpu = 6\n"),
-                 "c.toml: network[1].ring_links_per_gpu = 6: only the intra-node level"));
+                 "c.toml: network[1].ring_links_per_gpu = 6: only an intra-node level has ring "
+                 "links; this one is node_group[0]'s inter-node level"));
   CHECK(Contains(error("[network.all_reduce]\nbandwidth_GBps = 2\n"),
                  "c.toml: network[1].all_reduce.latency_us: missing required key"));
   CHECK(Contains(error("[network.all_reduce]\nbandwidth_GBps = 0\nlatency_us = 1\n"),

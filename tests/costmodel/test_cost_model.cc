@@ -174,26 +174,6 @@ TEST_CASE("a stage that does not fit reports which stage and by how much") {
   CHECK(message.find("GiB over") != std::string::npos);
 }
 
-TEST_CASE("a cluster with several node groups is refused, not priced as its first group") {
-  Problem problem = GptProblem(1024, 16, 512, 2, 8);
-  problem.cluster.source = "mixed.toml";
-  problem.cluster.devices.push_back({"slow", 10e12, 1e15, 1e11, 1.0, 0.0, "test"});
-  problem.cluster.node_groups.push_back({1, 4, "slow"});
-  Plan plan;
-  plan.global_batch_size = 8;
-  plan.num_microbatches = 1;
-  plan.stages = {{0, 2, Config(1, 1, 0, Recompute::kNone)}};
-  std::string message;
-  try {
-    Evaluate(problem, plan);
-  } catch (const InputError& error) {
-    message = error.what();
-  }
-  INFO(message);
-  CHECK(message.find("mixed.toml: node_group = 2 groups (1 x 8 gpu, 1 x 4 slow)") == 0);
-  CHECK(message.find("heterogeneous clusters are not priced yet") != std::string::npos);
-}
-
 TEST_CASE("CheckConfig names the broken rule") {
   const Problem problem = GptProblem(1024, 16, 512, 2, 8);
   const CostModel cost_model(problem);

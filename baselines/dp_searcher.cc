@@ -3,13 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <memory>
 #include <queue>
+#include <tuple>
 
 #include "baselines/explain.h"
 #include "baselines/stage_table.h"
@@ -208,6 +211,314 @@ class DpSolver {
 };
 
 
+// What the search over (t_max, e_max) needs of one unit of work -- a microbatch count, and on a
+// heterogeneous cluster one order of the node groups along the pipeline: the candidate maxima,
+// lower bounds on them, and G.
+class GOracle {
+ public:
+  virtual ~GOracle() = default;
+  virtual int m() const = 0;
+  virtual const std::vector<double>& TCandidates() const = 0;
+  virtual const std::vector<double>& ECandidates() const = 0;
+  virtual double TLowerBound() const = 0;
+  virtual double ELowerBound() const = 0;
+  virtual GResult Solve(double t_max, double e_max) = 0;
+  virtual double Bytes() const = 0;
+  // e.g. "m=4: 120 frontier entries" (progress lines).
+  virtual std::string Describe() const = 0;
+};
+
+// A microbatch count on a homogeneous cluster: one frontier, solved by the shared DpSolver.
+class HomogeneousOracle : public GOracle {
+ public:
+  HomogeneousOracle(std::shared_ptr<const StageFrontier> tables, DpSolver& solver)
+      : tables_(std::move(tables)), solver_(solver) {}
+  int m() const override { return tables_->m; }
+  const std::vector<double>& TCandidates() const override { return tables_->t_candidates; }
+  const std::vector<double>& ECandidates() const override { return tables_->e_candidates; }
+  double TLowerBound() const override { return tables_->t_lower_bound; }
+  double ELowerBound() const override { return tables_->e_lower_bound; }
+  GResult Solve(double t_max, double e_max) override {
+    solver_.Use(*tables_);
+    return solver_.Solve(t_max, e_max);
+  }
+  double Bytes() const override { return tables_->Bytes(); }
+  std::string Describe() const override {
+    return fmt::format("m={}: {} frontier entries", tables_->m, tables_->entries.size());
+  }
+
+ private:
+  std::shared_ptr<const StageFrontier> tables_;
+  DpSolver& solver_;
+};
+
+// Frontiers of one microbatch count on a heterogeneous cluster, by (node group, group it
+// receives from, group it sends to; -1: its own), shared by the orders that need them.
+using FrontierCache = std::map<std::tuple<int, int, int>, std::shared_ptr<const StageFrontier>>;
+
+// A microbatch count and an order of node groups (g_0, ..., g_{k-1}) on a heterogeneous
+// cluster: the stages run through every group of the order once, in that order. G is the DP
+//   F[j][s][i][d] = min over the stage [i, l) on a mesh n <= d of group g_j of
+//                   A + F[j][s-1][l][d-n]                     (the next stage in g_j), or
+//                   A' + F[j+1][s-1][l][devices of g_{j+1}]   (the next stage in g_{j+1}),
+// with d the devices of g_j still free and s the stages from layer i to the end (the in-flight
+// level, as DpSolver). A stage's terms depend on whether it receives from the previous group
+// (the first of its run, d = all of g_j, j > 0) and sends to the next (A'): four frontiers per
+// group of the order (StageTable's neighbours). F[k-1][0][L][d] = 0, and G = min over s of
+// F[0][s][0][devices of g_0].
+class HeteroOracle : public GOracle {
+ public:
+  HeteroOracle(const CostModel& cost_model, const std::vector<SearchSpace>& group_spaces,
+               std::vector<int> order, int min_stages, int max_stages, int m,
+               const Deadline* deadline, FrontierCache& cache, std::vector<double>& buffer)
+      : group_spaces_(group_spaces),
+        order_(std::move(order)),
+        k_(static_cast<int>(order_.size())),
+        L_(cost_model.problem().NumLayers()),
+        S_(max_stages),
+        min_stages_(min_stages),
+        m_(m),
+        f_(buffer),
+        frontier_(k_),
+        astar_(k_) {
+    for (int j = 0; j < k_; ++j) {
+      const int g = order_[j];
+      devices_.push_back(group_spaces_[g].num_devices);
+      offsets_.push_back(j == 0 ? 0
+                                : offsets_[j - 1] + static_cast<size_t>(S_ + 1) * (L_ + 1) *
+                                                        (devices_[j - 1] + 1));
+      for (int pk = 0; pk < 2; ++pk)
+        for (int nk = 0; nk < 2; ++nk) {
+          if ((pk == 1 && j == 0) || (nk == 1 && j == k_ - 1)) continue;
+          const int previous = pk ? order_[j - 1] : -1;
+          const int next = nk ? order_[j + 1] : -1;
+          std::shared_ptr<const StageFrontier>& cached = cache[{g, previous, next}];
+          if (!cached)
+            cached = std::make_shared<const StageFrontier>(BuildStageFrontier(
+                cost_model, group_spaces_[g], S_, m, deadline, previous, next));
+          frontier_[j][pk][nk] = cached;
+          for (double t : cached->t_candidates) t_candidates_.push_back(t);
+          for (double e : cached->e_candidates) e_candidates_.push_back(e);
+        }
+    }
+    total_ = offsets_.back() + static_cast<size_t>(S_ + 1) * (L_ + 1) * (devices_.back() + 1);
+    for (std::vector<double>* v : {&t_candidates_, &e_candidates_}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+  }
+
+  int m() const override { return m_; }
+  const std::vector<double>& TCandidates() const override { return t_candidates_; }
+  const std::vector<double>& ECandidates() const override { return e_candidates_; }
+  double TLowerBound() const override { return 0.0; }
+  double ELowerBound() const override { return 0.0; }
+  double Bytes() const override {
+    double bytes = 0;
+    for (int j = 0; j < k_; ++j)
+      for (int pk = 0; pk < 2; ++pk)
+        for (int nk = 0; nk < 2; ++nk)
+          if (frontier_[j][pk][nk]) bytes += frontier_[j][pk][nk]->Bytes();
+    return bytes;
+  }
+  std::string Describe() const override {
+    std::string groups;
+    for (int g : order_)
+      groups += fmt::format("{}{}", groups.empty() ? "" : ">", g);
+    return fmt::format("m={}, groups {}: {} x {} candidates", m_, groups, t_candidates_.size(),
+                       e_candidates_.size());
+  }
+
+  GResult Solve(double t_max, double e_max) override {
+    FillAstar(t_max, e_max);
+    f_.assign(total_, kInf);
+    const int last = k_ - 1;
+    std::fill(Row(last, 0, L_), Row(last, 0, L_) + devices_[last] + 1, 0.0);
+    const std::vector<int>& level_of_stages = AnyFrontier().level_of_stages;
+    std::vector<double> least;  // least constant offered at each mesh size (moves, last stages)
+    for (int s = 1; s <= S_; ++s) {
+      const int level = level_of_stages[s];
+      for (int j = last; j >= 0; --j) {
+        const int D = devices_[j];
+        const std::vector<int>& sizes = group_spaces_[order_[j]].mesh_sizes;
+        const int full_kind = j > 0 ? 1 : 0;  // a stage entering the group receives from j - 1
+        for (int i = j == 0 ? 0 : 1; i <= L_ - s; ++i) {
+          if (i == 0 && s < min_stages_) continue;
+          double* row = Row(j, s, i);
+          least.assign(D + 1, kInf);
+          double full = kInf;  // row[D]: the first stage of the run
+          for (int l = i + 1; l <= L_ - (s - 1); ++l) {
+            if (l == L_ && (s != 1 || j != last)) continue;
+            if (l < L_ && s == 1) continue;
+            for (size_t n = 0; n < sizes.size(); ++n) {
+              const int size = sizes[n];
+              if (size > D) break;
+              const int ni = static_cast<int>(n);
+              if (l == L_) {
+                least[size] = std::min(least[size], A(j, 0, 0, i, l, ni, level));
+                full = std::min(full, A(j, full_kind, 0, i, l, ni, level));
+                continue;
+              }
+              const double* stay = Row(j, s - 1, l);
+              const double a = A(j, 0, 0, i, l, ni, level);
+              if (a < kInf && size < D) MinPlusInto(row + size, stay, a, D - size);
+              full = std::min(full, A(j, full_kind, 0, i, l, ni, level) + stay[D - size]);
+              if (j < last) {
+                const double next = Row(j + 1, s - 1, l)[devices_[j + 1]];
+                if (next == kInf) continue;
+                least[size] = std::min(least[size], A(j, 0, 1, i, l, ni, level) + next);
+                full = std::min(full, A(j, full_kind, 1, i, l, ni, level) + next);
+              }
+            }
+          }
+          double running = kInf;
+          for (int d = 0; d < D; ++d) {
+            running = std::min(running, least[d]);
+            row[d] = std::min(row[d], running);
+          }
+          row[D] = full;
+        }
+      }
+    }
+    GResult result;
+    int best_s = 0;
+    for (int s = std::max(1, min_stages_); s <= S_; ++s) {
+      const double v = Row(0, s, 0)[devices_[0]];
+      if (v < result.sum_a) {
+        result.sum_a = v;
+        best_s = s;
+      }
+    }
+    if (result.sum_a == kInf) return result;
+    Reconstruct(best_s, t_max, e_max, result);
+    return result;
+  }
+
+ private:
+  const StageFrontier& AnyFrontier() const { return *frontier_[0][0][0]; }
+
+  void FillAstar(double t_max, double e_max) {
+    const int num_levels = static_cast<int>(AnyFrontier().inflight.size());
+    std::vector<double> best(num_levels + 2);
+    for (int j = 0; j < k_; ++j)
+      for (int pk = 0; pk < 2; ++pk)
+        for (int nk = 0; nk < 2; ++nk) {
+          const StageFrontier* tables = frontier_[j][pk][nk].get();
+          if (tables == nullptr) continue;
+          std::vector<double>& astar = astar_[j][pk][nk];
+          const size_t groups = tables->NumGroups();
+          astar.assign(static_cast<size_t>(num_levels) * groups, kInf);
+          for (size_t g = 0; g < groups; ++g) {
+            std::fill(best.begin(), best.end(), kInf);
+            for (std::uint32_t e = tables->group_offsets[g]; e < tables->group_offsets[g + 1];
+                 ++e) {
+              const FrontierEntry& entry = tables->entries[e];
+              if (entry.t > t_max) break;
+              if (entry.e <= e_max) best[entry.level] = std::min(best[entry.level], entry.a);
+            }
+            for (int level = num_levels - 1; level >= 1; --level)
+              best[level] = std::min(best[level], best[level + 1]);
+            for (int level = 1; level <= num_levels; ++level)
+              astar[static_cast<size_t>(level - 1) * groups + g] = best[level];
+          }
+        }
+  }
+
+  // Least t + c of a stage [i, l) on mesh n of group order_[j] (receiving from the previous group
+  // when pk, sending to the next when nk) that fits `level` within the maxima; inf if none.
+  double A(int j, int pk, int nk, int i, int l, int n, int level) const {
+    const StageFrontier& tables = *frontier_[j][pk][nk];
+    return astar_[j][pk][nk][static_cast<size_t>(level - 1) * tables.NumGroups() +
+                             tables.cell_group[tables.Cell(i, l, n)]];
+  }
+
+  // Walks the argmins down from F[0][best_s][0][all], re-finding each by recomputing its
+  // candidates with the same floating-point operations.
+  void Reconstruct(int best_s, double t_max, double e_max, GResult& result) {
+    const std::vector<int>& level_of_stages = AnyFrontier().level_of_stages;
+    int j = 0, s = best_s, i = 0, d = devices_[0];
+    while (s > 0) {
+      const double target = Row(j, s, i)[d];
+      const int level = level_of_stages[s];
+      const int pk = j > 0 && d == devices_[j] ? 1 : 0;
+      const std::vector<int>& sizes = group_spaces_[order_[j]].mesh_sizes;
+      double best_gap = kInf;
+      int bl = -1, bn = -1, bnk = 0;
+      for (int l = i + 1; l <= L_ - (s - 1); ++l) {
+        for (size_t n = 0; n < sizes.size(); ++n) {
+          const int size = sizes[n];
+          if (size > d) break;
+          const int ni = static_cast<int>(n);
+          for (int nk = 0; nk < 2; ++nk) {
+            double v = kInf;
+            if (l == L_) {
+              if (nk == 1 || s != 1 || j != k_ - 1) continue;
+              v = A(j, pk, 0, i, l, ni, level);
+            } else if (s >= 2 && nk == 0) {
+              v = A(j, pk, 0, i, l, ni, level) + Row(j, s - 1, l)[d - size];
+            } else if (s >= 2 && nk == 1 && j < k_ - 1) {
+              v = A(j, pk, 1, i, l, ni, level) + Row(j + 1, s - 1, l)[devices_[j + 1]];
+            }
+            if (v == kInf) continue;
+            const double gap = std::abs(v - target);
+            if (gap < best_gap) {
+              best_gap = gap;
+              bl = l;
+              bn = ni;
+              bnk = nk;
+            }
+          }
+        }
+      }
+      STRATOS_CHECK(bl >= 0 && best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
+                    "heterogeneous DP reconstruction lost the argmin at stage {} layer {}", s, i);
+      const double a = A(j, pk, bnk, i, bl, bn, level);
+      const StageFrontier& tables = *frontier_[j][pk][bnk];
+      const std::uint32_t cell = tables.cell_group[tables.Cell(i, bl, bn)];
+      const FrontierEntry* found = nullptr;
+      for (std::uint32_t e = tables.group_offsets[cell]; e < tables.group_offsets[cell + 1]; ++e) {
+        const FrontierEntry& entry = tables.entries[e];
+        if (entry.t > t_max) break;
+        if (entry.e <= e_max && entry.level >= level && entry.a == a) {
+          found = &entry;
+          break;
+        }
+      }
+      STRATOS_CHECK(found != nullptr, "no configuration of cell ({}, {}, {}) has a = {}", i, bl,
+                    bn, a);
+      result.stages.push_back({i, bl, group_spaces_[order_[j]].configs[found->config]});
+      result.max_t = std::max(result.max_t, found->t);
+      result.max_e = std::max(result.max_e, found->e);
+      if (bnk == 1) {
+        ++j;
+        d = devices_[j];
+      } else {
+        d -= sizes[bn];
+      }
+      i = bl;
+      --s;
+    }
+    STRATOS_CHECK(i == L_ && j == k_ - 1, "heterogeneous DP reconstruction ended at layer {}", i);
+  }
+
+  double* Row(int j, int s, int i) {
+    return f_.data() + offsets_[j] + (static_cast<size_t>(s) * (L_ + 1) + i) * (devices_[j] + 1);
+  }
+
+  const std::vector<SearchSpace>& group_spaces_;
+  const std::vector<int> order_;
+  const int k_, L_, S_, min_stages_, m_;
+  std::vector<double>& f_;  // shared by the orders: one DP at a time
+  std::vector<int> devices_;
+  std::vector<size_t> offsets_;
+  size_t total_ = 0;
+  // Per position j of the order, [receives from j - 1][sends to j + 1].
+  using Variants = std::array<std::array<std::shared_ptr<const StageFrontier>, 2>, 2>;
+  std::vector<Variants> frontier_;
+  std::vector<std::array<std::array<std::vector<double>, 2>, 2>> astar_;
+  std::vector<double> t_candidates_, e_candidates_;
+};
+
 // A pending rectangle of (t_max, e_max) candidates of one microbatch count: indices
 // [tl, th] x [el, eh] into StageFrontier::t_candidates x e_candidates, with a lower bound on G over
 // it (G at its upper corner, or beyond it).
@@ -230,6 +541,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::max(1, std::min({space.max_stages, L, space.num_devices}));
+  const bool heterogeneous = space.Heterogeneous();
 
   SearchResult result = StartSearchResult(Name(), options);
   SearchSummary& summary = result.summary;
@@ -251,29 +563,37 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     return false;
   };
 
-  // Evaluates G(t_candidates[ti], e_candidates[ei]), offers its plan (Evaluate()d) as the best,
-  // and returns G; *t_act, *e_act = indices of the plan's own max stage time and longest tail
-  // (every candidate pair in [*t_act, ti] x [*e_act, ei] is then settled: G is constant there and
-  // the objective no less than this plan's).
-  auto evaluate_g = [&](DpSolver& solver, const StageFrontier& tables, int ti, int ei, int* t_act,
-                        int* e_act) {
-    const GResult g = solver.Solve(tables.t_candidates[ti], tables.e_candidates[ei]);
+  // Evaluates G(t_candidates[ti], e_candidates[ei]) of `oracle`, offers its plan (Evaluate()d)
+  // as the best, and returns G; *t_act, *e_act = indices of the plan's own max stage time and
+  // longest tail (every candidate pair in [*t_act, ti] x [*e_act, ei] is then settled: G is
+  // constant there and the objective no less than this plan's).
+  auto evaluate_g = [&](GOracle& oracle, int ti, int ei, int* t_act, int* e_act) {
+    const std::vector<double>& tc = oracle.TCandidates();
+    const std::vector<double>& ec = oracle.ECandidates();
+    const GResult g = oracle.Solve(tc[ti], ec[ei]);
     ++summary.evaluations;
     if (g.sum_a == kInf) return kInf;
-    *t_act = static_cast<int>(
-        std::lower_bound(tables.t_candidates.begin(), tables.t_candidates.end(), g.max_t) -
-        tables.t_candidates.begin());
-    *e_act = static_cast<int>(
-        std::lower_bound(tables.e_candidates.begin(), tables.e_candidates.end(), g.max_e) -
-        tables.e_candidates.begin());
+    *t_act = static_cast<int>(std::lower_bound(tc.begin(), tc.end(), g.max_t) - tc.begin());
+    *e_act = static_cast<int>(std::lower_bound(ec.begin(), ec.end(), g.max_e) - ec.begin());
     Plan plan;
     plan.global_batch_size = problem.training.global_batch_size;
-    plan.num_microbatches = tables.m;
+    plan.num_microbatches = oracle.m();
     plan.schedule = problem.training.schedule;
     plan.stages = g.stages;
     const Estimate estimate = Evaluate(cost_model, plan);
     STRATOS_CHECK(estimate.Fits(), "DP plan does not fit: {} ({})", estimate.MemoryViolation(),
                   plan.Summary());
+    // The DP priced its stages as Evaluate() does (StageTable): the same sum of t_s + c_s and the
+    // same slowest stage, up to the order of the additions.
+    double sum_a = 0.0, max_t = 0.0;
+    for (const StageEstimate& stage : estimate.stages) {
+      sum_a += stage.microbatch_seconds + stage.one_time_seconds;
+      max_t = std::max(max_t, stage.microbatch_seconds);
+    }
+    STRATOS_CHECK(std::abs(sum_a - g.sum_a) <= 1e-9 * std::abs(sum_a) &&
+                      std::abs(max_t - g.max_t) <= 1e-9 * max_t,
+                  "the DP priced {} at sum {} and max {}; Evaluate() at {} and {}", plan.Summary(),
+                  g.sum_a, g.max_t, sum_a, max_t);
     if (summary.initial_iteration_seconds == kInf)
       summary.initial_iteration_seconds = estimate.iteration_seconds;
     if (estimate.iteration_seconds < best) {
@@ -293,22 +613,69 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     std::fprintf(stderr, "[dp %8.2fs] %s\n", SecondsSince(start), line.c_str());
   };
 
-  // Pass 1: per microbatch count, the unconstrained G (largest candidates) gives a plan and a
-  // lower bound (m - 1) * t_lb + e_lb + G(inf, inf) on everything else of that m.
-  struct Pending {
+  // Units of work: the microbatch counts, and on a heterogeneous cluster each with every order of
+  // a nonempty subset of the node groups (the stages visit the groups in runs).
+  struct Unit {
     int m;
+    std::vector<int> order;
+  };
+  std::vector<Unit> units;
+  std::vector<std::vector<int>> orders;
+  if (heterogeneous) {
+    const int groups = static_cast<int>(space.group_devices.size());
+    for (int mask = 1; mask < (1 << groups); ++mask) {
+      std::vector<int> order;
+      for (int g = 0; g < groups; ++g)
+        if (mask & (1 << g)) order.push_back(g);
+      do orders.push_back(order);
+      while (std::next_permutation(order.begin(), order.end()));
+    }
+  }
+  for (int m : space.num_microbatches) {
+    if (!heterogeneous) units.push_back({m, {}});
+    for (const std::vector<int>& order : orders) units.push_back({m, order});
+  }
+  // Each group's own configurations and mesh sizes, for the heterogeneous frontiers.
+  std::vector<SearchSpace> group_spaces;
+  for (size_t g = 0; heterogeneous && g < space.group_devices.size(); ++g) {
+    SearchSpace own = space;
+    own.configs.clear();
+    own.mesh_sizes.clear();
+    for (const StageConfig& config : space.configs)
+      if (config.node_group == static_cast<int>(g)) {
+        own.configs.push_back(config);
+        own.mesh_sizes.push_back(config.NumDevices());
+      }
+    std::sort(own.mesh_sizes.begin(), own.mesh_sizes.end());
+    own.mesh_sizes.erase(std::unique(own.mesh_sizes.begin(), own.mesh_sizes.end()),
+                         own.mesh_sizes.end());
+    own.num_devices = space.group_devices[g];
+    own.group_devices = {own.num_devices};
+    group_spaces.push_back(std::move(own));
+  }
+
+  // Pass 1: per unit, the unconstrained G (largest candidates) gives a plan and a lower bound
+  // (m - 1) * t_lb + e_lb + G(inf, inf) on everything else of that unit.
+  struct Pending {
+    size_t unit;
     double bound;
     double g_top;  // G at the largest candidates
     int t_act;     // [t_act, top] x [e_act, top] is settled
     int e_act;
-    std::shared_ptr<const StageFrontier> tables;  // kept for pass 2 while memory allows
+    std::shared_ptr<GOracle> oracle;  // kept for pass 2 while memory allows
   };
   // The tables every microbatch count needs whatever the model: decline rather than fail to
-  // allocate them (or spend hours filling them).
+  // allocate them (or spend hours filling them). A heterogeneous order holds up to four
+  // frontiers per group and a DP row per group, stage and layer.
   const int N = static_cast<int>(space.mesh_sizes.size());
+  const int num_groups = static_cast<int>(space.group_devices.size());
   const double table_bytes =
-      FrontierCellBytes(L, N) +
-      (sizeof(double) * (space.num_devices + 1.0) + sizeof(int)) * max_stages * (L + 1.0);
+      heterogeneous
+          ? FrontierCellBytes(L, N) * 4 * num_groups +
+                sizeof(double) * (space.num_devices + num_groups) * (max_stages + 1.0) * (L + 1.0)
+          : FrontierCellBytes(L, N) +
+                (sizeof(double) * (space.num_devices + 1.0) + sizeof(int)) * max_stages *
+                    (L + 1.0);
   const double memory_limit = MemoryLimitBytes(options);
   auto decline = [&](std::string message) {
     summary.termination = TerminationType::kDeclined;
@@ -340,42 +707,55 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   bool pass1_complete = true;
   DpSolver solver(space, L, max_stages);
   solver.SetDeadline(&deadline);
+  std::vector<double> hetero_buffer;  // the heterogeneous DP's table, one order at a time
+  // The heterogeneous frontiers of the microbatch count being built, shared by its orders.
+  FrontierCache cache;
+  int cache_m = 0;
+  auto make_oracle = [&](const Unit& unit) -> std::shared_ptr<GOracle> {
+    if (!heterogeneous)
+      return std::make_shared<HomogeneousOracle>(
+          std::make_shared<const StageFrontier>(
+              BuildStageFrontier(cost_model, space, max_stages, unit.m, &deadline)),
+          solver);
+    if (unit.m != cache_m) {
+      cache.clear();
+      cache_m = unit.m;
+    }
+    return std::make_shared<HeteroOracle>(cost_model, group_spaces, unit.order, space.min_stages,
+                                          max_stages, unit.m, &deadline, cache, hetero_buffer);
+  };
   // Tables kept between the passes: a few MB per microbatch count on GPT ladders.
   constexpr double kKeptTablesBudgetBytes = 512.0 * 1024.0 * 1024.0;
   double kept_bytes = 0;
   try {
-    for (int m : space.num_microbatches) {
+    for (size_t u = 0; u < units.size(); ++u) {
       if (out_of_budget()) {
         stopped = true;
         pass1_complete = false;
         break;
       }
-      auto shared = std::make_shared<const StageFrontier>(
-          BuildStageFrontier(cost_model, space, max_stages, m, &deadline));
-      const StageFrontier& tables = *shared;
-      if (tables.t_candidates.empty()) continue;
-      solver.Use(tables);
-      const int t_top = static_cast<int>(tables.t_candidates.size()) - 1;
-      const int e_top = static_cast<int>(tables.e_candidates.size()) - 1;
+      const int m = units[u].m;
+      std::shared_ptr<GOracle> oracle = make_oracle(units[u]);
+      const std::vector<double>& tc = oracle->TCandidates();
+      const std::vector<double>& ec = oracle->ECandidates();
+      if (tc.empty()) continue;
+      const int t_top = static_cast<int>(tc.size()) - 1;
+      const int e_top = static_cast<int>(ec.size()) - 1;
       int t_act = t_top, e_act = e_top;
-      const double g = evaluate_g(solver, tables, t_top, e_top, &t_act, &e_act);
+      const double g = evaluate_g(*oracle, t_top, e_top, &t_act, &e_act);
       if (g == kInf) continue;
-      const double t_lb = std::max(tables.t_candidates.front(), tables.t_lower_bound);
-      const double e_lb = std::max(tables.e_candidates.front(), tables.e_lower_bound);
+      const double t_lb = std::max(tc.front(), oracle->TLowerBound());
+      const double e_lb = std::max(ec.front(), oracle->ELowerBound());
       const double bound = (m - 1) * t_lb + e_lb + g;
       if (t_act > 0 || e_act > 0) {
-        const double bytes = tables.Bytes();
-        if (kept_bytes + bytes <= kKeptTablesBudgetBytes) {
-          kept_bytes += bytes;
-        } else {
-          shared.reset();  // rebuilt in pass 2 if needed
-        }
-        pending.push_back({m, bound, g, t_act, e_act, shared});
+        const double bytes = oracle->Bytes();
+        const bool keep = kept_bytes + bytes <= kKeptTablesBudgetBytes;
+        if (keep) kept_bytes += bytes;
+        pending.push_back({u, bound, g, t_act, e_act, keep ? oracle : nullptr});
       }
-      progress(fmt::format("m={}: {} frontier entries, {} x {} candidate stage times x tails, "
-                           "bound {:.6g} s, best {:.6g} s",
-                           m, tables.entries.size(), tables.t_candidates.size(),
-                           tables.e_candidates.size(), bound, best),
+      progress(fmt::format("{}, {} x {} candidate stage times x tails, bound {:.6g} s, best "
+                           "{:.6g} s",
+                           oracle->Describe(), tc.size(), ec.size(), bound, best),
                false);
     }
   } catch (const Deadline::Expired&) {
@@ -393,7 +773,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   try {
     for (size_t k = 0; k < pending.size() && !stopped; ++k) {
       current = k;
-      const int m = pending[k].m;
+      const int m = units[pending[k].unit].m;
       if (pending[k].bound >= best) break;  // sorted: every later m is pruned too
       if (out_of_budget()) {
         stopped = true;
@@ -401,19 +781,15 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
         break;
       }
       ++summary.iterations;
-      std::shared_ptr<const StageFrontier> shared = std::move(pending[k].tables);
-      if (!shared)
-        shared = std::make_shared<const StageFrontier>(
-            BuildStageFrontier(cost_model, space, max_stages, m, &deadline));
-      const StageFrontier& tables = *shared;
-      const std::vector<double>& tc = tables.t_candidates;
-      const std::vector<double>& ec = tables.e_candidates;
-      solver.Use(tables);
+      std::shared_ptr<GOracle> oracle = std::move(pending[k].oracle);
+      if (!oracle) oracle = make_oracle(units[pending[k].unit]);
+      const std::vector<double>& tc = oracle->TCandidates();
+      const std::vector<double>& ec = oracle->ECandidates();
       // No plan has its max below the lower bounds: candidates under them need no exploring.
       const int t_first = static_cast<int>(
-          std::lower_bound(tc.begin(), tc.end(), tables.t_lower_bound) - tc.begin());
+          std::lower_bound(tc.begin(), tc.end(), oracle->TLowerBound()) - tc.begin());
       const int e_first = static_cast<int>(
-          std::lower_bound(ec.begin(), ec.end(), tables.e_lower_bound) - ec.begin());
+          std::lower_bound(ec.begin(), ec.end(), oracle->ELowerBound()) - ec.begin());
       RectangleQueue queue;
       auto push = [&](int tl, int th, int el, int eh, double g_lower, bool corner) {
         tl = std::max(tl, t_first);
@@ -470,10 +846,10 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
             em = r.el + (r.eh - r.el) / 2;
         }
         int ta = tm, ea = em;
-        const double g = evaluate_g(solver, tables, tm, em, &ta, &ea);
+        const double g = evaluate_g(*oracle, tm, em, &ta, &ea);
         split(r, tm, em, g, ta, ea);
-        progress(fmt::format("m={}: {} G evaluations, {} open rectangles, best {:.6g} s", m,
-                             summary.evaluations, queue.size(), best),
+        progress(fmt::format("{}: {} G evaluations, {} open rectangles, best {:.6g} s",
+                             oracle->Describe(), summary.evaluations, queue.size(), best),
                  false);
       }
     }
@@ -490,11 +866,20 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     if (result.plan) {
       summary.termination = TerminationType::kOptimal;
       summary.lower_bound_seconds = best;
-      summary.message = fmt::format("optimal over {} microbatch counts: {}",
-                                    space.num_microbatches.size(), result.plan->Summary());
+      summary.message =
+          heterogeneous
+              ? fmt::format("optimal over {} microbatch counts and {} orders of the node groups: {}",
+                            space.num_microbatches.size(), orders.size(), result.plan->Summary())
+              : fmt::format("optimal over {} microbatch counts: {}",
+                            space.num_microbatches.size(), result.plan->Summary());
     } else {
       summary.termination = TerminationType::kInfeasible;
-      summary.message = ExplainNoFeasiblePlan(cost_model, space, max_stages);
+      summary.message =
+          heterogeneous
+              ? fmt::format("no feasible plan: on no order of the {} node groups do {} to {} "
+                            "stages fit in device memory with any microbatch count",
+                            num_groups, space.min_stages, max_stages)
+              : ExplainNoFeasiblePlan(cost_model, space, max_stages);
     }
   } else {
     summary.termination = stop_reason;

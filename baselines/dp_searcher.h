@@ -27,8 +27,15 @@
 // [e_act, e_max], and bounds G by its value on the rest of the pairs below (t_max, e_max); the
 // rest of the rectangle is split off as (at most four) rectangles.
 //
+// Heterogeneous clusters (several node groups; the stages of a group run consecutively and each
+// group has at most one run, SearchSpace::group_devices): an outer enumeration of the orders of
+// every nonempty subset of the groups, as Metis and AMP enumerate device-group orders, and for
+// each order the DP above with the position in the order in its state and each group's free
+// devices for d (HeteroOracle in the .cc): G(t_max, e_max) is exact per order, and the same
+// rectangle search runs over the units (microbatch count, order).
+//
 // SearchSummary: algorithm "dp"; evaluations = G evaluations; iterations = microbatch counts
-// processed; termination kOptimal with lower_bound_seconds = best, kTimeLimit (best plan so far,
+// (and orders) processed; termination kOptimal with lower_bound_seconds = best, kTimeLimit (best plan so far,
 // lower bound when every microbatch count has one), kEvaluationLimit, or kInfeasible with the
 // reason (e.g. the layer that does not fit in memory on any mesh, and by how much).
 #include "search/searcher.h"

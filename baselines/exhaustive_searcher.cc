@@ -81,14 +81,18 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
 
   IncumbentTracker incumbent(options, result, start);
   bool stopped = false;
+  // Devices taken in each node group, and the groups whose run of stages has ended.
+  std::vector<int> used(space.group_devices.size(), 0);
+  std::vector<char> closed(space.group_devices.size(), 0);
 
   Plan plan;
   plan.global_batch_size = problem.training.global_batch_size;
   plan.schedule = problem.training.schedule;
   std::vector<const StageConfig*> valid;
 
-  // Assigns stage `s` of `num_stages` starting at layer `first` with `used` devices taken.
-  std::function<void(int, int, int, int)> assign = [&](int s, int num_stages, int first, int used) {
+  // Assigns stage `s` of `num_stages` starting at layer `first` with `total` devices taken.
+  std::function<void(int, int, int, int)> assign = [&](int s, int num_stages, int first,
+                                                       int total) {
     if (stopped) return;
     if (s == num_stages) {
       if ((summary.evaluations & 1023) == 0 && SecondsSince(start) >= options.time_limit_seconds) {
@@ -103,11 +107,20 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
     const int remaining = num_stages - s - 1;
     const int last_end = s == num_stages - 1 ? L : L - remaining;
     const int first_end = s == num_stages - 1 ? L : first + 1;
+    const int previous = s > 0 ? plan.stages[s - 1].config.node_group : -1;
     for (int end = first_end; end <= last_end; ++end) {
       for (const StageConfig* config : valid) {
-        if (used + config->NumDevices() > D) continue;
+        const int g = config->node_group;
+        const int n = config->NumDevices();
+        if (total + n > D || used[g] + n > space.group_devices[g] || closed[g]) continue;
         plan.stages[s] = {first, end, *config};
-        assign(s + 1, num_stages, end, used + config->NumDevices());
+        // Leaving the previous group's run closes it.
+        const bool leaves = previous >= 0 && previous != g;
+        if (leaves) closed[previous] = 1;
+        used[g] += n;
+        assign(s + 1, num_stages, end, total + n);
+        used[g] -= n;
+        if (leaves) closed[previous] = 0;
         if (stopped) return;
       }
     }

@@ -3,7 +3,9 @@
 // stage count in [min_stages, max_stages], every set of contiguous cuts and every per-stage
 // configuration of the shared SearchSpace (skipping only configurations CostModel::CheckConfig
 // rejects for m and tuples over the device budget), prices each complete plan with Evaluate()
-// and keeps the best that fits in memory. Nothing clever, so it checks DP, ILP and relax.
+// and keeps the best that fits in memory. Nothing clever, so it checks DP, ILP and relax. On a
+// heterogeneous cluster the configurations carry their node group: the stages of a group stay
+// within its device budget and visit the groups in runs (SearchSpace::group_devices).
 //
 // Declines, before any work, problems with more plans than options.max_evaluations (5e6 when
 // 0): TerminationType::kDeclined with "problem too large for exhaustive search: N plans ...".
@@ -23,7 +25,9 @@ class ExhaustiveSearcher : public Searcher {
   // Throws InputError for invalid options (SearchOptions::Validate, SearchSpace::Build).
   SearchResult Search(const Problem& problem, const SearchOptions& options) override;
 
-  // Number of plans Search() would Evaluate() (a double: it may be astronomically large).
+  // Number of plans Search() would Evaluate() (a double: it may be astronomically large). On a
+  // heterogeneous cluster an upper bound: tuples are counted against the total device budget,
+  // neither per group nor in runs.
   static double CountPlans(const Problem& problem, const SearchSpace& space);
 };
 

@@ -655,6 +655,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
+  if (std::optional<SearchResult> declined = DeclineHeterogeneous(Name(), space, options, start))
+    return *declined;
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);

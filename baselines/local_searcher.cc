@@ -61,6 +61,8 @@ SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& 
   options.Validate();
   local_options_.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
+  if (std::optional<SearchResult> declined = DeclineHeterogeneous(Name(), space, options, start))
+    return *declined;
   const CostModel cost_model(problem);
   const RelaxTables tables = BuildRelaxTables(cost_model, space);
   PlanPolisher polisher(tables);

@@ -362,6 +362,8 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
   options.Validate();
   mcmc_options_.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
+  if (std::optional<SearchResult> declined = DeclineHeterogeneous(Name(), space, options, start))
+    return *declined;
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);

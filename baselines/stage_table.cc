@@ -9,7 +9,7 @@
 namespace stratos {
 
 StageTable::StageTable(const CostModel& cost_model, const std::vector<StageConfig>& configs,
-                       int num_microbatches)
+                       int num_microbatches, int previous_group, int next_group)
     : num_microbatches_(num_microbatches),
       num_layers_(cost_model.problem().NumLayers()),
       configs_(configs),
@@ -38,7 +38,8 @@ StageTable::StageTable(const CostModel& cost_model, const std::vector<StageConfi
     for (int first = 0; first < 2; ++first)
       for (int last = 0; last < 2; ++last)
         overhead_[c * 4 + first * 2 + last] =
-            cost_model.StageOverhead(configs_[c], num_microbatches, first != 0, last != 0);
+            cost_model.StageOverhead(configs_[c], num_microbatches, first != 0, last != 0,
+                                     previous_group, next_group);
   }
 }
 
@@ -53,12 +54,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
 StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
-                                 int max_stages, int m, const Deadline* deadline) {
+                                 int max_stages, int m, const Deadline* deadline,
+                                 int previous_group, int next_group) {
   const Problem& problem = cost_model.problem();
   const int L = problem.NumLayers();
   const int N = static_cast<int>(space.mesh_sizes.size());
-  const double capacity = cost_model.DeviceMemoryCapacityBytes();
-  const StageTable table(cost_model, space.configs, m);
+  const StageTable table(cost_model, space.configs, m, previous_group, next_group);
 
   StageFrontier frontier;
   frontier.m = m;
@@ -150,6 +151,7 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
     for (auto& b : bucket) b.clear();
     for (int c : table.ValidConfigs()) {
       const int n = mesh_of_config[c];
+      const double capacity = cost_model.DeviceMemoryCapacityBytes(space.configs[c].node_group);
       bool skip_to_last = false;
       StageTerms inner = table.Overhead(c, i == 0, false);
       // Only the last stage is new when every other cell of the row is shared.

@@ -19,9 +19,11 @@ namespace stratos {
 class StageTable {
  public:
   // Prices every configuration of `configs` that CostModel::CheckConfig accepts with
-  // `num_microbatches`; the others are listed as invalid (Valid(c) == false).
+  // `num_microbatches`; the others are listed as invalid (Valid(c) == false). The overheads
+  // send to `next_group` and receive from `previous_group` (CostModel::StageOverhead; -1: the
+  // stage's own group).
   StageTable(const CostModel& cost_model, const std::vector<StageConfig>& configs,
-             int num_microbatches);
+             int num_microbatches, int previous_group = -1, int next_group = -1);
 
   int num_microbatches() const { return num_microbatches_; }
   int NumConfigs() const { return static_cast<int>(configs_.size()); }
@@ -35,7 +37,8 @@ class StageTable {
   const StageTerms& Layer(int layer, int config_index) const {
     return layer_terms_[static_cast<size_t>(layer_class_[layer]) * configs_.size() + config_index];
   }
-  // StageOverhead(Config(c), m, first_stage, last_stage). Requires Valid(c).
+  // StageOverhead(Config(c), m, first_stage, last_stage, previous_group, next_group). Requires
+  // Valid(c).
   const StageTerms& Overhead(int config_index, bool first_stage, bool last_stage) const {
     return overhead_[static_cast<size_t>(config_index) * 4 + (first_stage ? 2 : 0) +
                      (last_stage ? 1 : 0)];
@@ -113,10 +116,14 @@ struct StageFrontier {
 // Builds the frontier of microbatch count `num_microbatches` for plans of up to `max_stages`
 // stages. O(L^2 * configs) time (stage terms; shared groups' frontiers are built once); memory
 // O(L^2 * mesh sizes) plus the groups' frontiers (FrontierCellBytes). With a deadline, checks it
-// once per first layer (Deadline::Expired propagates).
+// once per first layer (Deadline::Expired propagates). Each configuration's memory is checked
+// against its node group's devices; the stages send to `next_group` and receive from
+// `previous_group` (StageTable), which on a heterogeneous cluster makes one frontier per stage
+// position in a run of a node group.
 StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
                                  int max_stages, int num_microbatches,
-                                 const Deadline* deadline = nullptr);
+                                 const Deadline* deadline = nullptr, int previous_group = -1,
+                                 int next_group = -1);
 
 // Bytes of a frontier's cell index for `num_layers` layers and `num_meshes` mesh sizes: what
 // BuildStageFrontier allocates whatever the model (the groups' frontiers come on top).

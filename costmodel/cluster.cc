@@ -165,6 +165,13 @@ std::string ClusterSpec::GroupLabel(int group) const {
                      g.gpus_per_node, g.device);
 }
 
+std::string ClusterSpec::NodesLabel() const {
+  if (NumGroups() <= 1) return fmt::format("{} x {}", NumNodes(), name);
+  std::string label = name + ":";
+  for (int g = 0; g < NumGroups(); ++g) label += fmt::format("{} {}", g == 0 ? "" : ",", GroupLabel(g));
+  return label;
+}
+
 ClusterSpec ClusterSpec::GroupView(int group) const {
   ClusterSpec view = *this;
   view.name = fmt::format("{}/{}", name, NameOf(Group(group)));

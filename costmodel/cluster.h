@@ -209,6 +209,9 @@ struct ClusterSpec {
   int GroupIndex(const std::string& name) const;
   // e.g. "a100 (4 x 8 A100-SXM4-80GB)".
   std::string GroupLabel(int group) const;
+  // The nodes in one phrase: "4 x dgx-a100-80gb", or for several groups
+  // "mixed: a100 (2 x 8 A100), v100 (2 x 8 V100)".
+  std::string NodesLabel() const;
   // A homogeneous cluster made of group `group` alone: its node group, its two network levels,
   // the device catalog and the cluster's collective calibration. The cost model prices a stage
   // on the view of its group, so every homogeneous formula applies unchanged.

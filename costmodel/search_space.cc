@@ -33,16 +33,18 @@ void SpaceOptions::Validate() const {
          "must include none (stages without data parallelism have nothing to compress)");
 }
 
+bool SearchSpace::GroupsInRuns(const std::vector<int>& stage_groups) {
+  for (size_t s = 1; s < stage_groups.size(); ++s) {
+    if (stage_groups[s] == stage_groups[s - 1]) continue;
+    for (size_t t = 0; t + 1 < s; ++t)
+      if (stage_groups[t] == stage_groups[s]) return false;  // a second run of that group
+  }
+  return true;
+}
+
 SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& options) {
   options.Validate();
   const ClusterSpec& cluster = problem.cluster;
-  if (!cluster.IsHomogeneous())
-    ThrowInputError(cluster.source, "node_group", cluster.node_groups.size(),
-                    "heterogeneous clusters (several node groups) are not searchable yet; "
-                    "`stratos evaluate` prices a plan on one (--plan, or --tp/--pp/--dp with "
-                    "--stage-groups)");
-  const int gpus_per_node = cluster.GpusPerNode();
-  const int num_nodes = cluster.NumNodes();
   const int batch = problem.training.global_batch_size;
   const CostModel cost_model(problem);
   SearchSpace space;
@@ -56,28 +58,33 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
     ThrowOptionError("space.min_stages", space.min_stages,
                      fmt::format("exceeds the {} stages this problem allows", space.max_stages));
 
-  // Meshes (Alpa's submesh shapes restricted to powers of two).
-  std::vector<std::pair<int, int>> meshes;
-  for (int g = 1; g < gpus_per_node; g *= 2)
-    if (gpus_per_node % g == 0) meshes.push_back({1, g});
-  for (int n = 1; n <= num_nodes; n *= 2) meshes.push_back({n, gpus_per_node});
-  const int max_tp = options.max_tensor_parallel > 0
-                         ? std::min(options.max_tensor_parallel, gpus_per_node)
-                         : gpus_per_node;
-  for (auto [nodes, gpn] : meshes) {
-    space.mesh_sizes.push_back(nodes * gpn);
-    for (int tp = 1; tp <= std::min(max_tp, gpn); tp *= 2) {
-      if (gpn % tp != 0) continue;
-      const int dp = nodes * gpn / tp;
-      if (options.max_data_parallel > 0 && dp > options.max_data_parallel) continue;
-      for (int zero = 0; zero <= ((dp > 1 && options.allow_zero) ? 3 : 0); ++zero) {
-        for (Recompute recompute : options.recompute)
-          for (const CompressionSpec& compression : options.grad_compressions) {
-            if (compression.kind != GradCompression::kNone && dp == 1) continue;
-            StageConfig config{nodes, gpn, dp, tp, zero, recompute, compression};
-            if (!cost_model.CheckStructure(config).empty()) continue;
-            space.configs.push_back(config);
-          }
+  // Meshes (Alpa's submesh shapes restricted to powers of two), in each node group.
+  for (int group = 0; group < cluster.NumGroups(); ++group) {
+    const int gpus_per_node = cluster.Group(group).gpus_per_node;
+    const int num_nodes = cluster.Group(group).count;
+    space.group_devices.push_back(cluster.GroupDevices(group));
+    std::vector<std::pair<int, int>> meshes;
+    for (int g = 1; g < gpus_per_node; g *= 2)
+      if (gpus_per_node % g == 0) meshes.push_back({1, g});
+    for (int n = 1; n <= num_nodes; n *= 2) meshes.push_back({n, gpus_per_node});
+    const int max_tp = options.max_tensor_parallel > 0
+                           ? std::min(options.max_tensor_parallel, gpus_per_node)
+                           : gpus_per_node;
+    for (auto [nodes, gpn] : meshes) {
+      space.mesh_sizes.push_back(nodes * gpn);
+      for (int tp = 1; tp <= std::min(max_tp, gpn); tp *= 2) {
+        if (gpn % tp != 0) continue;
+        const int dp = nodes * gpn / tp;
+        if (options.max_data_parallel > 0 && dp > options.max_data_parallel) continue;
+        for (int zero = 0; zero <= ((dp > 1 && options.allow_zero) ? 3 : 0); ++zero) {
+          for (Recompute recompute : options.recompute)
+            for (const CompressionSpec& compression : options.grad_compressions) {
+              if (compression.kind != GradCompression::kNone && dp == 1) continue;
+              StageConfig config{nodes, gpn, dp, tp, zero, recompute, compression, group};
+              if (!cost_model.CheckStructure(config).empty()) continue;
+              space.configs.push_back(config);
+            }
+        }
       }
     }
   }

@@ -35,9 +35,19 @@ struct SearchSpace {
   int max_stages = 1;
   int num_devices = 0;                    // device budget: sum of stage meshes <= num_devices
   std::vector<int> mesh_sizes;            // distinct NumDevices() of configs, ascending
+  // Device budget of each node group (ClusterSpec::GroupDevices): the meshes of the stages in
+  // group g sum to at most group_devices[g]. One entry (= num_devices) on a homogeneous cluster.
+  // On a heterogeneous one, a plan's stages visit the groups in runs: the stages of one group
+  // are consecutive, and each group has at most one run (the order of the runs is free).
+  std::vector<int> group_devices;
+
+  bool Heterogeneous() const { return group_devices.size() > 1; }
+  // Whether the stage groups of a plan, in pipeline order, respect the runs rule above.
+  static bool GroupsInRuns(const std::vector<int>& stage_groups);
 
   // Mesh sizes: 1, 2, 4, ... up to gpus_per_node, then k * gpus_per_node for k = 1, 2, 4, ...
-  // up to the node count (powers of two, as Megatron-LM and most published plans use).
+  // up to the node count (powers of two, as Megatron-LM and most published plans use), in each
+  // node group, with the configurations of group g carrying node_group = g.
   // For each mesh: every DP x TP with TP <= max_tensor_parallel dividing the node and the heads,
   // ZeRO 0 (and 1-3 when DP > 1 and allowed), every allowed recompute mode, and every allowed
   // gradient compression where CheckStructure accepts it (DP > 1, ZeRO 0-1).

@@ -128,4 +128,41 @@ Problem MakeRandomSmallProblem(std::uint64_t seed) {
   return problem;
 }
 
+Problem MakeRandomSmallHeterogeneousProblem(std::uint64_t seed) {
+  Problem problem = MakeRandomSmallProblem(seed);
+  std::mt19937_64 rng(seed * 7919 + 1);
+  std::uniform_int_distribution<int> coin(0, 1);
+  std::uniform_real_distribution<double> speed(0.2, 1.0);
+  std::uniform_real_distribution<double> memory_share(0.3, 1.5);
+  std::uniform_real_distribution<double> log_bandwidth(9.0, 11.5);
+  ClusterSpec& cluster = problem.cluster;
+  const double memory = problem.cluster.devices.front().memory_bytes;
+  cluster.name = problem.model.name + "-mixed";
+  cluster.devices.clear();
+  cluster.node_groups.clear();
+  cluster.networks.clear();
+  const int groups = 2 + coin(rng);
+  for (int g = 0; g < groups; ++g) {
+    const std::string device = fmt::format("gpu-{}", g);
+    cluster.devices.push_back(
+        {device, 100e12 * speed(rng), memory * memory_share(rng), 1e12 * speed(rng), 0.8, 0.0,
+         "synthetic"});
+    NodeGroup group{1, 1 + coin(rng), device, fmt::format("g{}", g)};
+    group.intra_node_network = static_cast<int>(cluster.networks.size());
+    group.inter_node_network = group.intra_node_network + 1;
+    cluster.networks.push_back(
+        {fmt::format("intra-{}", g), std::pow(10.0, log_bandwidth(rng) + 0.5), 5e-6, 1.0, ""});
+    cluster.networks.push_back(
+        {fmt::format("inter-{}", g), std::pow(10.0, log_bandwidth(rng)), 10e-6, 1.0, ""});
+    cluster.node_groups.push_back(group);
+  }
+  if (coin(rng) == 1) {
+    // 10 MB/s to 3 GB/s: slow enough that crossing it weighs against the groups' speed.
+    std::uniform_real_distribution<double> log_link(7.0, 9.5);
+    cluster.networks.push_back({"between", std::pow(10.0, log_link(rng)), 50e-6, 1.0, "synthetic"});
+    cluster.group_links.push_back({0, 1, static_cast<int>(cluster.networks.size()) - 1});
+  }
+  return problem;
+}
+
 }  // namespace stratos

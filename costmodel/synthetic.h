@@ -46,4 +46,10 @@ std::vector<SeedCaseRow> ReadSeedPartitionCases(const std::string& path = Defaul
 // 1-2 node cluster with tight memory, random batch), small enough for ExhaustiveSearcher.
 Problem MakeRandomSmallProblem(std::uint64_t seed);
 
+// A small random problem on a heterogeneous cluster: MakeRandomSmallProblem's model on 2 or 3
+// node groups (one node of 1 or 2 GPUs each) whose devices differ in speed and memory, each
+// group with its own two network levels, and on about half of them a slow [[group_link]] (10 MB/s
+// to 3 GB/s) between the first two. Small enough for ExhaustiveSearcher with at most 3 stages.
+Problem MakeRandomSmallHeterogeneousProblem(std::uint64_t seed);
+
 }  // namespace stratos

@@ -127,15 +127,9 @@ int RunEvaluate(const EvaluateArgs& args) {
     plan = UniformPlan(problem, args);
   }
   const Estimate estimate = Evaluate(problem, plan);
-  const ClusterSpec& cluster = problem.cluster;
-  std::string nodes = fmt::format("{} x {}", cluster.NumNodes(), cluster.name);
-  if (cluster.NumGroups() > 1) {
-    nodes = cluster.name + ":";
-    for (int g = 0; g < cluster.NumGroups(); ++g)
-      nodes += fmt::format("{} {}", g == 0 ? "" : ",", cluster.GroupLabel(g));
-  }
-  fmt::print("problem: {} on {} ({} devices), global batch {}\n", problem.model.name, nodes,
-             problem.NumDevices(), problem.training.global_batch_size);
+  fmt::print("problem: {} on {} ({} devices), global batch {}\n", problem.model.name,
+             problem.cluster.NodesLabel(), problem.NumDevices(),
+             problem.training.global_batch_size);
   fmt::print("{}", EstimateReport(estimate, plan));
   if (!args.json_file.empty()) {
     nlohmann::json json = EstimateToJson(estimate, plan);

@@ -111,9 +111,9 @@ int RunImport(const ImportArgs& args) {
   if (layout.tensor_parallel > 1) problem.training.sequence_parallel = layout.sequence_parallel;
   const Plan plan = PlanFromLayout(problem, layout, args.file);
   const Estimate estimate = Evaluate(problem, plan);
-  fmt::print("problem: {} on {} x {} ({} devices), global batch {}, seq {}\n",
-             problem.model.name, problem.cluster.NumNodes(), problem.cluster.name,
-             problem.NumDevices(), problem.training.global_batch_size, problem.model.seq_length);
+  fmt::print("problem: {} on {} ({} devices), global batch {}, seq {}\n", problem.model.name,
+             problem.cluster.NodesLabel(), problem.NumDevices(),
+             problem.training.global_batch_size, problem.model.seq_length);
   fmt::print("{}", EstimateReport(estimate, plan));
   if (!args.plan_output.empty()) {
     WriteJsonAtomically(args.plan_output, PlanToJson(plan));

@@ -39,6 +39,13 @@ double MinHeadroomBytes(const Estimate& estimate) {
 }
 
 nlohmann::json ProblemJson(const Problem& problem) {
+  const ClusterSpec& cluster = problem.cluster;
+  nlohmann::json groups = nlohmann::json::array();
+  for (int g = 0; g < cluster.NumGroups(); ++g)
+    groups.push_back({{"name", cluster.GroupName(g)},
+                      {"device", cluster.Group(g).device},
+                      {"nodes", cluster.Group(g).count},
+                      {"gpus_per_node", cluster.Group(g).gpus_per_node}});
   return {{"model", problem.model.name},
           {"model_source", problem.model.source},
           {"parameters", problem.model.ParameterCount()},
@@ -46,6 +53,7 @@ nlohmann::json ProblemJson(const Problem& problem) {
           {"cluster", problem.cluster.name},
           {"cluster_source", problem.cluster.source},
           {"nodes", problem.cluster.NumNodes()},
+          {"node_groups", groups},
           {"devices", problem.NumDevices()},
           {"global_batch_size", problem.training.global_batch_size},
           {"seq_length", problem.model.seq_length},
@@ -191,10 +199,10 @@ int RunSearch(const SearchArgs& args) {
     problem.training =
         RuntimeTraining(problem.training.global_batch_size, problem.training.schedule);
   const CostModel cost_model(problem);
-  fmt::print("problem: {} ({:.3f} B parameters, {} layers) on {} x {} ({} devices), global batch "
+  fmt::print("problem: {} ({:.3f} B parameters, {} layers) on {} ({} devices), global batch "
              "{}, seq {}, {}\n",
              problem.model.name, problem.model.ParameterCount() / 1e9, problem.NumLayers(),
-             problem.cluster.NumNodes(), problem.cluster.name, problem.NumDevices(),
+             problem.cluster.NodesLabel(), problem.NumDevices(),
              problem.training.global_batch_size, problem.model.seq_length,
              ScheduleName(problem.training.schedule));
 

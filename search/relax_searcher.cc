@@ -587,6 +587,8 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
 
   const SearchSpace space = SearchSpace::Build(problem, options.space);
+  if (std::optional<SearchResult> declined = DeclineHeterogeneous("relax", space, options, start))
+    return *declined;
   const CostModel cost_model(problem);
   const RelaxTables tables = BuildRelaxTables(cost_model, space);
   PlanPolisher polisher(tables);

@@ -128,7 +128,7 @@ expect_one_line_error "a plan that does not fit the problem names the key" \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
 # Heterogeneous clusters: each stage is priced on its own group (the one-line refusal before
 # that is gone); the groups, their counts and a stage's group come from flags checked with
-# one-line errors; the searchers refuse them, pointing at evaluate.
+# one-line errors; dp searches them, the searchers that do not yet decline.
 expect "evaluate prices AMP's cluster per group" 0 \
   "g4dn.12xlarge +T4-16GB +4/4 " -- \
   "$STRATOS" evaluate --model gpt2 --cluster amp-het-cluster --global-batch 32 \
@@ -148,10 +148,14 @@ expect_one_line_error "stages that overfill a group name it" \
   "stages = 16 devices in node group h100: the group has only 8 devices" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-h100-a100 --global-batch 512 \
   --tp 8 --pp 2 --dp 1 --micro-batch 1 --stage-groups h100,h100
-expect_one_line_error "search refuses a heterogeneous cluster and points at evaluate" \
-  "not searchable yet; .stratos evaluate. prices a plan on one" -- \
-  "$STRATOS" search --model gpt2 --cluster amp-het-cluster --global-batch 32 --algo dp \
-  --output-dir "$WORK/x"
+expect "dp searches a heterogeneous cluster, per-group budgets and group order included" 0 \
+  "dp +optimal .* 0.00" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-h100-a100 --nodes h100=2,a100=2 --global-batch 256 \
+  --algo dp,relax --output-dir "$WORK/hetero"
+expect "the searchers that do not take one yet say so" 0 \
+  "relax does not search heterogeneous clusters \(2 node groups\) yet; dp and exhaustive do" -- \
+  cat "$WORK/hetero/summary.json"
+expect "the summary lists the node groups" 0 '"name": "a100"' -- cat "$WORK/hetero/summary.json"
 # Hardening: an empty or root output directory is refused (it wrote summary.json, plans/ and
 # traces/ into /); a batch of 2^31 - 1 searches in well under a second (it died with SIGFPE in
 # the microbatch-count loop) and skips the trace of 2^31 - 1 microbatches instead of simulating it.

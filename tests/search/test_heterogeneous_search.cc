@@ -1,0 +1,147 @@
+// Searching heterogeneous clusters: the DP (an outer enumeration of node-group orders) equals the
+// exhaustive search, which visits the groups in runs within each group's device budget; the
+// searchers that do not take such clusters yet decline them.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "baselines/dp_searcher.h"
+#include "baselines/exhaustive_searcher.h"
+#include "baselines/grid_searcher.h"
+#include "baselines/ilp_searcher.h"
+#include "baselines/local_searcher.h"
+#include "baselines/mcmc_searcher.h"
+#include "costmodel/evaluate.h"
+#include "costmodel/synthetic.h"
+#include "search/relax_searcher.h"
+#include "tests/search/search_test_util.h"
+
+namespace stratos {
+namespace {
+
+// The space the exhaustive search can cover on the random heterogeneous problems.
+SearchOptions SmallSpace() {
+  SearchOptions options;
+  options.space.max_stages = 3;
+  options.space.allow_zero = false;
+  options.space.recompute = {Recompute::kNone, Recompute::kFull};
+  return options;
+}
+
+std::vector<int> StageGroups(const Plan& plan) {
+  std::vector<int> groups;
+  for (const StagePlan& stage : plan.stages) groups.push_back(stage.config.node_group);
+  return groups;
+}
+
+}  // namespace
+
+TEST_CASE("the runs rule: each group's stages are consecutive, each group at most one run") {
+  CHECK(SearchSpace::GroupsInRuns({}));
+  CHECK(SearchSpace::GroupsInRuns({0, 0, 1, 1, 2}));
+  CHECK(SearchSpace::GroupsInRuns({2, 0}));
+  CHECK_FALSE(SearchSpace::GroupsInRuns({0, 1, 0}));
+  CHECK_FALSE(SearchSpace::GroupsInRuns({1, 1, 2, 1}));
+}
+
+TEST_CASE("the search space of a heterogeneous cluster has each group's meshes and budget") {
+  const Problem problem = MakeRandomSmallHeterogeneousProblem(3);
+  const SearchSpace space = SearchSpace::Build(problem, SmallSpace().space);
+  REQUIRE(space.Heterogeneous());
+  REQUIRE(space.group_devices.size() == problem.cluster.node_groups.size());
+  int devices = 0;
+  for (size_t g = 0; g < space.group_devices.size(); ++g) {
+    CHECK(space.group_devices[g] == problem.cluster.GroupDevices(static_cast<int>(g)));
+    devices += space.group_devices[g];
+    bool has_config = false;
+    for (const StageConfig& config : space.configs)
+      if (config.node_group == static_cast<int>(g)) {
+        has_config = true;
+        CHECK(config.mesh_gpus_per_node <= problem.cluster.Group(static_cast<int>(g)).gpus_per_node);
+      }
+    CHECK(has_config);
+  }
+  CHECK(space.num_devices == devices);
+}
+
+TEST_CASE("DP equals exhaustive on 24 random small heterogeneous problems") {
+  DpSearcher dp;
+  ExhaustiveSearcher exhaustive;
+  int feasible = 0, crossing = 0, three_groups = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    CAPTURE(seed);
+    three_groups += problem.cluster.NumGroups() == 3;
+    const SearchOptions options = SmallSpace();
+    const SearchResult truth = exhaustive.Search(problem, options);
+    REQUIRE_MESSAGE(truth.summary.termination != TerminationType::kDeclined,
+                    truth.summary.message);
+    const SearchResult result = dp.Search(problem, options);
+    INFO("exhaustive: ", truth.summary.BriefReport(), " ", truth.summary.message);
+    INFO("dp: ", result.summary.BriefReport(), " ", result.summary.message);
+    REQUIRE(truth.plan.has_value() == result.plan.has_value());
+    if (!truth.plan) {
+      CHECK(truth.summary.termination == TerminationType::kInfeasible);
+      CHECK(result.summary.termination == TerminationType::kInfeasible);
+      continue;
+    }
+    ++feasible;
+    CHECK(result.summary.termination == TerminationType::kOptimal);
+    const Estimate estimate = Evaluate(problem, *result.plan);
+    CHECK(estimate.Fits());
+    CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
+    CHECK(testing::RelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
+          1e-9);
+    CHECK(SearchSpace::GroupsInRuns(StageGroups(*result.plan)));
+    CHECK(SearchSpace::GroupsInRuns(StageGroups(*truth.plan)));
+    std::vector<int> groups = StageGroups(*result.plan);
+    crossing += groups.front() != groups.back();
+  }
+  MESSAGE(feasible, " of 24 feasible, ", crossing, " optima span two groups or more, ",
+          three_groups, " problems of 3 groups");
+  CHECK(feasible >= 12);
+  CHECK(crossing >= 3);  // the optimum does use several groups, so the links are exercised
+  CHECK(three_groups >= 6);
+}
+
+TEST_CASE("a homogeneous cluster split into two identical groups: DP finds the same optimum") {
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    CAPTURE(seed);
+    Problem whole = MakeRandomSmallProblem(seed);
+    // One node group of two single-GPU nodes, and the same nodes as two groups of one.
+    whole.cluster.node_groups = {{2, 1, whole.cluster.devices[0].name}};
+    Problem split = whole;
+    split.cluster.node_groups = {{1, 1, whole.cluster.devices[0].name, "left"},
+                                 {1, 1, whole.cluster.devices[0].name, "right"}};
+    SearchOptions options;
+    options.space.min_stages = 2;  // no mesh spans both nodes (the split cannot have one)
+    const SearchResult a = DpSearcher().Search(whole, options);
+    const SearchResult b = DpSearcher().Search(split, options);
+    REQUIRE(a.plan.has_value() == b.plan.has_value());
+    if (!a.plan) continue;
+    CHECK(b.summary.best_iteration_seconds == a.summary.best_iteration_seconds);
+  }
+}
+
+TEST_CASE("the searchers that do not take heterogeneous clusters yet decline them") {
+  const Problem problem = MakeRandomSmallHeterogeneousProblem(2);
+  SearchOptions options = SmallSpace();
+  options.time_limit_seconds = 5;
+  GridSearcher grid;
+  McmcSearcher mcmc;
+  IlpSearcher ilp;
+  LocalSearcher local;
+  RelaxSearcher relax;
+  for (Searcher* searcher : std::vector<Searcher*>{&grid, &mcmc, &ilp, &local, &relax}) {
+    CAPTURE(searcher->Name());
+    const SearchResult result = searcher->Search(problem, options);
+    CHECK(result.summary.termination == TerminationType::kDeclined);
+    CHECK(result.summary.message ==
+          searcher->Name() + " does not search heterogeneous clusters (" +
+              std::to_string(problem.cluster.NumGroups()) +
+              " node groups) yet; dp and exhaustive do");
+  }
+}
+
+}  // namespace stratos

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 
@@ -27,8 +28,6 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
   const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
-  if (std::optional<SearchResult> declined = DeclineHeterogeneous(Name(), space, options, start))
-    return *declined;
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
@@ -40,12 +39,61 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
   bool stopped = false;
   SearchClock::time_point last_progress = start;
 
+  // Orders of all the node groups, for the plans that treat every group alike (heterogeneous
+  // clusters only): the stages fill the groups in the order, as many as each group's devices
+  // hold.
+  std::vector<std::vector<int>> orders;
+  if (space.Heterogeneous()) {
+    std::vector<int> order(space.group_devices.size());
+    for (size_t g = 0; g < order.size(); ++g) order[g] = static_cast<int>(g);
+    do orders.push_back(order);
+    while (std::next_permutation(order.begin(), order.end()));
+  }
+  // The node group of each of pp stages of `config`'s shape filling the groups of `order`, or
+  // empty when they do not fit or stay in one group (a plan of one group is tried as such).
+  auto fill = [&](const StageConfig& config, int pp, const std::vector<int>& order) {
+    std::vector<int> groups;
+    size_t j = 0;
+    int free = space.group_devices[order[0]];
+    while (static_cast<int>(groups.size()) < pp && j < order.size()) {
+      StageConfig placed = config;
+      placed.node_group = order[j];
+      if (free >= config.NumDevices() && cost_model.CheckStructure(placed).empty()) {
+        groups.push_back(order[j]);
+        free -= config.NumDevices();
+      } else if (++j < order.size()) {
+        free = space.group_devices[order[j]];
+      }
+    }
+    if (static_cast<int>(groups.size()) < pp || groups.front() == groups.back()) groups.clear();
+    return groups;
+  };
+
+  // Whether each configuration is the first of its shape (its fields but the node group).
+  std::vector<char> first_of_shape(space.configs.size(), 1);
+  for (size_t c = 0; c < space.configs.size(); ++c)
+    for (size_t d = 0; d < c && first_of_shape[c]; ++d) {
+      StageConfig shape = space.configs[d];
+      shape.node_group = space.configs[c].node_group;
+      if (shape == space.configs[c]) first_of_shape[c] = 0;
+    }
+
   for (int pp = space.min_stages; pp <= max_stages && !stopped; ++pp) {
     std::vector<std::vector<int>> splits = {UniformStageBoundaries(L, pp, false)};
     if (L % pp != 0) splits.push_back(UniformStageBoundaries(L, pp, true));
-    for (const StageConfig& config : space.configs) {
-      if (stopped) break;
-      if (pp * config.NumDevices() > space.num_devices) continue;
+    for (size_t c = 0; c < space.configs.size() && !stopped; ++c) {
+      const StageConfig& config = space.configs[c];
+      // Placements of pp stages of this configuration: all in its own group, and, once per
+      // shape, across the groups in each order.
+      std::vector<std::vector<int>> placements;
+      if (pp * config.NumDevices() <= space.group_devices[config.node_group])
+        placements.push_back(std::vector<int>(pp, config.node_group));
+      if (first_of_shape[c])
+        for (const std::vector<int>& order : orders) {
+          std::vector<int> groups = fill(config, pp, order);
+          if (!groups.empty()) placements.push_back(std::move(groups));
+        }
+      if (placements.empty()) continue;
       for (int m : space.num_microbatches) {
         if (!cost_model.CheckConfig(config, m).empty()) continue;
         if (SecondsSince(start) >= options.time_limit_seconds) {
@@ -59,15 +107,20 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
           break;
         }
         ++summary.iterations;
-        for (const std::vector<int>& bounds : splits) {
-          Plan plan;
-          plan.global_batch_size = problem.training.global_batch_size;
-          plan.num_microbatches = m;
-          plan.schedule = problem.training.schedule;
-          for (int s = 0; s < pp; ++s) plan.stages.push_back({bounds[s], bounds[s + 1], config});
-          ++summary.evaluations;
-          incumbent.Offer(plan, Evaluate(cost_model, plan));
-        }
+        for (const std::vector<int>& groups : placements)
+          for (const std::vector<int>& bounds : splits) {
+            Plan plan;
+            plan.global_batch_size = problem.training.global_batch_size;
+            plan.num_microbatches = m;
+            plan.schedule = problem.training.schedule;
+            for (int s = 0; s < pp; ++s) {
+              StageConfig placed = config;
+              placed.node_group = groups[s];
+              plan.stages.push_back({bounds[s], bounds[s + 1], placed});
+            }
+            ++summary.evaluations;
+            incumbent.Offer(plan, Evaluate(cost_model, plan));
+          }
       }
       if (options.progress && SecondsSince(last_progress) >= 2.0) {
         last_progress = SearchClock::now();

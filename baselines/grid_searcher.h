@@ -9,6 +9,12 @@
 // at most one (the larger stages first, and, when the split is uneven, also last), every stage
 // uses c, and the plan is priced with Evaluate(). The best plan that fits in memory wins.
 //
+// On a heterogeneous cluster each configuration belongs to a node group: its PP stages go in that
+// group (within its devices), and the shape of each group-0 configuration is also tried on all
+// the groups alike: for every order of the groups, the stages fill them in that order, as many
+// as each group's devices hold and where the shape is valid (the plans that span two groups or
+// more; a group that gets no stage is left out).
+//
 // SearchSummary: algorithm "grid"; evaluations = plans Evaluate()d; iterations = grid points
 // (PP, c, m); termination kConverged (grid exhausted), kTimeLimit, kEvaluationLimit, or
 // kInfeasible with the memory violation of the least memory-hungry grid plan. No lower bound.

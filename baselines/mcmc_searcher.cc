@@ -67,13 +67,19 @@ enum class Mutation {
   kRecompute,
   kMicrobatches,
   kSplitStage,
-  kMergeStages
+  kMergeStages,
+  kGroup
 };
 constexpr Mutation kMutations[] = {Mutation::kBoundary,    Mutation::kBoundary,
                                    Mutation::kMesh,        Mutation::kSplitDpTp,
                                    Mutation::kZero,        Mutation::kRecompute,
                                    Mutation::kMicrobatches, Mutation::kSplitStage,
                                    Mutation::kMergeStages};
+// On a heterogeneous cluster the chain also moves a stage to another node group.
+constexpr Mutation kHeterogeneousMutations[] = {
+    Mutation::kBoundary,     Mutation::kBoundary,   Mutation::kMesh,        Mutation::kSplitDpTp,
+    Mutation::kZero,         Mutation::kRecompute,  Mutation::kMicrobatches, Mutation::kSplitStage,
+    Mutation::kMergeStages,  Mutation::kGroup,      Mutation::kGroup};
 
 // Prices states and proposes their neighbours; owns the per-m stage tables and the RNG.
 class Chain {
@@ -104,8 +110,23 @@ class Chain {
   }
 
   // Same sums as Evaluate() (StageTable is bit-identical), so `seconds` equals
-  // Evaluate(plan).iteration_seconds and `fits` equals Estimate::Fits().
+  // Evaluate(plan).iteration_seconds and `fits` equals Estimate::Fits(). On a heterogeneous
+  // cluster, Evaluate() itself (a stage's sends depend on its neighbours' groups).
   Priced Price(const State& state) {
+    if (space_.Heterogeneous()) {
+      const Estimate estimate = Evaluate(cost_model_, ToPlan(state));
+      Priced priced;
+      priced.seconds = estimate.iteration_seconds;
+      priced.fits = estimate.Fits();
+      for (const StageEstimate& stage : estimate.stages)
+        if (stage.MemoryHeadroomBytes() < 0)
+          priced.overflow = std::max(priced.overflow,
+                                     -stage.MemoryHeadroomBytes() / stage.memory_capacity_bytes);
+      priced.cost = priced.fits ? priced.seconds
+                                : priced.seconds *
+                                      (1.0 + options_.memory_penalty * (0.05 + priced.overflow));
+      return priced;
+    }
     const StageTable& table = Table(state.m_index);
     const int m = space_.num_microbatches[state.m_index];
     const int p = static_cast<int>(state.stages.size());
@@ -163,15 +184,24 @@ class Chain {
     for (int mi = 0; mi < static_cast<int>(space_.num_microbatches.size()); ++mi)
       for (int p = space_.min_stages; p <= max_stages_; ++p)
         for (int c : Table(mi).ValidConfigs())
-          if (p * space_.configs[c].NumDevices() <= space_.num_devices)
+          if (p * space_.configs[c].NumDevices() <=
+              space_.group_devices[space_.configs[c].node_group])
             states.push_back(Uniform(mi, p, c));
     return states;
   }
 
   // Applies one random mutation; false if it leaves the space (nothing to evaluate).
   bool Mutate(State& state) {
-    std::uniform_int_distribution<int> pick(0, static_cast<int>(std::size(kMutations)) - 1);
-    switch (kMutations[pick(rng_)]) {
+    if (!space_.Heterogeneous())
+      return Apply(kMutations[RandomInt(0, static_cast<int>(std::size(kMutations)) - 1)], state);
+    const Mutation kind = kHeterogeneousMutations[RandomInt(
+        0, static_cast<int>(std::size(kHeterogeneousMutations)) - 1)];
+    return Apply(kind, state) && WithinGroups(state);
+  }
+
+ private:
+  bool Apply(Mutation kind, State& state) {
+    switch (kind) {
       case Mutation::kBoundary:
         return MoveBoundary(state);
       case Mutation::kMesh:
@@ -188,11 +218,48 @@ class Chain {
         return SplitStage(state);
       case Mutation::kMergeStages:
         return MergeStages(state);
+      case Mutation::kGroup:
+        return ChangeGroup(state);
     }
     return false;
   }
 
- private:
+  // Whether the stages keep to each node group's devices and visit the groups in runs.
+  bool WithinGroups(const State& state) const {
+    std::vector<int> used(space_.group_devices.size(), 0), groups;
+    for (const Stage& stage : state.stages) {
+      const StageConfig& config = space_.configs[stage.config];
+      used[config.node_group] += config.NumDevices();
+      groups.push_back(config.node_group);
+    }
+    for (size_t g = 0; g < used.size(); ++g)
+      if (used[g] > space_.group_devices[g]) return false;
+    return SearchSpace::GroupsInRuns(groups);
+  }
+
+  // Moves one stage to another node group (its closest configuration there): an end stage of the
+  // pipeline or of a run, the only ones whose move can keep the groups in runs.
+  bool ChangeGroup(State& state) {
+    const int groups = static_cast<int>(space_.group_devices.size());
+    const int p = static_cast<int>(state.stages.size());
+    std::vector<int> ends = {0, p - 1};
+    for (int s = 1; s < p; ++s)
+      if (space_.configs[state.stages[s].config].node_group !=
+          space_.configs[state.stages[s - 1].config].node_group) {
+        ends.push_back(s - 1);
+        ends.push_back(s);
+      }
+    const int s = ends[RandomInt(0, static_cast<int>(ends.size()) - 1)];
+    const StageConfig current = space_.configs[state.stages[s].config];
+    int target = RandomInt(0, groups - 2);
+    if (target >= current.node_group) ++target;
+    const int chosen = Closest(state.m_index, current,
+                               [&](const StageConfig& c) { return c.node_group == target; });
+    if (chosen < 0) return false;
+    state.stages[s].config = chosen;
+    return true;
+  }
+
   int RandomInt(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
 
   static bool SameMesh(const StageConfig& a, const StageConfig& b) {
@@ -202,7 +269,8 @@ class Chain {
   // Attributes (mesh, DP x TP, ZeRO, recompute) in which two configurations differ.
   static int Distance(const StageConfig& a, const StageConfig& b) {
     return (SameMesh(a, b) ? 0 : 1) + (a.tensor_parallel != b.tensor_parallel ? 1 : 0) +
-           (a.zero_stage != b.zero_stage ? 1 : 0) + (a.recompute != b.recompute ? 1 : 0);
+           (a.zero_stage != b.zero_stage ? 1 : 0) + (a.recompute != b.recompute ? 1 : 0) +
+           (a.node_group != b.node_group ? 1 : 0);
   }
 
   // The valid configuration (for m_index) accepted by `accept` that is closest to `reference`,
@@ -362,8 +430,6 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
   options.Validate();
   mcmc_options_.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
-  if (std::optional<SearchResult> declined = DeclineHeterogeneous(Name(), space, options, start))
-    return *declined;
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);

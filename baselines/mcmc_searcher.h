@@ -11,8 +11,10 @@
 //   - change the microbatch count (a neighbour in the space; stages whose DP no longer divides
 //     the microbatch move to the closest valid configuration of the same mesh);
 //   - split a stage in two, or merge two adjacent stages.
-// A proposal that leaves the space (device budget, stage-count bounds) is rejected without an
-// evaluation. Plans over device memory are priced T * (1 + memory_penalty * (0.05 + overflow /
+// On a heterogeneous cluster a proposal may also move one stage to another node group (its
+// closest configuration there), and states are priced by Evaluate() itself.
+// A proposal that leaves the space (device budget, each node group's budget, groups in runs,
+// stage-count bounds) is rejected without an evaluation. Plans over device memory are priced T * (1 + memory_penalty * (0.05 + overflow /
 // capacity)) so the chain can cross them, and are never returned. A proposal of cost c' from a
 // state of cost c is accepted with probability min(1, exp(-beta * (c' - c) / c)) (FlexFlow's
 // rule on the relative cost change).

@@ -153,7 +153,7 @@ expect "dp searches a heterogeneous cluster, per-group budgets and group order i
   "$STRATOS" search --model gpt3-1.3b --cluster dgx-h100-a100 --nodes h100=2,a100=2 --global-batch 256 \
   --algo dp,relax --output-dir "$WORK/hetero"
 expect "the searchers that do not take one yet say so" 0 \
-  "relax does not search heterogeneous clusters \(2 node groups\) yet; dp, exhaustive and grid do" -- \
+  "relax does not search heterogeneous clusters \(2 node groups\) yet; dp, exhaustive, grid and mcmc do" -- \
   cat "$WORK/hetero/summary.json"
 expect "the summary lists the node groups" 0 '"name": "a100"' -- cat "$WORK/hetero/summary.json"
 # Hardening: an empty or root output directory is refused (it wrote summary.json, plans/ and

@@ -79,6 +79,21 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
   problem.model = model;
   problem.cluster = cluster.empty() ? LocalCpuCluster(num_workers, flops_per_worker)
                                     : ReadClusterFile(ResolveClusterPath(cluster));
+  // A plan searched on a heterogeneous cluster runs on this machine's workers with its node
+  // groups mapped to worker subsets: one group of the workers per group the plan names.
+  int groups = 1;
+  for (const StagePlan& stage : plan.stages) groups = std::max(groups, stage.config.node_group + 1);
+  if (cluster.empty() && groups > 1) {
+    const NodeGroup workers = problem.cluster.node_groups.front();
+    problem.cluster.node_groups.clear();
+    for (int g = 0; g < groups; ++g) {
+      int devices = 0;
+      for (int r = 0; r < plan.NumPipelineRanks(); ++r)
+        if (plan.stages[r].config.node_group == g) devices += plan.stages[r].config.NumDevices();
+      problem.cluster.node_groups.push_back(
+          {1, std::max(1, devices), workers.device, fmt::format("workers-{}", g)});
+    }
+  }
   problem.training = RuntimeTraining(plan.global_batch_size, plan.schedule, dtype);
   return problem;
 }

@@ -34,9 +34,10 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule,
                              const std::string& dtype = "f32");
 
 // The problem a runtime plan is checked against and predicted on: the model, the cluster
-// description `cluster` (zoo name or file; "": LocalCpuCluster(num_workers, flops_per_worker))
-// and RuntimeTraining at the plan's batch and schedule. Throws InputError for an unreadable
-// cluster.
+// description `cluster` (zoo name or file; "": LocalCpuCluster(num_workers, flops_per_worker),
+// split into one node group of the workers per node group the plan's stages name, so that a
+// plan searched on a heterogeneous cluster runs with its groups on worker subsets) and
+// RuntimeTraining at the plan's batch and schedule. Throws InputError for an unreadable cluster.
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
                        double flops_per_worker = 1e10, const std::string& cluster = "",
                        const std::string& dtype = "f32");

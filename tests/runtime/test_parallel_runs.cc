@@ -12,6 +12,7 @@
 
 #include "costmodel/error.h"
 #include "runtime/checkpoint.h"
+#include "runtime/runtime_plan.h"
 
 #include "tests/runtime/runtime_test_util.h"
 
@@ -90,6 +91,28 @@ TEST_CASE("ZeRO-2 (gradients reduce-scattered per bucket) reproduces the single-
   REQUIRE(small_buckets.Succeeded());
   CheckLossesMatch(reference, MeasuredLosses(TestPath("zero2_dp2")), "1x2x1 zero2, 64 KiB buckets");
   CheckParallelRun(2, 2, 1, 1, Schedule::kOneFOneB, 2, Recompute::kNone, "zero2_pp2_dp2");
+}
+
+TEST_CASE("a heterogeneous plan runs with its node groups on worker subsets") {
+  // Stage 0 on DP 2 in group 0, stage 1 on TP 2 in group 1: four workers, two per group, the
+  // structure of a plan searched on a cluster of two node groups.
+  TrainOptions single = TinyOptions(1, 1, 1, 1);
+  single.steps = 6;
+  const std::vector<double> reference = RunInProcess(single, "groups_reference").losses;
+  TrainOptions options = TinyOptions(2, 2, 1, 1);
+  options.steps = 6;
+  options.plan.stages[1].config.data_parallel = 1;
+  options.plan.stages[1].config.tensor_parallel = 2;
+  options.plan.stages[1].config.node_group = 1;
+  const Problem problem =
+      RuntimeProblem(LoadRuntimeModel(options.model, options.seq_length), options.plan, 4);
+  REQUIRE(problem.cluster.NumGroups() == 2);
+  CHECK(problem.cluster.GroupDevices(1) == 2);
+  const LaunchResult result = RunWorkers(options, "groups");
+  INFO(result.Summary());
+  INFO(Logs(options, "groups", 4));
+  REQUIRE(result.Succeeded());
+  CheckLossesMatch(reference, MeasuredLosses(TestPath("groups")), options.plan.Summary());
 }
 
 TEST_CASE("stages with different DP x TP reshard their activations and reproduce the "

@@ -91,6 +91,35 @@ std::optional<std::vector<long long>> IntList(const TomlTableReader& r, std::str
 
 std::vector<int> ToInts(const std::vector<long long>& v) { return {v.begin(), v.end()}; }
 
+// The `nodes` list: node counts of the first node group (integers >= 1) or, for heterogeneous
+// clusters, counts per group as --nodes takes them ("h100=4,a100=4"); a single entry is a list of
+// one. Each entry as JSON (an integer or a string), as cells record it.
+std::optional<std::vector<nlohmann::json>> NodesList(const TomlTableReader& r) {
+  const toml::node* node = r.Find("nodes");
+  if (node == nullptr) return std::nullopt;
+  const std::string rule =
+      "must be a non-empty list of node counts >= 1 or per-group counts such as \"a100=4,v100=8\"";
+  std::vector<nlohmann::json> out;
+  auto check = [&](const toml::node& item) {
+    if (const auto* count = item.as_integer()) {
+      if (count->get() < 1 || count->get() > INT_MAX) r.Fail("nodes", rule);
+      out.push_back(static_cast<int>(count->get()));
+    } else if (const auto* groups = item.as_string()) {
+      if (groups->get().find('=') == std::string::npos) r.Fail("nodes", rule);
+      out.push_back(groups->get());
+    } else {
+      r.Fail("nodes", rule);
+    }
+  };
+  if (const auto* array = node->as_array()) {
+    if (array->empty()) r.Fail("nodes", rule);
+    for (const toml::node& item : *array) check(item);
+  } else {
+    check(*node);
+  }
+  return out;
+}
+
 ExperimentFamily ReadFamily(const toml::table& table, int index, const std::string& where) {
   const std::string path = fmt::format("family[{}]", index);
   TomlTableReader r(table, path, where);
@@ -105,7 +134,7 @@ ExperimentFamily ReadFamily(const toml::table& table, int index, const std::stri
   f.name = r.String("name").value_or(f.generator.empty() ? fmt::format("family{}", index) : f.generator);
   if (auto v = StringList(r, "models")) f.models = *v;
   if (auto v = StringList(r, "clusters")) f.clusters = *v;
-  if (auto v = IntList(r, "nodes", 1)) f.nodes = ToInts(*v);
+  if (auto v = NodesList(r)) f.nodes = *v;
   if (auto v = IntList(r, "global_batches", 1)) f.global_batches = ToInts(*v);
   if (auto v = IntList(r, "seq_lengths", 1)) f.seq_lengths = ToInts(*v);
   if (auto v = IntList(r, "layers", 1, 1 << 20)) f.layers = ToInts(*v);
@@ -206,8 +235,8 @@ std::vector<std::pair<std::string, nlohmann::json>> Instances(const ExperimentFa
     for (const std::string& m : f.models)
       models.push_back({{"generator", f.generator}, {"model", m}});
   }
-  auto add = [&](const nlohmann::json& model, const std::string& cluster, int nodes, int batch,
-                 int seq) {
+  auto add = [&](const nlohmann::json& model, const std::string& cluster,
+                 const nlohmann::json& nodes, int batch, int seq) {
     nlohmann::json p = model;
     p["cluster"] = cluster;
     p["nodes"] = nodes;
@@ -221,7 +250,8 @@ std::vector<std::pair<std::string, nlohmann::json>> Instances(const ExperimentFa
     const bool file = cluster.find('/') != std::string::npos ||
                       std::filesystem::path(cluster).extension() == ".toml";
     name += "/" + (file ? std::filesystem::path(cluster).stem().string() : cluster);
-    if (nodes > 0) name += fmt::format("/{}n", nodes);
+    if (nodes.is_string()) name += "/" + nodes.get<std::string>();
+    if (nodes.is_number() && nodes.get<int>() > 0) name += fmt::format("/{}n", nodes.get<int>());
     name += fmt::format("/b{}", batch);
     if (seq > 0) name += fmt::format("/s{}", seq);
     out.push_back({name, p});
@@ -238,7 +268,7 @@ std::vector<std::pair<std::string, nlohmann::json>> Instances(const ExperimentFa
   } else {
     for (const nlohmann::json& model : models)
       for (const std::string& cluster : f.clusters)
-        for (int nodes : f.nodes)
+        for (const nlohmann::json& nodes : f.nodes)
           for (int batch : f.global_batches)
             for (int seq : f.seq_lengths) add(model, cluster, nodes, batch, seq);
   }
@@ -269,8 +299,9 @@ CellProblem BuildCellProblem(const nlohmann::json& p) {
   }
   ProblemArgs args;
   args.cluster = p.at("cluster").get<std::string>();
-  const int nodes = p.at("nodes").get<int>();
-  if (nodes > 0) args.nodes = std::to_string(nodes);
+  const nlohmann::json& nodes = p.at("nodes");
+  if (nodes.is_string()) args.nodes = nodes.get<std::string>();
+  if (nodes.is_number() && nodes.get<int>() > 0) args.nodes = std::to_string(nodes.get<int>());
   args.global_batch_size = p.at("global_batch").get<int>();
   args.seq_length = p.at("seq_length").get<int>();
   args.schedule = p.at("schedule").get<std::string>();

@@ -13,7 +13,8 @@
 //   name = "gpt"
 //   models = ["gpt3-13b"]            # zoo names or files
 //   clusters = ["p3.16xlarge"]       # zoo names or files
-//   nodes = [8]                      # optional, default: as in the cluster file
+//   nodes = [8]                      # optional, default: as in the cluster file; per node group
+//                                    # of a heterogeneous cluster: ["h100=4,a100=4", ...]
 //   global_batches = [512]           # optional, default [512]
 //   seq_lengths = [2048]             # optional, default: the model's
 //   schedule = "1f1b"                # optional: 1f1b | gpipe
@@ -61,7 +62,8 @@ struct ExperimentFamily {
   std::string generator;  // "" (models as given), "nonuniform", "operator", "seed-cases"
   std::vector<std::string> models;
   std::vector<std::string> clusters;
-  std::vector<int> nodes = {0};           // 0: as in the cluster file
+  // Node counts (0: as in the cluster file) or per-group counts ("h100=4,a100=4"), as JSON.
+  std::vector<nlohmann::json> nodes = {0};
   std::vector<int> global_batches = {512};
   std::vector<int> seq_lengths = {0};     // 0: the model's
   std::vector<int> layers;                // nonuniform

@@ -145,6 +145,27 @@ algorithm = "dp"
   CHECK(cells[7].instance.rfind("case0-", 0) == 0);
 }
 
+TEST_CASE("experiment spec: nodes per node group of a heterogeneous cluster") {
+  const ExperimentSpec spec = ParseExperimentSpec(R"(
+[[family]]
+models = ["gpt3-1.3b"]
+clusters = ["dgx-h100-a100"]
+nodes = ["h100=2,a100=1", 3]
+global_batches = [64]
+[[searcher]]
+algorithm = "dp"
+)",
+                                                 "spec.toml");
+  const std::vector<ExperimentCell> cells = spec.Expand();
+  REQUIRE(cells.size() == 2);
+  CHECK(cells[0].instance == "gpt3-1.3b/dgx-h100-a100/h100=2,a100=1/b64");
+  CHECK(cells[1].instance == "gpt3-1.3b/dgx-h100-a100/3n/b64");
+  const Problem problem = BuildCellProblem(cells[0].problem).problem;
+  CHECK(problem.cluster.Group(0).count == 2);
+  CHECK(problem.cluster.Group(1).count == 1);
+  CHECK(BuildCellProblem(cells[1].problem).problem.cluster.Group(0).count == 3);
+}
+
 TEST_CASE("experiment spec: errors name the file, the key, the value and the rule") {
   const std::string searcher = "\n[[searcher]]\nalgorithm = \"dp\"\n";
   const std::string family =
@@ -168,7 +189,12 @@ TEST_CASE("experiment spec: errors name the file, the key, the value and the rul
             .find("spec.toml: searcher[0].options: ") == 0);
   CHECK(SpecError("[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-a100-80gb\"]\nnodes = "
                   "[0]\n" + searcher) ==
-        "spec.toml: family[0].nodes = [ 0 ]: every entry must be in [1, 2147483647]");
+        "spec.toml: family[0].nodes = [ 0 ]: must be a non-empty list of node counts >= 1 or "
+        "per-group counts such as \"a100=4,v100=8\"");
+  CHECK(SpecError("[[family]]\nmodels = [\"gpt3-1.3b\"]\nclusters = [\"dgx-h100-a100\"]\nnodes = "
+                  "[\"h100=2,b200=2\"]\n" + searcher)
+            .find("names no node group \"b200\" (groups: \"h100\", \"a100\")") !=
+        std::string::npos);
   CHECK(SpecError("[[family]]\nmodels = [\"gpt-99\"]\nclusters = [\"dgx-a100-80gb\"]\n" + searcher)
             .find("spec.toml: family[0] (\"family0\"): --model = gpt-99: not a file and not a zoo "
                   "model") == 0);

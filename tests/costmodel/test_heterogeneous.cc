@@ -6,6 +6,8 @@
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "costmodel/cluster.h"
 #include "costmodel/cluster_io.h"
@@ -107,23 +109,24 @@ StageConfig Config(int gpus, int dp, int tp, int group) {
   return config;
 }
 
-// The a100 group alone, written out by hand: its device and its two levels.
-ClusterSpec A100Only() {
+// One group of the mixed cluster alone, written out by hand: its device and its two levels.
+ClusterSpec OneGroup(const DeviceSpec& device, int nodes, std::vector<NetworkLevel> levels) {
   ClusterSpec cluster;
-  cluster.name = "a100-only";
-  cluster.devices.push_back({"A100", 312e12, 80.0 * (1 << 30), 2039e9, 1.0, 0.0, ""});
-  cluster.node_groups.push_back({2, 8, "A100"});
-  cluster.networks = {{"NVLink3", 232e9, 5e-6, 1.0, ""}, {"InfiniBand", 100e9, 10e-6, 1.0, ""}};
+  cluster.name = device.name + "-only";
+  cluster.devices.push_back(device);
+  cluster.node_groups.push_back({nodes, 8, device.name});
+  cluster.networks = std::move(levels);
   return cluster;
 }
 
+ClusterSpec A100Only() {
+  return OneGroup({"A100", 312e12, 80.0 * (1 << 30), 2039e9, 1.0, 0.0, ""}, 2,
+                  {{"NVLink3", 232e9, 5e-6, 1.0, ""}, {"InfiniBand", 100e9, 10e-6, 1.0, ""}});
+}
+
 ClusterSpec V100Only() {
-  ClusterSpec cluster;
-  cluster.name = "v100-only";
-  cluster.devices.push_back({"V100", 125e12, 16.0 * (1 << 30), 900e9, 1.0, 0.0, ""});
-  cluster.node_groups.push_back({1, 8, "V100"});
-  cluster.networks = {{"NVLink2", 100e9, 6e-6, 1.0, ""}, {"Ethernet", 3.125e9, 30e-6, 0.8, ""}};
-  return cluster;
+  return OneGroup({"V100", 125e12, 16.0 * (1 << 30), 900e9, 1.0, 0.0, ""}, 1,
+                  {{"NVLink2", 100e9, 6e-6, 1.0, ""}, {"Ethernet", 3.125e9, 30e-6, 0.8, ""}});
 }
 
 }  // namespace

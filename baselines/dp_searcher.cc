@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "baselines/explain.h"
-#include "baselines/stage_table.h"
+#include "baselines/stage_frontier.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/min_plus.h"

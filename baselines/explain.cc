@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "baselines/stage_table.h"
+#include "baselines/stage_frontier.h"
 #include "costmodel/evaluate.h"
 
 namespace stratos {

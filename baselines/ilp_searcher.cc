@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "baselines/explain.h"
-#include "baselines/stage_table.h"
+#include "baselines/stage_frontier.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 

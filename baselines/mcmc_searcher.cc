@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "baselines/stage_table.h"
+#include "baselines/stage_frontier.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 

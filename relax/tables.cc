@@ -4,6 +4,7 @@
 #include <map>
 
 #include "costmodel/error.h"
+#include "costmodel/stage_table.h"
 
 namespace stratos {
 
@@ -105,22 +106,21 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
   t.layer.assign(static_cast<size_t>(C) * K * M, TermScalars{});
   t.overhead.assign(static_cast<size_t>(K) * M * 4, TermScalars{});
   double largest_seconds = 0;
-  for (int k = 0; k < K; ++k) {
-    for (int m = 0; m < M; ++m) {
-      if (!cost_model.CheckConfig(space.configs[k], space.num_microbatches[m]).empty()) continue;
+  for (int m = 0; m < M; ++m) {
+    // The stage terms every searcher prices from (costmodel/stage_table.h).
+    const StageTable table(cost_model, space.configs, space.num_microbatches[m]);
+    for (int k = 0; k < K; ++k) {
+      if (!table.Valid(k)) continue;
       t.valid[static_cast<size_t>(k) * M + m] = 1;
       for (int c = 0; c < C; ++c) {
-        TermScalars s = TermScalars::From(
-            cost_model.LayerTerms(t.class_representative[c], space.configs[k],
-                                  space.num_microbatches[m]));
+        TermScalars s = TermScalars::From(table.Layer(t.class_representative[c], k));
         t.layer[(static_cast<size_t>(c) * K + k) * M + m] = s;
         largest_seconds = std::max(
             largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);
       }
       for (int f = 0; f < 2; ++f)
         for (int l = 0; l < 2; ++l) {
-          TermScalars s = TermScalars::From(cost_model.StageOverhead(
-              space.configs[k], space.num_microbatches[m], f == 1, l == 1));
+          TermScalars s = TermScalars::From(table.Overhead(k, f == 1, l == 1));
           t.overhead[((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l] = s;
           largest_seconds = std::max(
               largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);

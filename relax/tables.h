@@ -1,7 +1,7 @@
 #pragma once
 // Cost tables of the relaxation (DESIGN.md §6): every number the continuous surrogate and the
-// discrete polish need, read ONCE from costmodel::CostModel::LayerTerms / StageOverhead, never
-// re-derived. Additivity (cost_model.h) makes these tables exact:
+// discrete polish need, read ONCE from the stage terms every searcher uses (costmodel/stage_table.h:
+// CostModel::LayerTerms / StageOverhead), never re-derived. Additivity (cost_model.h) makes these tables exact:
 //
 //   terms(stage) = sum_c count_c(stage) * layer(c, config, m) + overhead(config, m, first, last)
 //

@@ -93,6 +93,7 @@ std::vector<ExportFile> DeepSpeedFiles(const Problem& problem, const ParallelLay
       problem.cluster.name, layout.tensor_parallel, layout.pipeline_parallel,
       layout.data_parallel, layout.micro_batch_size, layout.NumMicrobatches(),
       layout.zero_stage);
+  if (!layout.placement_note.empty()) launch += "# " + layout.placement_note + "\n\n";
   launch += BashArrays(MegatronFlagGroups(problem, layout, true));
   launch += fmt::format(
       "deepspeed --hostfile=hostfile --num_nodes={} --num_gpus={} pretrain_gpt.py \\\n"

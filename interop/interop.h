@@ -44,6 +44,9 @@ struct ParallelLayout {
   // Transformer blocks of each of the p v virtual stages, in model order (virtual stage i on
   // rank i % p); the first also holds the embedding, the last the final norm and head.
   std::vector<int> blocks;
+  // For a plan over several node groups of a heterogeneous cluster: which pipeline ranks run on
+  // which group, for the launch files' header (the nodes must start in that order); else "".
+  std::string placement_note;
 
   long long WorldSize() const {
     return static_cast<long long>(tensor_parallel) * pipeline_parallel * data_parallel;
@@ -59,7 +62,8 @@ struct ParallelLayout {
 // <value>: <target> <rule>" for what the target cannot express: different DP, TP, ZeRO,
 // recomputation or mesh between stages, gradient compression, GPipe where the target has only
 // 1F1B, ZeRO stages the target lacks, virtual stages where it has no interleaved schedule,
-// uneven stages where it partitions evenly, devices that are not whole nodes.
+// uneven stages where it partitions evenly, devices that are not whole nodes, node groups whose
+// nodes differ in GPUs. A plan over several node groups gets a placement_note.
 ParallelLayout LayoutForTarget(const Problem& problem, const Plan& plan, Target target,
                                const std::string& where);
 

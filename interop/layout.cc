@@ -196,7 +196,30 @@ ParallelLayout LayoutForTarget(const Problem& problem, const Plan& plan, Target 
                                     layout.blocks[0]));
   }
   const int devices = plan.NumDevices();
-  const int gpus_per_node = problem.cluster.GpusPerNode();
+  // A plan over several node groups: the targets start the same processes on every node, so the
+  // groups' nodes must be alike in GPUs; the ranks follow the nodes' order.
+  const ClusterSpec& cluster = problem.cluster;
+  const int group = plan.stages.front().config.node_group;
+  int gpus_per_node = cluster.Group(group).gpus_per_node;
+  std::string runs;
+  for (int r = 0; r < p;) {
+    const int g = plan.stages[r].config.node_group;
+    int end = r;
+    while (end + 1 < p && plan.stages[end + 1].config.node_group == g) ++end;
+    if (cluster.Group(g).gpus_per_node != gpus_per_node)
+      ThrowInputError(where, fmt::format("stages[{}].node_group", r), g,
+                      fmt::format("{} starts the same number of processes on every node: node "
+                                  "group {} has {} GPUs per node, group {} {}",
+                                  name, cluster.GroupName(g), cluster.Group(g).gpus_per_node,
+                                  cluster.GroupName(group), gpus_per_node));
+    runs += fmt::format("{}pipeline rank{} {} on node group {} ({})", runs.empty() ? "" : "; ",
+                        end > r ? "s" : "", end > r ? fmt::format("{}-{}", r, end)
+                                                    : std::to_string(r),
+                        cluster.GroupName(g), cluster.Group(g).device);
+    r = end + 1;
+  }
+  if (runs.find(';') != std::string::npos)
+    layout.placement_note = runs + ": start the nodes of these groups in this order";
   if (devices <= gpus_per_node) {
     layout.nodes = 1;
     layout.gpus_per_node = devices;
@@ -341,15 +364,24 @@ NearestPlan NearestPlanForTarget(const Problem& problem, const Plan& plan, Targe
   bool best_fits = false;
   std::string error;
   std::vector<StageConfig> tried;
+  // Configurations compared by shape: each stage keeps its node group.
+  const auto shape = [](StageConfig config) {
+    config.node_group = 0;
+    return config;
+  };
   for (int s = 0; s < p; ++s) {
-    StageConfig config = plan.stages[s].config;
+    StageConfig config = shape(plan.stages[s].config);
     config.grad_compression = CompressionSpec{};
     config.zero_stage = NearestZero(target, config, p);
     if (std::find(tried.begin(), tried.end(), config) != tried.end()) continue;
     tried.push_back(config);
     Plan candidate = base;
     candidate.stages.clear();
-    for (auto [a, b] : ranges) candidate.stages.push_back({a, b, config});
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      StageConfig placed = config;
+      placed.node_group = plan.stages[i % p].config.node_group;
+      candidate.stages.push_back({ranges[i].first, ranges[i].second, placed});
+    }
     try {
       LayoutForTarget(problem, candidate, target, where);
       const Estimate estimate = Evaluate(problem, candidate);
@@ -366,15 +398,16 @@ NearestPlan NearestPlanForTarget(const Problem& problem, const Plan& plan, Targe
   }
   if (!best) throw InputError(error);
   // Stages that had the same configuration change together: one line per old configuration.
-  const StageConfig& chosen = best->stages[0].config;
+  const StageConfig chosen = shape(best->stages[0].config);
   std::vector<bool> listed(p, false);
   for (int s = 0; s < p; ++s) {
-    if (listed[s] || plan.stages[s].config == chosen) continue;
+    if (listed[s] || shape(plan.stages[s].config) == chosen) continue;
     std::vector<int> same;
     for (int t = s; t < p; ++t)
-      if (plan.stages[t].config == plan.stages[s].config) same.push_back(t), listed[t] = true;
+      if (shape(plan.stages[t].config) == shape(plan.stages[s].config))
+        same.push_back(t), listed[t] = true;
     changes.push_back(fmt::format("stage{} {}: {} -> {}", same.size() == 1 ? "" : "s",
-                                  fmt::join(same, ", "), plan.stages[s].config.Label(),
+                                  fmt::join(same, ", "), shape(plan.stages[s].config).Label(),
                                   chosen.Label()));
   }
   return {*best, changes};

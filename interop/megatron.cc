@@ -218,6 +218,7 @@ ExportFile MegatronScript(const Problem& problem, const ParallelLayout& layout) 
       layout.virtual_stages > 1 ? fmt::format(" (VPP {})", layout.virtual_stages) : "",
       layout.data_parallel, layout.micro_batch_size, layout.global_batch_size,
       layout.NumMicrobatches());
+  if (!layout.placement_note.empty()) text += "# " + layout.placement_note + "\n\n";
   text += BashArrays(groups);
   text +=
       "torchrun \"${DISTRIBUTED_ARGS[@]}\" pretrain_gpt.py \\\n"

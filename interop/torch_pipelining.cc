@@ -39,6 +39,7 @@ std::vector<ExportFile> TorchPipeliningFiles(const Problem& problem, const Plan&
                         {"schedule_class", "PipelineScheduleMulti"},
                         {"schedule_csv", "pipeline_schedule.csv"},
                         {"stages", stages}};
+  if (!layout.placement_note.empty()) map["node_groups"] = layout.placement_note;
   return {{"pipeline_schedule.csv", csv, false}, {"stage_to_rank.json", map.dump(2) + "\n", false}};
 }
 

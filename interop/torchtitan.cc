@@ -100,6 +100,7 @@ ExportFile TorchtitanToml(const Problem& problem, const ParallelLayout& layout,
       layout.virtual_stages > 1 ? fmt::format(" (v {})", layout.virtual_stages) : "", dp,
       layout.zero_stage, layout.micro_batch_size, layout.global_batch_size, layout.nodes,
       layout.gpus_per_node);
+  if (!layout.placement_note.empty()) text += "# " + layout.placement_note + "\n\n";
   text += "[job]\ndump_folder = \"./outputs\"\n";
   text += fmt::format("description = \"{} exported by stratos\"\n\n", problem.model.name);
   text += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n\n",

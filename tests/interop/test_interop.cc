@@ -298,3 +298,38 @@ TEST_CASE("imports refuse what stratos plans cannot hold, naming file, flag or k
 }
 
 }  // namespace stratos
+
+namespace stratos {
+
+TEST_CASE("a plan over two node groups exports with the groups' order in the launch files") {
+  Problem problem = ExampleProblem();
+  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-h100-a100"));
+  Plan plan = BlocksPlan(problem, {16, 16}, 1, 2, 4, 1, Recompute::kNone, 4);
+  plan.stages[1].config.node_group = 1;
+  const std::string note =
+      "pipeline rank 0 on node group h100 (H100-SXM5-80GB); pipeline rank 1 on node group a100 "
+      "(A100-SXM4-80GB): start the nodes of these groups in this order";
+  CHECK(LayoutForTarget(problem, plan, Target::kMegatron, "p.json").placement_note == note);
+  for (Target target : kTargets) {
+    CAPTURE(TargetName(target));
+    // The nearest plan the target runs keeps each stage's group.
+    const Plan runnable = NearestPlanForTarget(problem, plan, target, "p.json").plan;
+    CHECK(runnable.stages[1].config.node_group == 1);
+    std::string all;
+    for (const ExportFile& file : ExportPlan(problem, runnable, target, "p.json")) all += file.text;
+    CHECK(Contains(all, note));
+  }
+  // Stages in one group: no note.
+  plan.stages[1].config.node_group = 0;
+  problem.cluster = problem.cluster.WithNodeCounts("h100=2");
+  CHECK(LayoutForTarget(problem, plan, Target::kMegatron, "p.json").placement_note.empty());
+  // Groups whose nodes differ in GPUs cannot share one launch.
+  problem.cluster.node_groups[1].gpus_per_node = 4;
+  plan = BlocksPlan(problem, {16, 16}, 1, 1, 4, 1, Recompute::kNone, 4);
+  plan.stages[1].config.node_group = 1;
+  CHECK(InputErrorMessage([&] { LayoutForTarget(problem, plan, Target::kMegatron, "p.json"); }) ==
+        "p.json: stages[1].node_group = 1: megatron starts the same number of processes on every "
+        "node: node group a100 has 4 GPUs per node, group h100 8");
+}
+
+}  // namespace stratos

@@ -48,7 +48,23 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
   const int batch = problem.training.global_batch_size;
   const CostModel cost_model(problem);
   SearchSpace space;
-  space.num_devices = cluster.NumDevices();
+  // The node groups the stages may use.
+  std::vector<char> allowed(cluster.NumGroups(), options.node_groups.empty() ? 1 : 0);
+  for (const std::string& name : options.node_groups) {
+    const int group = cluster.GroupIndex(name);
+    if (group < 0) {
+      std::string known;
+      for (int g = 0; g < cluster.NumGroups(); ++g)
+        known += fmt::format("{}\"{}\"", g == 0 ? "" : ", ", cluster.GroupName(g));
+      ThrowOptionError("space.node_groups", name,
+                       fmt::format("names no node group of cluster {} (groups: {})", cluster.name,
+                                   known));
+    }
+    allowed[group] = 1;
+  }
+  space.num_devices = 0;
+  for (int group = 0; group < cluster.NumGroups(); ++group)
+    if (allowed[group]) space.num_devices += cluster.GroupDevices(group);
   space.min_stages = options.min_stages;
   space.max_stages = options.max_stages > 0
                          ? options.max_stages
@@ -62,7 +78,8 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
   for (int group = 0; group < cluster.NumGroups(); ++group) {
     const int gpus_per_node = cluster.Group(group).gpus_per_node;
     const int num_nodes = cluster.Group(group).count;
-    space.group_devices.push_back(cluster.GroupDevices(group));
+    space.group_devices.push_back(allowed[group] ? cluster.GroupDevices(group) : 0);
+    if (!allowed[group]) continue;
     std::vector<std::pair<int, int>> meshes;
     for (int g = 1; g < gpus_per_node; g *= 2)
       if (gpus_per_node % g == 0) meshes.push_back({1, g});

@@ -23,6 +23,9 @@ struct SpaceOptions {
   int max_num_microbatches = 0;  // 0: global batch size
   // Empty: every divisor of the global batch up to max_num_microbatches.
   std::vector<int> num_microbatches;
+  // Names of the node groups the stages may use (e.g. only the fastest GPUs of a heterogeneous
+  // cluster); empty: every group.
+  std::vector<std::string> node_groups;
 
   // Throws InputError naming the field and value if inconsistent (e.g. min_stages > max_stages).
   void Validate() const;
@@ -35,8 +38,9 @@ struct SearchSpace {
   int max_stages = 1;
   int num_devices = 0;                    // device budget: sum of stage meshes <= num_devices
   std::vector<int> mesh_sizes;            // distinct NumDevices() of configs, ascending
-  // Device budget of each node group (ClusterSpec::GroupDevices): the meshes of the stages in
-  // group g sum to at most group_devices[g]. One entry (= num_devices) on a homogeneous cluster.
+  // Device budget of each node group (ClusterSpec::GroupDevices; 0 for a group that
+  // SpaceOptions::node_groups leaves out): the meshes of the stages in group g sum to at most
+  // group_devices[g]. One entry (= num_devices) on a homogeneous cluster.
   // On a heterogeneous one, a plan's stages visit the groups in runs: the stages of one group
   // are consecutive, and each group has at most one run (the order of the runs is free).
   std::vector<int> group_devices;
@@ -50,7 +54,8 @@ struct SearchSpace {
   // node group, with the configurations of group g carrying node_group = g.
   // For each mesh: every DP x TP with TP <= max_tensor_parallel dividing the node and the heads,
   // ZeRO 0 (and 1-3 when DP > 1 and allowed), every allowed recompute mode, and every allowed
-  // gradient compression where CheckStructure accepts it (DP > 1, ZeRO 0-1).
+  // gradient compression where CheckStructure accepts it (DP > 1, ZeRO 0-1). Throws InputError
+  // naming space.node_groups for a name the cluster does not have.
   static SearchSpace Build(const Problem& problem, const SpaceOptions& options = {});
 };
 

@@ -115,6 +115,11 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
         space.grad_compressions = ParseCompressionList(text, where, "space.grad_compressions");
       },
       "comma list of none, bf16, fp16, topk, powersgd, terngrad, sign");
+  t.Text(
+      "space.node_groups",
+      [&space] { return JoinList<std::string>(space.node_groups, [](const std::string& g) { return g; }); },
+      [&space](const std::string& text, const std::string&) { space.node_groups = SplitList(text); },
+      "comma list of node group names the stages may use (e.g. the fastest); empty = every group");
 
   if (algorithm == "relax") {
     RelaxOptions& r = relax_;

@@ -156,6 +156,14 @@ expect "the searchers that do not take one yet say so" 0 \
   "relax does not search heterogeneous clusters \(2 node groups\) yet; dp, exhaustive, grid and mcmc do" -- \
   cat "$WORK/hetero/summary.json"
 expect "the summary lists the node groups" 0 '"name": "a100"' -- cat "$WORK/hetero/summary.json"
+expect "space.node_groups keeps the stages on the groups it names" 0 \
+  "dp: optimal, best 0.569475 s" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-h100-a100 --nodes h100=2,a100=2 --global-batch 256 \
+  --algo dp --option space.node_groups=h100 --output-dir "$WORK/hetero-h100"
+expect_one_line_error "space.node_groups naming no group lists the groups" \
+  'space.node_groups = b200: names no node group of cluster dgx-h100-a100 \(groups: "h100", "a100"\)' -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-h100-a100 --global-batch 256 \
+  --algo dp --option space.node_groups=b200 --output-dir "$WORK/x"
 # Hardening: an empty or root output directory is refused (it wrote summary.json, plans/ and
 # traces/ into /); a batch of 2^31 - 1 searches in well under a second (it died with SIGFPE in
 # the microbatch-count loop) and skips the trace of 2^31 - 1 microbatches instead of simulating it.

@@ -12,6 +12,7 @@
 #include "baselines/ilp_searcher.h"
 #include "baselines/local_searcher.h"
 #include "baselines/mcmc_searcher.h"
+#include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/synthetic.h"
 #include "search/relax_searcher.h"
@@ -103,6 +104,38 @@ TEST_CASE("DP equals exhaustive on 24 random small heterogeneous problems") {
   CHECK(feasible >= 12);
   CHECK(crossing >= 3);  // the optimum does use several groups, so the links are exercised
   CHECK(three_groups >= 6);
+}
+
+TEST_CASE("space.node_groups keeps the stages in the groups it names") {
+  const Problem problem = MakeRandomSmallHeterogeneousProblem(5);
+  SearchOptions options = SmallSpace();
+  options.space.node_groups = {"g1"};
+  const SearchSpace space = SearchSpace::Build(problem, options.space);
+  CHECK(space.group_devices[0] == 0);
+  CHECK(space.group_devices[1] == problem.cluster.GroupDevices(1));
+  CHECK(space.num_devices == problem.cluster.GroupDevices(1));
+  for (const StageConfig& config : space.configs) CHECK(config.node_group == 1);
+  int compared = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    CAPTURE(seed);
+    const Problem p = MakeRandomSmallHeterogeneousProblem(seed);
+    const SearchResult all = DpSearcher().Search(p, SmallSpace());
+    const SearchResult one = DpSearcher().Search(p, options);
+    const SearchResult truth = ExhaustiveSearcher().Search(p, options);
+    REQUIRE(one.plan.has_value() == truth.plan.has_value());
+    if (!one.plan) continue;
+    for (const StagePlan& stage : one.plan->stages) CHECK(stage.config.node_group == 1);
+    CHECK(testing::RelativeGap(one.summary.best_iteration_seconds,
+                               truth.summary.best_iteration_seconds) <= 1e-9);
+    REQUIRE(all.plan.has_value());
+    CHECK(all.summary.best_iteration_seconds <= one.summary.best_iteration_seconds);
+    ++compared;
+  }
+  CHECK(compared >= 4);
+  options.space.node_groups = {"g7"};
+  CHECK_THROWS_WITH_AS(SearchSpace::Build(problem, options.space),
+                       doctest::Contains("space.node_groups = g7: names no node group of cluster "),
+                       InputError);
 }
 
 TEST_CASE("a homogeneous cluster split into two identical groups: DP finds the same optimum") {

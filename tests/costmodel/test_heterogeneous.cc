@@ -129,6 +129,16 @@ ClusterSpec V100Only() {
                   {{"NVLink2", 100e9, 6e-6, 1.0, ""}, {"Ethernet", 3.125e9, 30e-6, 0.8, ""}});
 }
 
+// Two stages of a 6-layer plan (layers [0, 3) and [3, 6)) with global batch 16 and 2
+// microbatches.
+Plan TwoStages(const StageConfig& first, const StageConfig& second) {
+  Plan plan;
+  plan.global_batch_size = 16;
+  plan.num_microbatches = 2;
+  plan.stages = {{0, 3, first}, {3, 6, second}};
+  return plan;
+}
+
 }  // namespace
 
 TEST_CASE("node groups name their device and levels; groups talk over the slower level") {
@@ -291,10 +301,7 @@ TEST_CASE("--nodes sets node counts per group") {
 TEST_CASE("a heterogeneous plan's estimate equals the stage terms of its groups") {
   const ClusterSpec cluster = ParseClusterToml(Mixed(), "c.toml");
   const Problem problem = GptOn(cluster);
-  Plan plan;
-  plan.global_batch_size = 16;
-  plan.num_microbatches = 2;
-  plan.stages = {{0, 3, Config(8, 8, 1, 0)}, {3, 6, Config(8, 4, 2, 1)}};
+  const Plan plan = TwoStages(Config(8, 8, 1, 0), Config(8, 4, 2, 1));
   const Estimate estimate = Evaluate(problem, plan);
 
   // Each stage's layers priced on its group alone, and the send between them over Ethernet
@@ -359,10 +366,7 @@ TEST_CASE("the order of the groups along the pipeline changes the estimate, not 
   // The same two stages, their groups swapped: the V100 stage is now first.
   const ClusterSpec cluster = ParseClusterToml(Mixed(), "c.toml");
   const Problem problem = GptOn(cluster);
-  Plan plan;
-  plan.global_batch_size = 16;
-  plan.num_microbatches = 2;
-  plan.stages = {{0, 3, Config(8, 8, 1, 0)}, {3, 6, Config(8, 8, 1, 1)}};
+  Plan plan = TwoStages(Config(8, 8, 1, 0), Config(8, 8, 1, 1));
   Plan swapped = plan;
   swapped.stages[0].config.node_group = 1;
   swapped.stages[1].config.node_group = 0;
@@ -422,8 +426,9 @@ TEST_CASE("an interleaved plan's last rank sends forward to the first rank's gro
   const StageConfig a = Config(8, 8, 1, 0), v = Config(8, 8, 1, 1);
   plan.stages = {{0, 2, a}, {2, 3, v}, {3, 4, a}, {4, 6, v}};
   const Estimate estimate = Evaluate(problem, plan);
-  // Every send of either rank crosses Ethernet: rank 1 sends one chunk forward (to rank 0) and
-  // two backward; rank 0 one forward... each of b = 1 sample's activations from 8 GPUs.
+  // Every send of either rank crosses Ethernet, each of b = 1 sample's activations from 8 GPUs:
+  // rank 0 sends both chunks forward and one backward, rank 1 one chunk forward (back to rank
+  // 0) and both backward.
   const double send = 512 * 1024 * 2.0 * 8 / (3.125e9 * 0.8) + 30e-6;
   CHECK(estimate.stages[0].terms.p2p_seconds == doctest::Approx(3 * send));
   CHECK(estimate.stages[1].terms.p2p_seconds == doctest::Approx(3 * send));
@@ -432,10 +437,7 @@ TEST_CASE("an interleaved plan's last rank sends forward to the first rank's gro
 TEST_CASE("plans name each stage's node group and are checked against the group") {
   const ClusterSpec cluster = ParseClusterToml(Mixed(), "c.toml");
   const Problem problem = GptOn(cluster);
-  Plan plan;
-  plan.global_batch_size = 16;
-  plan.num_microbatches = 2;
-  plan.stages = {{0, 3, Config(8, 8, 1, 0)}, {3, 6, Config(8, 8, 1, 1)}};
+  Plan plan = TwoStages(Config(8, 8, 1, 0), Config(8, 8, 1, 1));
   SUBCASE("JSON round trip, version 2") {
     const nlohmann::json json = PlanToJson(plan);
     CHECK(json["schema"] == "stratos.plan/2");

@@ -33,6 +33,43 @@ struct GResult {
   std::vector<StagePlan> stages;
 };
 
+// astar[(level - 1) * groups + g] = the least a (t + c) among frontier group g's entries with
+// t <= t_max and e <= e_max that fit at least `level` in-flight counts; inf where none does.
+// `astar` is resized to (levels, groups).
+void FillLeastCosts(const StageFrontier& tables, double t_max, double e_max,
+                    std::vector<double>& astar) {
+  const int num_levels = static_cast<int>(tables.inflight.size());
+  const size_t groups = tables.NumGroups();
+  astar.resize(static_cast<size_t>(num_levels) * groups);
+  std::vector<double> best(num_levels + 2);
+  for (size_t g = 0; g < groups; ++g) {
+    const std::uint32_t begin = tables.group_offsets[g], end = tables.group_offsets[g + 1];
+    std::fill(best.begin(), best.end(), kInf);
+    for (std::uint32_t k = begin; k < end; ++k) {
+      const FrontierEntry& e = tables.entries[k];
+      if (e.t > t_max) break;
+      if (e.e <= e_max) best[e.level] = std::min(best[e.level], e.a);
+    }
+    for (int level = num_levels - 1; level >= 1; --level)
+      best[level] = std::min(best[level], best[level + 1]);
+    for (int level = 1; level <= num_levels; ++level)
+      astar[static_cast<size_t>(level - 1) * groups + g] = best[level];
+  }
+}
+
+// The configuration of cell (i, j, n) whose a FillLeastCosts chose for `level` within the
+// maxima. Throws InternalError if none has exactly `a` (the DP's reconstruction lost it).
+const FrontierEntry& FindEntry(const StageFrontier& tables, int i, int j, int n, int level,
+                               double t_max, double e_max, double a) {
+  const std::uint32_t g = tables.cell_group[tables.Cell(i, j, n)];
+  for (std::uint32_t k = tables.group_offsets[g]; k < tables.group_offsets[g + 1]; ++k) {
+    const FrontierEntry& e = tables.entries[k];
+    if (e.t > t_max) break;
+    if (e.e <= e_max && e.level >= level && e.a == a) return e;
+  }
+  STRATOS_CHECK(false, "no configuration of cell ({}, {}, {}) has a = {}", i, j, n, a);
+}
+
 // Solves G(t_max, e_max) = min sum_s (t_s + c_s) over plans with every t_s <= t_max and every
 // e_s <= e_max.
 class DpSolver {
@@ -51,15 +88,13 @@ class DpSolver {
   void Use(const StageFrontier& tables) {
     STRATOS_CHECK(tables.num_layers == L_ && tables.num_meshes == N_, "tables of another problem");
     tables_ = &tables;
-    num_levels_ = static_cast<int>(tables.inflight.size());
-    astar_.resize(static_cast<size_t>(num_levels_) * tables.NumGroups());
   }
 
   // Checked once per row of Solve (Deadline::Expired propagates); nullptr: never.
   void SetDeadline(const Deadline* deadline) { deadline_ = deadline; }
 
   GResult Solve(double t_max, double e_max) {
-    FillAstar(t_max, e_max);
+    FillLeastCosts(*tables_, t_max, e_max, astar_);
     const std::uint32_t* group = tables_->cell_group.data();
     // s = 0: only "all layers placed" is feasible, with any number of free devices.
     std::fill(f_.begin(), f_.begin() + static_cast<size_t>(L_ + 1) * (D_ + 1), kInf);
@@ -126,7 +161,7 @@ class DpSolver {
     while (true) {
       const int level = tables_->level_of_stages[s];
       const double a = Astar(level)[group[tables_->Cell(i, j, n)]];
-      const FrontierEntry& e = FindEntry(i, j, n, level, t_max, e_max, a);
+      const FrontierEntry& e = FindEntry(*tables_, i, j, n, level, t_max, e_max, a);
       result.stages.push_back({i, j, space_.configs[e.config]});
       result.max_t = std::max(result.max_t, e.t);
       result.max_e = std::max(result.max_e, e.e);
@@ -162,35 +197,6 @@ class DpSolver {
   }
 
  private:
-  void FillAstar(double t_max, double e_max) {
-    std::vector<double> best(num_levels_ + 2);
-    const size_t groups = tables_->NumGroups();
-    for (size_t g = 0; g < groups; ++g) {
-      const std::uint32_t begin = tables_->group_offsets[g], end = tables_->group_offsets[g + 1];
-      std::fill(best.begin(), best.end(), kInf);
-      for (std::uint32_t k = begin; k < end; ++k) {
-        const FrontierEntry& e = tables_->entries[k];
-        if (e.t > t_max) break;
-        if (e.e <= e_max) best[e.level] = std::min(best[e.level], e.a);
-      }
-      for (int level = num_levels_ - 1; level >= 1; --level)
-        best[level] = std::min(best[level], best[level + 1]);
-      for (int level = 1; level <= num_levels_; ++level)
-        astar_[static_cast<size_t>(level - 1) * groups + g] = best[level];
-    }
-  }
-
-  const FrontierEntry& FindEntry(int i, int j, int n, int level, double t_max, double e_max,
-                                 double a) const {
-    const std::uint32_t g = tables_->cell_group[tables_->Cell(i, j, n)];
-    for (std::uint32_t k = tables_->group_offsets[g]; k < tables_->group_offsets[g + 1]; ++k) {
-      const FrontierEntry& e = tables_->entries[k];
-      if (e.t > t_max) break;
-      if (e.e <= e_max && e.level >= level && e.a == a) return e;
-    }
-    STRATOS_CHECK(false, "no configuration of cell ({}, {}, {}) has a = {}", i, j, n, a);
-  }
-
   const double* Astar(int level) const {
     return astar_.data() + static_cast<size_t>(level - 1) * tables_->NumGroups();
   }
@@ -203,7 +209,6 @@ class DpSolver {
   const Deadline* deadline_ = nullptr;
   const SearchSpace& space_;
   const int L_, N_, D_, S_;
-  int num_levels_ = 0;
   // (num_levels, groups): least a with t <= t_max and e <= e_max fitting the level
   std::vector<double> astar_;
   std::vector<double> f_;      // (S, L + 1, D + 1): F[s][i][d] for s < S
@@ -398,30 +403,11 @@ class HeteroOracle : public GOracle {
   const StageFrontier& AnyFrontier() const { return *frontier_[0][0][0]; }
 
   void FillAstar(double t_max, double e_max) {
-    const int num_levels = static_cast<int>(AnyFrontier().inflight.size());
-    std::vector<double> best(num_levels + 2);
     for (int j = 0; j < k_; ++j)
       for (int pk = 0; pk < 2; ++pk)
-        for (int nk = 0; nk < 2; ++nk) {
-          const StageFrontier* tables = frontier_[j][pk][nk].get();
-          if (tables == nullptr) continue;
-          std::vector<double>& astar = astar_[j][pk][nk];
-          const size_t groups = tables->NumGroups();
-          astar.assign(static_cast<size_t>(num_levels) * groups, kInf);
-          for (size_t g = 0; g < groups; ++g) {
-            std::fill(best.begin(), best.end(), kInf);
-            for (std::uint32_t e = tables->group_offsets[g]; e < tables->group_offsets[g + 1];
-                 ++e) {
-              const FrontierEntry& entry = tables->entries[e];
-              if (entry.t > t_max) break;
-              if (entry.e <= e_max) best[entry.level] = std::min(best[entry.level], entry.a);
-            }
-            for (int level = num_levels - 1; level >= 1; --level)
-              best[level] = std::min(best[level], best[level + 1]);
-            for (int level = 1; level <= num_levels; ++level)
-              astar[static_cast<size_t>(level - 1) * groups + g] = best[level];
-          }
-        }
+        for (int nk = 0; nk < 2; ++nk)
+          if (frontier_[j][pk][nk])
+            FillLeastCosts(*frontier_[j][pk][nk], t_max, e_max, astar_[j][pk][nk]);
   }
 
   // Least t + c of a stage [i, l) on mesh n of group order_[j] (receiving from the previous group
@@ -473,22 +459,11 @@ class HeteroOracle : public GOracle {
       STRATOS_CHECK(bl >= 0 && best_gap <= 1e-9 * std::max(1.0, std::abs(target)),
                     "heterogeneous DP reconstruction lost the argmin at stage {} layer {}", s, i);
       const double a = A(j, pk, bnk, i, bl, bn, level);
-      const StageFrontier& tables = *frontier_[j][pk][bnk];
-      const std::uint32_t cell = tables.cell_group[tables.Cell(i, bl, bn)];
-      const FrontierEntry* found = nullptr;
-      for (std::uint32_t e = tables.group_offsets[cell]; e < tables.group_offsets[cell + 1]; ++e) {
-        const FrontierEntry& entry = tables.entries[e];
-        if (entry.t > t_max) break;
-        if (entry.e <= e_max && entry.level >= level && entry.a == a) {
-          found = &entry;
-          break;
-        }
-      }
-      STRATOS_CHECK(found != nullptr, "no configuration of cell ({}, {}, {}) has a = {}", i, bl,
-                    bn, a);
-      result.stages.push_back({i, bl, group_spaces_[order_[j]].configs[found->config]});
-      result.max_t = std::max(result.max_t, found->t);
-      result.max_e = std::max(result.max_e, found->e);
+      const FrontierEntry& found =
+          FindEntry(*frontier_[j][pk][bnk], i, bl, bn, level, t_max, e_max, a);
+      result.stages.push_back({i, bl, group_spaces_[order_[j]].configs[found.config]});
+      result.max_t = std::max(result.max_t, found.t);
+      result.max_e = std::max(result.max_e, found.e);
       if (bnk == 1) {
         ++j;
         d = devices_[j];

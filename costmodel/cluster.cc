@@ -153,6 +153,13 @@ const NetworkLevel& ClusterSpec::LinkBetween(int from, int to) const {
 
 const std::string& ClusterSpec::GroupName(int group) const { return NameOf(Group(group)); }
 
+std::string ClusterSpec::GroupNames() const {
+  std::string names;
+  for (const NodeGroup& g : node_groups)
+    names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", NameOf(g));
+  return names;
+}
+
 int ClusterSpec::GroupIndex(const std::string& group_name) const {
   for (int g = 0; g < NumGroups(); ++g)
     if (NameOf(node_groups[g]) == group_name) return g;
@@ -224,12 +231,8 @@ ClusterSpec ClusterSpec::WithNodeCounts(const std::string& spec) const {
     const std::string group_name = entry.substr(0, equals);
     const std::string digits = entry.substr(equals + 1);
     const int group = GroupIndex(group_name);
-    if (group < 0) {
-      std::string known;
-      for (const NodeGroup& g : node_groups)
-        known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", NameOf(g));
-      fail(fmt::format("names no node group \"{}\" (groups: {})", group_name, known));
-    }
+    if (group < 0)
+      fail(fmt::format("names no node group \"{}\" (groups: {})", group_name, GroupNames()));
     if (std::find(seen.begin(), seen.end(), group) != seen.end())
       fail(fmt::format("gives group \"{}\" twice", group_name));
     seen.push_back(group);

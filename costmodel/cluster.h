@@ -205,6 +205,8 @@ struct ClusterSpec {
   const NetworkLevel& LinkBetween(int from, int to) const;
   // The group's name (its device's for groups built in code without one).
   const std::string& GroupName(int group) const;
+  // The groups' names quoted, for messages: "\"a100\", \"v100\"".
+  std::string GroupNames() const;
   // Index of the group named `name`, or -1.
   int GroupIndex(const std::string& name) const;
   // e.g. "a100 (4 x 8 A100-SXM4-80GB)".

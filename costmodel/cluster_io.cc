@@ -301,12 +301,9 @@ ClusterSpec ParseClusterToml(std::string_view text, const std::string& where) {
       for (int e = 0; e < 2; ++e) {
         const std::string group_name = **names->get(e)->as_string();
         *ends[e] = cluster.GroupIndex(group_name);
-        if (*ends[e] < 0) {
-          std::vector<std::string> known;
-          for (const NodeGroup& g : cluster.node_groups) known.push_back('"' + g.name + '"');
+        if (*ends[e] < 0)
           l.Fail("groups", fmt::format("names no node group \"{}\" (groups: {})", group_name,
-                                       fmt::join(known, ", ")));
-        }
+                                       cluster.GroupNames()));
       }
       if (link.first_group == link.second_group)
         l.Fail("groups", "must name two different node groups (a group's own nodes talk over its "

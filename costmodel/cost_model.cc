@@ -363,12 +363,12 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
   // Pipeline point-to-point (Narayanan et al. SC'21 §4.1, scatter/gather): each TP rank sends
   // 1/tp of the boundary activations of its replica's microbatch forward (unless last stage) and
   // receives their gradients backward (unless first); the whole activation without
-  // training.pp_scatter_gather. Across nodes when the mesh fills whole
-  // nodes of a multi-node cluster (its neighbour then sits on another node); then each node's
-  // GPUs share its NICs. A neighbour in another node group sits on another node: the send crosses
-  // the level between the two groups (ClusterSpec::LinkBetween). With v virtual stages (interleaved 1F1B, SC'21 §2.2.2) every one of the
-  // device's v chunks sends, except the model's last chunk forward and its first backward; a
-  // single-stage pipeline sends nothing. The share pp_comm_overlap_fraction runs under compute.
+  // training.pp_scatter_gather. Across nodes when the mesh fills whole nodes of a multi-node
+  // cluster (its neighbour then sits on another node); then each node's GPUs share its NICs. A
+  // neighbour in another node group sits on another node: the send crosses the level between the
+  // two groups (ClusterSpec::LinkBetween). With v virtual stages (interleaved 1F1B, SC'21
+  // §2.2.2) every one of the device's v chunks sends, except the model's last chunk forward and
+  // its first backward; a single-stage pipeline sends nothing. The share pp_comm_overlap_fraction runs under compute.
   double boundary_bytes_per_sample = 0.0;
   for (const LayerSpec& layer : model.layers)
     boundary_bytes_per_sample = std::max(boundary_bytes_per_sample, layer.output_bytes);

@@ -146,7 +146,7 @@ Estimate EvaluateRanks(const CostModel& cost_model, const Plan& plan) {
 Estimate Evaluate(const CostModel& cost_model, const Plan& plan) {
   const Problem& problem = cost_model.problem();
   ValidateTrainingSpec(problem.training, "problem");
-  ValidatePlan(problem, plan);
+  ValidatePlan(cost_model, plan);
   if (plan.virtual_stages == 1) return EvaluateRanks(cost_model, plan);
   // The cost model prices a rank's chunks (their sends, the activations they hold) from the
   // training spec's virtual stages.

@@ -102,6 +102,11 @@ std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int
 }
 
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where) {
+  ValidatePlan(CostModel(problem), plan, where);
+}
+
+void ValidatePlan(const CostModel& cost_model, const Plan& plan, const std::string& where) {
+  const Problem& problem = cost_model.problem();
   const int num_layers = problem.NumLayers();
   if (plan.global_batch_size != problem.training.global_batch_size)
     ThrowInputError(where, "global_batch_size", plan.global_batch_size,
@@ -157,7 +162,6 @@ void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& w
   if (plan.NumDevices() > problem.NumDevices())
     ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
                     fmt::format("the cluster has only {} devices", problem.NumDevices()));
-  const CostModel cost_model(problem);
   for (int s = 0; s < plan.NumStages(); ++s) {
     std::string rule = cost_model.CheckConfig(plan.stages[s].config, plan.num_microbatches);
     if (!rule.empty())

@@ -12,6 +12,8 @@
 
 namespace stratos {
 
+class CostModel;
+
 struct StagePlan {
   int first_layer = 0;  // inclusive, index into model.layers
   int last_layer = 0;   // exclusive
@@ -67,6 +69,9 @@ std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int
 // the key path (e.g. "stages[2].tensor_parallel"), its value and the rule. Does NOT check
 // memory; Evaluate() reports per-stage memory and EstimateFits() decides.
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where = "plan");
+// Same, with a CostModel of the problem already built (searchers validate many plans).
+void ValidatePlan(const CostModel& cost_model, const Plan& plan,
+                  const std::string& where = "plan");
 
 // JSON I/O, "schema": "stratos.plan/2" ("virtual_stages" is written when > 1 and optional on
 // reading, default 1; each stage's "node_group", an index into the cluster's [[node_group]]s, is

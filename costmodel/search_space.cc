@@ -52,14 +52,10 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
   std::vector<char> allowed(cluster.NumGroups(), options.node_groups.empty() ? 1 : 0);
   for (const std::string& name : options.node_groups) {
     const int group = cluster.GroupIndex(name);
-    if (group < 0) {
-      std::string known;
-      for (int g = 0; g < cluster.NumGroups(); ++g)
-        known += fmt::format("{}\"{}\"", g == 0 ? "" : ", ", cluster.GroupName(g));
+    if (group < 0)
       ThrowOptionError("space.node_groups", name,
                        fmt::format("names no node group of cluster {} (groups: {})", cluster.name,
-                                   known));
-    }
+                                   cluster.GroupNames()));
     allowed[group] = 1;
   }
   space.num_devices = 0;

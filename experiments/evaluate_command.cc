@@ -24,13 +24,10 @@ std::vector<int> StageGroups(const ClusterSpec& cluster, const std::string& name
       const size_t comma = std::min(names.find(',', begin), names.size());
       const std::string name = names.substr(begin, comma - begin);
       const int group = cluster.GroupIndex(name);
-      if (group < 0) {
-        std::string known;
-        for (int g = 0; g < cluster.NumGroups(); ++g)
-          known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", cluster.GroupName(g));
+      if (group < 0)
         ThrowInputError(where, "--stage-groups", fmt::format("\"{}\"", names),
-                        fmt::format("names no node group \"{}\" (groups: {})", name, known));
-      }
+                        fmt::format("names no node group \"{}\" (groups: {})", name,
+                                    cluster.GroupNames()));
       groups.push_back(group);
       begin = comma + 1;
     }

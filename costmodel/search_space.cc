@@ -33,6 +33,24 @@ void SpaceOptions::Validate() const {
          "must include none (stages without data parallelism have nothing to compress)");
 }
 
+std::vector<std::vector<int>> SearchSpace::GroupOrders() const {
+  std::vector<std::vector<int>> orders;
+  if (!Heterogeneous()) return orders;
+  const int groups = static_cast<int>(group_devices.size());
+  int usable = 0;  // the groups the space lets stages use (SpaceOptions::node_groups)
+  for (int g = 0; g < groups; ++g)
+    if (group_devices[g] > 0) usable |= 1 << g;
+  for (int mask = 1; mask < (1 << groups); ++mask) {
+    if ((mask & usable) != mask) continue;
+    std::vector<int> order;
+    for (int g = 0; g < groups; ++g)
+      if (mask & (1 << g)) order.push_back(g);
+    do orders.push_back(order);
+    while (std::next_permutation(order.begin(), order.end()));
+  }
+  return orders;
+}
+
 bool SearchSpace::GroupsInRuns(const std::vector<int>& stage_groups) {
   for (size_t s = 1; s < stage_groups.size(); ++s) {
     if (stage_groups[s] == stage_groups[s - 1]) continue;

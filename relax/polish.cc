@@ -117,8 +117,10 @@ int PlanPolisher::InFlight(int m, int num_stages, int stage) const {
 }
 
 TermScalars PlanPolisher::StageScalars(int k, int m, int first_layer, int last_layer, bool first,
-                                       bool last) const {
-  TermScalars x = tables_.Overhead(k, m, first, last);
+                                       bool last, int previous_group, int next_group) const {
+  TermScalars x = tables_.cross_overhead.empty()
+                      ? tables_.Overhead(k, m, first, last)
+                      : tables_.OverheadBetween(k, m, first, last, previous_group, next_group);
   for (int c = 0; c < tables_.num_classes; ++c) {
     const int n = tables_.ClassCount(first_layer, last_layer, c);
     if (n > 0) AddScaled(&x, tables_.Layer(c, k, m), n);
@@ -137,23 +139,36 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
     return cost;
   if (m < 0 || m >= tables_.num_microbatch_options) return cost;
   int devices = 0;
+  // Heterogeneous clusters: each group's budget, and the groups in runs.
+  std::vector<int> group_devices(tables_.num_groups, 0), groups;
   for (int k : plan.configs) {
     if (!tables_.Valid(k, m)) return cost;
     devices += tables_.configs[k].NumDevices();
+    group_devices[tables_.configs[k].node_group] += tables_.configs[k].NumDevices();
+    groups.push_back(tables_.configs[k].node_group);
   }
   if (devices > tables_.num_devices) return cost;
+  if (tables_.num_groups > 1) {
+    for (int g = 0; g < tables_.num_groups; ++g)
+      if (group_devices[g] > tables_.group_devices[g]) return cost;
+    if (!SearchSpace::GroupsInRuns(groups)) return cost;
+  }
   double sum_t = 0, max_t = 0, max_e = 0, sum_c = 0, overflow = 0;
   for (int s = 0; s < S; ++s) {
     if (plan.boundaries[s] >= plan.boundaries[s + 1]) return cost;
-    const TermScalars x = StageScalars(plan.configs[s], m, plan.boundaries[s],
-                                       plan.boundaries[s + 1], s == 0, s == S - 1);
+    const TermScalars x = StageScalars(
+        plan.configs[s], m, plan.boundaries[s], plan.boundaries[s + 1], s == 0, s == S - 1,
+        s > 0 ? groups[s - 1] : -1, s + 1 < S ? groups[s + 1] : -1);
     sum_t += x.microbatch_seconds;
     max_t = std::max(max_t, x.microbatch_seconds);
     max_e = std::max(max_e, x.tail_seconds);
     sum_c += x.one_time_seconds;
     const double peak =
         x.state_bytes + InFlight(m, S, s) * x.activation_bytes + x.working_bytes;
-    if (peak > capacity_bytes_) overflow += peak - capacity_bytes_;
+    const double capacity =
+        tables_.num_groups > 1 ? tables_.CapacityBytes(plan.configs[s]) * (1.0 - 1e-9)
+                               : capacity_bytes_;
+    if (peak > capacity) overflow += peak - capacity;
   }
   cost.valid = true;
   cost.overflow_bytes = overflow;

@@ -52,7 +52,10 @@ class PlanPolisher {
   // Keeps a reference to `tables`, which must outlive the polisher.
   explicit PlanPolisher(const RelaxTables& tables);
 
-  // Exact cost from the tables (counts one evaluation).
+  // Exact cost from the tables (counts one evaluation). On a heterogeneous cluster a plan is
+  // valid only with each group's budget kept and its groups in runs (SearchSpace::GroupsInRuns);
+  // each stage's memory is checked against its group's device. Repair and Polish do not move
+  // stages between groups (RelaxSearcher does not call them on such clusters yet).
   DiscreteCost Cost(const DiscretePlan& plan);
   long evaluations() const { return evaluations_; }
   bool OutOfBudget(const PolishLimits& limits) const;
@@ -99,8 +102,9 @@ class PlanPolisher {
   // valid for m (m < 0: valid or not); -1 if none.
   int WithMesh(int k, int mesh_index, int m) const;
   int Lookup(int mesh_index, int tp, int zero, int recompute) const;
-  TermScalars StageScalars(int k, int m, int first_layer, int last_layer, bool first,
-                           bool last) const;
+  // previous_group / next_group: the neighbours' node groups (-1: none; the own group: same).
+  TermScalars StageScalars(int k, int m, int first_layer, int last_layer, bool first, bool last,
+                           int previous_group = -1, int next_group = -1) const;
   int InFlight(int m, int num_stages, int stage) const;
 
   const RelaxTables& tables_;

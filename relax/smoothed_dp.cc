@@ -19,12 +19,13 @@ constexpr double kNegligible = 40.0;
 constexpr double kMaxCachedRangeTerms = 8e6;
 
 // Soft-min accumulator in the first-order expectation semiring: value -tau log sum exp(-x / tau)
-// and the Gibbs mean of three derivative channels (d/dtheta, d/dphi, devices). sum and d are
-// relative to exp(-best / tau). tau = 0 keeps the argmin only.
-struct SoftMin {
+// and the Gibbs mean of N derivative channels (d/dtheta, d/dphi, the devices of each node
+// group). sum and d are relative to exp(-best / tau). tau = 0 keeps the argmin only.
+template <int N>
+struct SoftMinN {
   double best = kInf;
   double sum = 0;
-  double d[3] = {0, 0, 0};
+  double d[N] = {};
   int arg = -1;
 
   void Add(double x, const double* dx, int index, double tau) {
@@ -33,7 +34,7 @@ struct SoftMin {
       if (x < best) {
         best = x;
         sum = 1;
-        for (int c = 0; c < 3; ++c) d[c] = dx[c];
+        for (int c = 0; c < N; ++c) d[c] = dx[c];
         arg = index;
       }
       return;
@@ -41,7 +42,7 @@ struct SoftMin {
     if (x < best) {
       const double f = sum > 0 ? std::exp((x - best) / tau) : 0.0;
       sum = sum * f + 1;
-      for (int c = 0; c < 3; ++c) d[c] = d[c] * f + dx[c];
+      for (int c = 0; c < N; ++c) d[c] = d[c] * f + dx[c];
       best = x;
       arg = index;
     } else {
@@ -49,10 +50,10 @@ struct SoftMin {
       if (z < -kNegligible) return;
       const double w = std::exp(z);
       sum += w;
-      for (int c = 0; c < 3; ++c) d[c] += w * dx[c];
+      for (int c = 0; c < N; ++c) d[c] += w * dx[c];
     }
   }
-  void Merge(const SoftMin& o, double tau) {
+  void Merge(const SoftMinN& o, double tau) {
     if (!(o.best < kInf)) return;
     if (tau <= 0) {
       if (o.best < best) *this = o;
@@ -61,7 +62,7 @@ struct SoftMin {
     if (o.best < best) {
       const double f = sum > 0 ? std::exp((o.best - best) / tau) : 0.0;
       sum = sum * f + o.sum;
-      for (int c = 0; c < 3; ++c) d[c] = d[c] * f + o.d[c];
+      for (int c = 0; c < N; ++c) d[c] = d[c] * f + o.d[c];
       best = o.best;
       arg = o.arg;
     } else {
@@ -69,7 +70,7 @@ struct SoftMin {
       if (z < -kNegligible) return;
       const double w = std::exp(z);
       sum += w * o.sum;
-      for (int c = 0; c < 3; ++c) d[c] += w * o.d[c];
+      for (int c = 0; c < N; ++c) d[c] += w * o.d[c];
     }
   }
   double Value(double tau) const {
@@ -176,10 +177,14 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
   N_ = static_cast<int>(cuts_.size()) - 1;
   STRATOS_CHECK(m_ >= 0 && m_ < tables.num_microbatch_options, "microbatch option {}", m_);
   microbatch_count_ = tables.num_microbatches[m_];
-  capacity_bytes_ = tables.memory_capacity_bytes * (1.0 - 1e-9);  // as PlanPolisher
+  G_ = tables.num_groups;
+  STRATOS_CHECK(G_ >= 1 && G_ <= kMaxRelaxGroups, "{} node groups", G_);
   for (int k : configs) {
     STRATOS_CHECK(k >= 0 && k < tables.num_configs, "config {}", k);
-    if (tables.Valid(k, m_)) configs_.push_back(k);
+    if (!tables.Valid(k, m_)) continue;
+    configs_.push_back(k);
+    group_.push_back(tables.configs[k].node_group);
+    capacity_.push_back(tables.CapacityBytes(k) * (1.0 - 1e-9));  // as PlanPolisher
   }
   const int K = static_cast<int>(configs_.size());
   const size_t stride = static_cast<size_t>(L_) + 1;
@@ -211,10 +216,29 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
   } else {
     for (int v = 1; v <= std::min(microbatch_count_, tables.max_stages); ++v) levels_.push_back(v);
   }
+  if (G_ > 1) {
+    const size_t G1 = static_cast<size_t>(G_) + 1;
+    cross_.resize(static_cast<size_t>(K) * 4 * G1 * G1);
+    for (int i = 0; i < K; ++i)
+      for (int first = 0; first < 2; ++first)
+        for (int last = 0; last < 2; ++last) {
+          const TermScalars& own = tables.Overhead(configs_[i], m_, first != 0, last != 0);
+          for (size_t a = 0; a < G1; ++a)
+            for (size_t b = 0; b < G1; ++b) {
+              const TermScalars& x = tables.OverheadBetween(
+                  configs_[i], m_, first != 0, last != 0, static_cast<int>(a) - 1,
+                  static_cast<int>(b) - 1);
+              cross_[(((static_cast<size_t>(i) * 2 + first) * 2 + last) * G1 + a) * G1 + b] = {
+                  x.microbatch_seconds - own.microbatch_seconds, x.tail_seconds - own.tail_seconds,
+                  x.one_time_seconds - own.one_time_seconds};
+            }
+        }
+  }
   by_size_.resize(K);
   std::iota(by_size_.begin(), by_size_.end(), 0);
-  std::stable_sort(by_size_.begin(), by_size_.end(),
-                   [&](int a, int b) { return devices_[a] < devices_[b]; });
+  std::stable_sort(by_size_.begin(), by_size_.end(), [&](int a, int b) {
+    return group_[a] != group_[b] ? group_[a] < group_[b] : devices_[a] < devices_[b];
+  });
   pair_row_.assign(N_ + 1, 0);
   for (int i = 1; i <= N_; ++i) pair_row_[i] = pair_row_[i - 1] + (N_ - (i - 1));
   const size_t pairs = pair_row_[N_];
@@ -243,7 +267,7 @@ void SmoothedStageDp::CollectRangeTerms(int first_cut, int last_cut,
   out->clear();
   for (int slot : by_size_) {
     const Terms x = StageTerms(slot, cuts_[first_cut], cuts_[last_cut]);
-    const int fits = FittingLevels(x);
+    const int fits = FittingLevels(x, slot);
     if (fits > 0) out->push_back({x.t, x.e, x.c, slot, fits});
   }
 }
@@ -261,32 +285,49 @@ const SmoothedStageDp::RangeTerm* SmoothedStageDp::RangeTerms(int first_cut, int
   return scratch->data();
 }
 
-SmoothedStageDp::Terms SmoothedStageDp::StageTerms(int slot, int first_layer,
-                                                    int last_layer) const {
+SmoothedStageDp::Delta SmoothedStageDp::CrossDelta(int slot, bool first, bool last,
+                                                    int previous_group, int next_group) const {
+  const int own = group_[slot];
+  const size_t a = previous_group < 0 || previous_group == own ? 0 : previous_group + 1;
+  const size_t b = next_group < 0 || next_group == own ? 0 : next_group + 1;
+  if (a == 0 && b == 0) return {0, 0, 0};
+  const size_t G1 = static_cast<size_t>(G_) + 1;
+  return cross_[(((static_cast<size_t>(slot) * 2 + (first ? 1 : 0)) * 2 + (last ? 1 : 0)) * G1 +
+                 a) * G1 + b];
+}
+
+SmoothedStageDp::Terms SmoothedStageDp::StageTerms(int slot, int first_layer, int last_layer,
+                                                    int previous_group, int next_group) const {
   const size_t stride = static_cast<size_t>(L_) + 1;
   const size_t a = slot * stride + first_layer, b = slot * stride + last_layer;
-  const Terms& o = overhead_[static_cast<size_t>(slot) * 4 + (first_layer == 0 ? 2 : 0) +
-                             (last_layer == L_ ? 1 : 0)];
-  return {prefix_t_[b] - prefix_t_[a] + o.t, prefix_e_[b] - prefix_e_[a] + o.e,
+  const bool first = first_layer == 0, last = last_layer == L_;
+  const Terms& o = overhead_[static_cast<size_t>(slot) * 4 + (first ? 2 : 0) + (last ? 1 : 0)];
+  Terms x{prefix_t_[b] - prefix_t_[a] + o.t, prefix_e_[b] - prefix_e_[a] + o.e,
           prefix_c_[b] - prefix_c_[a] + o.c,
           prefix_fixed_[b] - prefix_fixed_[a] + o.fixed_bytes,
           prefix_activation_[b] - prefix_activation_[a] + o.activation_bytes};
+  if (previous_group >= 0 || next_group >= 0) {
+    const Delta d = CrossDelta(slot, first, last, previous_group, next_group);
+    x.t += d.t;
+    x.e += d.e;
+    x.c += d.c;
+  }
+  return x;
 }
 
-int SmoothedStageDp::FittingLevels(const Terms& x) const {
-  int count = 0;
+int SmoothedStageDp::FittingLevels(const Terms& x, int slot) const {
+  const double capacity = capacity_[slot];
   // levels_ ascending and the peak nondecreasing in the level: binary search.
   int lo = 0, hi = static_cast<int>(levels_.size());
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (x.fixed_bytes + levels_[mid] * x.activation_bytes <= capacity_bytes_) {
+    if (x.fixed_bytes + levels_[mid] * x.activation_bytes <= capacity) {
       lo = mid + 1;
     } else {
       hi = mid;
     }
   }
-  count = lo;
-  return count;
+  return lo;
 }
 
 int SmoothedStageDp::LevelIndex(int stages_left) const {
@@ -295,28 +336,74 @@ int SmoothedStageDp::LevelIndex(int stages_left) const {
 }
 
 double SmoothedStageDp::BalancedStageSeconds() const {
-  double best = kInf;
+  // Per group, the least microbatch device-seconds of the whole model; the groups' device rates
+  // add up: theta = 1 / sum_g (D_g / best_g) (= best / D on one group).
+  std::vector<double> best(G_, kInf);
   for (size_t i = 0; i < configs_.size(); ++i) {
     const Terms x = StageTerms(static_cast<int>(i), 0, L_);
-    best = std::min(best, x.t * devices_[i]);
+    best[group_[i]] = std::min(best[group_[i]], x.t * devices_[i]);
   }
-  return std::isfinite(best) ? best / tables_.num_devices : 0.0;
+  double rate = 0;
+  for (int g = 0; g < G_; ++g)
+    if (std::isfinite(best[g]) && best[g] > 0) rate += tables_.group_devices[g] / best[g];
+  return rate > 0 ? 1.0 / rate : 0.0;
+}
+
+std::vector<int> SmoothedStageDp::Positions(const std::vector<int>& order) const {
+  if (G_ == 1) {
+    STRATOS_CHECK(order.empty() || order == std::vector<int>{0},
+                  "a group order on a homogeneous cluster");
+    return {-1};
+  }
+  STRATOS_CHECK(!order.empty() && static_cast<int>(order.size()) <= G_,
+                "a heterogeneous DP needs an order of its {} node groups", G_);
+  std::vector<char> seen(G_, 0);
+  for (int g : order) {
+    STRATOS_CHECK(g >= 0 && g < G_ && !seen[g], "order: group {} twice or out of range", g);
+    seen[g] = 1;
+  }
+  return order;
+}
+
+bool SmoothedStageDp::PlanNeighbours(const DiscretePlan& plan, std::vector<int>* slots,
+                                     std::vector<int>* previous, std::vector<int>* next) const {
+  const int S = plan.NumStages();
+  slots->assign(S, -1);
+  previous->assign(S, -1);
+  next->assign(S, -1);
+  std::vector<int> groups(S);
+  for (int s = 0; s < S; ++s) {
+    const auto it = std::find(configs_.begin(), configs_.end(), plan.configs[s]);
+    if (it == configs_.end()) return false;
+    (*slots)[s] = static_cast<int>(it - configs_.begin());
+    groups[s] = group_[(*slots)[s]];
+  }
+  if (!SearchSpace::GroupsInRuns(groups)) return false;
+  for (int s = 0; s < S; ++s) {
+    if (s > 0 && groups[s - 1] != groups[s]) (*previous)[s] = groups[s - 1];
+    if (s + 1 < S && groups[s + 1] != groups[s]) (*next)[s] = groups[s + 1];
+  }
+  return true;
 }
 
 double SmoothedStageDp::PlanValue(const DiscretePlan& plan, const SmoothedDpPoint& p) const {
   if (plan.microbatch_option != m_) return kInf;
   const int S = plan.NumStages();
   const double mc = microbatch_count_;
-  double value = (mc - 1) * p.theta_seconds + p.phi_seconds -
-                 p.lambda_seconds * tables_.num_devices;
+  std::vector<int> slots, previous, next;
+  if (!PlanNeighbours(plan, &slots, &previous, &next)) return kInf;
+  double value = (mc - 1) * p.theta_seconds + p.phi_seconds;
+  std::vector<char> used(G_, 0);
+  for (int slot : slots) used[group_[slot]] = 1;
+  for (int g = 0; g < G_; ++g)
+    if (used[g]) value -= p.lambda_seconds[g] * tables_.group_devices[g];
   for (int s = 0; s < S; ++s) {
-    const auto it = std::find(configs_.begin(), configs_.end(), plan.configs[s]);
-    if (it == configs_.end()) return kInf;
-    const int slot = static_cast<int>(it - configs_.begin());
-    const Terms x = StageTerms(slot, plan.boundaries[s], plan.boundaries[s + 1]);
-    if (FittingLevels(x) <= LevelIndex(S - s)) return kInf;
+    const int slot = slots[s];
+    const Terms x =
+        StageTerms(slot, plan.boundaries[s], plan.boundaries[s + 1], previous[s], next[s]);
+    if (FittingLevels(x, slot) <= LevelIndex(S - s)) return kInf;
     value += x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
-             std::max(0.0, x.e - p.phi_seconds) + p.lambda_seconds * devices_[slot];
+             std::max(0.0, x.e - p.phi_seconds) + p.lambda_seconds[group_[slot]] * devices_[slot];
   }
   return value;
 }
@@ -324,26 +411,56 @@ double SmoothedStageDp::PlanValue(const DiscretePlan& plan, const SmoothedDpPoin
 SmoothedDpPoint SmoothedStageDp::PlanLevels(const DiscretePlan& plan) const {
   STRATOS_CHECK(plan.microbatch_option == m_, "plan of microbatch option {}, not {}",
                 plan.microbatch_option, m_);
-  SmoothedDpPoint levels{-kInf, -kInf, 0.0};
+  std::vector<int> slots, previous, next;
+  STRATOS_CHECK(PlanNeighbours(plan, &slots, &previous, &next),
+                "a plan with a config outside this DP or groups not in runs");
+  SmoothedDpPoint levels{-kInf, -kInf, {}};
   for (int s = 0; s < plan.NumStages(); ++s) {
-    const auto it = std::find(configs_.begin(), configs_.end(), plan.configs[s]);
-    STRATOS_CHECK(it != configs_.end(), "config {} not in this DP", plan.configs[s]);
-    const Terms x = StageTerms(static_cast<int>(it - configs_.begin()), plan.boundaries[s],
-                               plan.boundaries[s + 1]);
+    const Terms x =
+        StageTerms(slots[s], plan.boundaries[s], plan.boundaries[s + 1], previous[s], next[s]);
     levels.theta_seconds = std::max(levels.theta_seconds, x.t);
     levels.phi_seconds = std::max(levels.phi_seconds, x.e);
   }
   return levels;
 }
 
-SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau) {
-  return EvaluateMany({p}, {tau}).front();
+SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau,
+                                          const std::vector<int>& order) {
+  return EvaluateMany({p}, {tau}, order).front();
 }
 
 std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateMany(
-    const std::vector<SmoothedDpPoint>& points, const std::vector<double>& taus) {
+    const std::vector<SmoothedDpPoint>& points, const std::vector<double>& taus,
+    const std::vector<int>& order) {
+  // Channels: d/dtheta, d/dphi and the devices of each group.
+  switch (G_) {
+    case 1:
+      return EvaluateManyN<3>(points, taus, order);
+    case 2:
+      return EvaluateManyN<4>(points, taus, order);
+    case 3:
+      return EvaluateManyN<5>(points, taus, order);
+    case 4:
+      return EvaluateManyN<6>(points, taus, order);
+    case 5:
+      return EvaluateManyN<7>(points, taus, order);
+    default:
+      static_assert(kMaxRelaxGroups == 6, "one case per group count");
+      return EvaluateManyN<8>(points, taus, order);
+  }
+}
+
+template <int N>
+std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
+    const std::vector<SmoothedDpPoint>& points, const std::vector<double>& taus,
+    const std::vector<int>& order) {
+  using SoftMin = SoftMinN<N>;
+  // Copied from memory, not built in place (the in-place temporary stalled the stores).
+  static const SoftMin kEmpty;
   STRATOS_CHECK(points.size() == taus.size(), "{} points, {} temperatures", points.size(),
                 taus.size());
+  const std::vector<int> positions = Positions(order);
+  const int J = static_cast<int>(positions.size());
   const size_t P = points.size();
   std::vector<SmoothedDpValue> out(P);
   for (SmoothedDpValue& o : out) o.value = kInf;
@@ -352,279 +469,465 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateMany(
   const double mc = microbatch_count_;
   if (K == 0 || L == 0 || P == 0) return out;
 
-  // --- Edges: soft-min over configs of every layer range, for every in-flight level and
-  // point: edge (point k, level v, pair) at (k V + v) pairs + pair. Each range's terms are read
-  // from memory once for all the points. ---
+  // Edge sets: per position j of the order, whether the stage opens its run after another
+  // group's (receives from order[j - 1]) and whether it closes its run before another group's
+  // (sends to order[j + 1]); one set (j = 0, neither) on a homogeneous cluster.
+  std::vector<int> set_base(J + 1, 0);
+  auto variants_in = [&](int j) { return j > 0 ? 2 : 1; };
+  auto variants_out = [&](int j) { return j + 1 < J ? 2 : 1; };
+  for (int j = 0; j < J; ++j) set_base[j + 1] = set_base[j] + variants_in(j) * variants_out(j);
+  const int E = set_base[J];
+  auto set_of = [&](int j, int in, int out_) {
+    return set_base[j] + in * variants_out(j) + out_;
+  };
+
+  // --- Edges: soft-min over configs of every layer range, for every edge set, in-flight level
+  // and point: edge (point k, set e, level v, pair) at ((k E + e) V + v) pairs + pair. Each
+  // range's terms are read from memory once for all the points. ---
   const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
   // Reused between calls (written in full below: no initialization, no page faults).
   thread_local std::vector<SoftMin> edge;
-  edge.resize(P * V * pairs);
-  auto clear_pair = [&](int i, int j) {
-    for (size_t k = 0; k < P * V; ++k) edge[k * pairs + row[i] + (j - i - 1)] = SoftMin();
+  edge.resize(P * E * V * pairs);
+  auto clear_pair = [&](int e, int i, int j) {
+    for (size_t k = 0; k < P; ++k)
+      for (int v = 0; v < V; ++v)
+        edge[((k * E + e) * V + v) * pairs + row[i] + (j - i - 1)] = kEmpty;
   };
   std::vector<SoftMin> bucket(V + 1);
   std::vector<RangeTerm> scratch;
   std::vector<double> bound, cut(V + 1), least_bound(V + 1);
   std::vector<int> least(V + 1);
-  // A config's cost g = t + c + (M - 1) softplus(t - theta) + softplus(e - phi) + lambda n on
-  // the range at point p, and its gradient channels (d/dtheta, d/dphi, devices) into dg (if
-  // not null).
+  // A config's cost g = t + c + (M - 1) softplus(t - theta) + softplus(e - phi) + lambda_g n on
+  // the range at point p, and its gradient channels (d/dtheta, d/dphi, devices of each group)
+  // into dg (if not null).
   auto cost = [&](const RangeTerm& x, const SmoothedDpPoint& p, double tau, double* dg) {
     double sp_t, slope_t, sp_e, slope_e;
     SoftPlus(x.t - p.theta_seconds, tau, &sp_t, &slope_t);
     SoftPlus(x.e - p.phi_seconds, tau, &sp_e, &slope_e);
     const double devices = devices_[x.slot];
+    const int g = N == 3 ? 0 : group_[x.slot];
     if (dg != nullptr) {
       dg[0] = -(mc - 1) * slope_t;
       dg[1] = -slope_e;
-      dg[2] = devices;
+      for (int c = 2; c < N; ++c) dg[c] = 0;
+      dg[2 + g] = devices;
     }
-    return x.t + x.c + (mc - 1) * sp_t + sp_e + p.lambda_seconds * devices;
+    return x.t + x.c + (mc - 1) * sp_t + sp_e + p.lambda_seconds[g] * devices;
   };
+  // The soft-min jobs of one range: per edge set, its configs' terms.
+  struct Job {
+    int e;
+    const RangeTerm* terms;
+    size_t count;
+  };
+  std::vector<Job> jobs;
+  std::vector<std::vector<RangeTerm>> shifted(E);
   for (int i = 0; i < L; ++i) {
     for (int j = i + 1; j <= L; ++j) {
       size_t count = 0;
-      const RangeTerm* terms = RangeTerms(i, j, &scratch, &count);
+      const RangeTerm* range = RangeTerms(i, j, &scratch, &count);
+      const size_t pair = row[i] + (j - i - 1);
       if (count == 0) {
         // Memory grows with j: nothing fits [i, j') for j < j' < L either. Next: j = L.
-        for (const int last = std::max(j, L - 1); j < last; ++j) clear_pair(i, j);
-        clear_pair(i, j);
+        for (const int last = std::max(j, L - 1); j < last; ++j)
+          for (int e = 0; e < E; ++e) clear_pair(e, i, j);
+        for (int e = 0; e < E; ++e) clear_pair(e, i, j);
         continue;
       }
-      edge_terms_ += static_cast<long>(count * P);
-      bound.resize(count);
-      for (size_t k = 0; k < P; ++k) {
-        const SmoothedDpPoint& p = points[k];
-        const double tau = taus[k];
-        for (SoftMin& b : bucket) b = SoftMin();
-        // softplus >= relu, so a config's relu bound is a lower bound of its cost g. A config
-        // is negligible (exp(-40)) at every level it fits when its bound exceeds, by 40 tau,
-        // the exact cost of a config that fits at least as many levels: pass 1 takes the
-        // bounds and each bucket's least; the exact costs of those leasts, suffix-minimized
-        // over the buckets, make the cuts of pass 2, which alone pays for the softplus exps.
-        std::fill(least.begin(), least.end(), -1);
-        std::fill(least_bound.begin(), least_bound.end(), kInf);
-        for (size_t q = 0; q < count; ++q) {
-          const RangeTerm& x = terms[q];
-          const double b = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
-                           std::max(0.0, x.e - p.phi_seconds) + p.lambda_seconds * devices_[x.slot];
-          bound[q] = b;
-          if (b < least_bound[x.fits]) {
-            least_bound[x.fits] = b;
-            least[x.fits] = static_cast<int>(q);
+      jobs.clear();
+      for (int pos = 0; pos < J; ++pos) {
+        // The position's configs: a contiguous run of the terms (sorted by group).
+        const RangeTerm* begin = range;
+        const RangeTerm* end = range + count;
+        const int g = positions[pos];
+        if (g >= 0) {
+          begin = std::partition_point(range, end,
+                                       [&](const RangeTerm& x) { return group_[x.slot] < g; });
+          end = std::partition_point(begin, end,
+                                     [&](const RangeTerm& x) { return group_[x.slot] <= g; });
+        }
+        for (int in = 0; in < variants_in(pos); ++in)
+          for (int out_ = 0; out_ < variants_out(pos); ++out_) {
+            const int e = set_of(pos, in, out_);
+            // Unreachable: a later position at layer 0, a send to a next group from the end.
+            if (begin == end || (pos > 0 && i == 0) || (out_ == 1 && j == L)) {
+              clear_pair(e, i, j);
+              continue;
+            }
+            if (in == 0 && out_ == 0) {
+              jobs.push_back({e, begin, static_cast<size_t>(end - begin)});
+              continue;
+            }
+            std::vector<RangeTerm>& moved = shifted[e];
+            moved.assign(begin, end);
+            for (RangeTerm& x : moved) {
+              const Delta d = CrossDelta(x.slot, i == 0, j == L, in ? positions[pos - 1] : -1,
+                                         out_ ? positions[pos + 1] : -1);
+              x.t += d.t;
+              x.e += d.e;
+              x.c += d.c;
+            }
+            jobs.push_back({e, moved.data(), moved.size()});
           }
-        }
-        // The reference of bucket b: the least bound over the buckets >= b (its exact cost
-        // taken only where that least changes, a few times per range, not once per bucket).
-        double suffix = kInf, suffix_bound = kInf;
-        for (int b = V; b >= 1; --b) {
-          if (least[b] >= 0 && least_bound[b] < suffix_bound) {
-            suffix_bound = least_bound[b];
-            suffix = std::min(suffix, cost(terms[least[b]], p, tau, nullptr));
+      }
+      // The soft-min over each job's configs into every point's levels of its set.
+      for (const Job& job : jobs) {
+        const RangeTerm* terms = job.terms;
+        const size_t count = job.count;
+        const int e = job.e;
+        edge_terms_ += static_cast<long>(count * P);
+        bound.resize(count);
+        for (size_t k = 0; k < P; ++k) {
+          const SmoothedDpPoint& p = points[k];
+          const double tau = taus[k];
+          std::fill(bucket.begin(), bucket.end(), kEmpty);
+          // softplus >= relu, so a config's relu bound is a lower bound of its cost g. A config
+          // is negligible (exp(-40)) at every level it fits when its bound exceeds, by 40 tau,
+          // the exact cost of a config that fits at least as many levels: pass 1 takes the
+          // bounds and each bucket's least; the exact costs of those leasts, suffix-minimized
+          // over the buckets, make the cuts of pass 2, which alone pays for the softplus exps.
+          std::fill(least.begin(), least.end(), -1);
+          std::fill(least_bound.begin(), least_bound.end(), kInf);
+          for (size_t q = 0; q < count; ++q) {
+            const RangeTerm& x = terms[q];
+            const double b = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
+                             std::max(0.0, x.e - p.phi_seconds) +
+                             p.lambda_seconds[N == 3 ? 0 : group_[x.slot]] * devices_[x.slot];
+            bound[q] = b;
+            if (b < least_bound[x.fits]) {
+              least_bound[x.fits] = b;
+              least[x.fits] = static_cast<int>(q);
+            }
           }
-          cut[b] = suffix + kNegligible * tau;
-        }
-        for (size_t q = 0; q < count; ++q) {
-          const RangeTerm& x = terms[q];
-          if (bound[q] > cut[x.fits]) continue;
-          double dg[3];
-          const double g = cost(x, p, tau, dg);
-          bucket[x.fits].Add(g, dg, x.slot, tau);
-        }
-        // Level v (0-based) admits the configs that fit at least v + 1 levels.
-        SoftMin acc;
-        for (int b = V; b >= 1; --b) {
-          acc.Merge(bucket[b], tau);
-          edge[(k * V + (b - 1)) * pairs + row[i] + (j - i - 1)] = acc;
+          // The reference of bucket b: the least bound over the buckets >= b (its exact cost
+          // taken only where that least changes, a few times per range, not once per bucket).
+          double suffix = kInf, suffix_bound = kInf;
+          for (int b = V; b >= 1; --b) {
+            if (least[b] >= 0 && least_bound[b] < suffix_bound) {
+              suffix_bound = least_bound[b];
+              suffix = std::min(suffix, cost(terms[least[b]], p, tau, nullptr));
+            }
+            cut[b] = suffix + kNegligible * tau;
+          }
+          for (size_t q = 0; q < count; ++q) {
+            const RangeTerm& x = terms[q];
+            if (bound[q] > cut[x.fits]) continue;
+            double dg[N];
+            const double g = cost(x, p, tau, dg);
+            bucket[x.fits].Add(g, dg, x.slot, tau);
+          }
+          // Level v (0-based) admits the configs that fit at least v + 1 levels.
+          SoftMin acc;
+          for (int b = V; b >= 1; --b) {
+            acc.Merge(bucket[b], tau);
+            edge[((k * E + e) * V + (b - 1)) * pairs + pair] = acc;
+          }
         }
       }
     }
   }
 
-  // --- Per point, the DP over (stages left r, first layer i): cover [i, L) with exactly r
-  // stages. ---
+  // --- Per point, the DP over (stages left r, position j, whether the stage opens a run after
+  // another group's, first layer i): cover [i, L) with exactly r stages, the rest of the order
+  // included. ---
   struct Cell {
     double value = kInf;
-    double d[3] = {0, 0, 0};
-    int next = -1;  // the mode's next boundary j
+    double d[N] = {};
+    int next = -1;  // the mode's next boundary b, times 2, plus 1 if the next stage opens a run
   };
   const size_t stride = static_cast<size_t>(L) + 1;
-  std::vector<Cell> cell(static_cast<size_t>(S + 1) * stride);
+  const int ins = J > 1 ? 2 : 1;  // cells that open a run after another group's: not on one
+  auto cell_at = [&](int r, int pos, int in) {
+    return (static_cast<size_t>(r * J + pos) * ins + in) * stride;
+  };
+  std::vector<Cell> cell(static_cast<size_t>(S + 1) * J * ins * stride);
   for (size_t k = 0; k < P; ++k) {
     const SmoothedDpPoint& p = points[k];
     const double tau = taus[k];
-    const SoftMin* point_edges = edge.data() + k * V * pairs;
+    const SoftMin* point_edges = edge.data() + k * E * V * pairs;
+    auto edge_at = [&](int pos, int in, int out_, int r, int i, int j) -> const SoftMin& {
+      return point_edges[(static_cast<size_t>(set_of(pos, in, out_)) * V + LevelIndex(r)) * pairs +
+                         row[i] + (j - i - 1)];
+    };
     std::fill(cell.begin(), cell.end(), Cell());
-    cell[L].value = 0;  // r = 0, i = L
+    cell[cell_at(0, J - 1, 0) + L].value = 0;  // r = 0, the last position, i = L
     for (int r = 1; r <= S; ++r) {
-      const SoftMin* level_edges = point_edges + static_cast<size_t>(LevelIndex(r)) * pairs;
-      for (int i = 0; i + r <= L; ++i) {
-        SoftMin acc;
-        for (int j = i + 1; j + (r - 1) <= L; ++j) {
-          const Cell& rest = cell[static_cast<size_t>(r - 1) * stride + j];
-          if (!(rest.value < kInf)) continue;
-          const SoftMin& e = level_edges[row[i] + (j - i - 1)];
-          if (!(e.best < kInf)) continue;
-          const double x = e.Value(tau) + rest.value;
-          const double dx[3] = {e.Mean(0) + rest.d[0], e.Mean(1) + rest.d[1],
-                                e.Mean(2) + rest.d[2]};
-          acc.Add(x, dx, j, tau);
+      const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
+      for (int pos = J - 1; pos >= 0; --pos)
+        for (int in = 0; in < variants_in(pos); ++in) {
+          // The edges of this level and the rest of the pipeline, per whether the next stage
+          // opens the next group's run.
+          const int outs = variants_out(pos);
+          const SoftMin* edges[2];
+          const Cell* rests[2];
+          for (int opens = 0; opens < outs; ++opens) {
+            edges[opens] = point_edges + static_cast<size_t>(set_of(pos, in, opens)) * V * pairs +
+                           level;
+            rests[opens] = cell.data() + cell_at(r - 1, pos + opens, opens);
+          }
+          for (int i = 0; i + r <= L; ++i) {
+            SoftMin acc;
+            const SoftMin* from[2] = {edges[0] + row[i] - i - 1, edges[outs - 1] + row[i] - i - 1};
+            for (int j = i + 1; j + (r - 1) <= L; ++j) {
+              for (int opens = 0; opens < outs; ++opens) {
+                const Cell& rest = rests[opens][j];
+                if (!(rest.value < kInf)) continue;
+                const SoftMin& e = from[opens][j];
+                if (!(e.best < kInf)) continue;
+                const double x = e.Value(tau) + rest.value;
+                double dx[N];
+                for (int c = 0; c < N; ++c) dx[c] = e.Mean(c) + rest.d[c];
+                acc.Add(x, dx, 2 * j + opens, tau);
+              }
+            }
+            Cell& c = cell[cell_at(r, pos, in) + i];
+            c.value = acc.Value(tau);
+            for (int ch = 0; ch < N; ++ch) c.d[ch] = acc.Mean(ch);
+            c.next = acc.arg;
+          }
         }
-        Cell& c = cell[static_cast<size_t>(r) * stride + i];
-        c.value = acc.Value(tau);
-        for (int ch = 0; ch < 3; ++ch) c.d[ch] = acc.Mean(ch);
-        c.next = acc.arg;
-      }
     }
     SoftMin top;
     for (int r = std::max(1, tables_.min_stages); r <= S && r <= L; ++r) {
-      const Cell& c = cell[static_cast<size_t>(r) * stride];
+      const Cell& c = cell[cell_at(r, 0, 0)];
       top.Add(c.value, c.d, r, tau);
     }
     if (!(top.best < kInf)) continue;
     SmoothedDpValue& value = out[k];
-    const double D = tables_.num_devices;
-    value.value =
-        top.Value(tau) + (mc - 1) * p.theta_seconds + p.phi_seconds - p.lambda_seconds * D;
+    double budget_value = 0;
+    for (int pos = 0; pos < J; ++pos) {
+      const int g = std::max(0, positions[pos]);
+      budget_value += p.lambda_seconds[g] * tables_.group_devices[g];
+      value.expected_devices[g] = top.Mean(2 + g);
+      value.d_lambda[g] = value.expected_devices[g] - tables_.group_devices[g];
+    }
+    value.value = top.Value(tau) + (mc - 1) * p.theta_seconds + p.phi_seconds - budget_value;
     value.d_theta = top.Mean(0) + (mc - 1);
     value.d_phi = top.Mean(1) + 1;
-    value.expected_devices = top.Mean(2);
-    value.d_lambda = value.expected_devices - D;
 
     // --- Decode the mode. ---
     DiscretePlan& plan = value.decoded;
     plan.microbatch_option = m_;
     plan.boundaries.push_back(0);
-    int i = 0;
+    int i = 0, pos = 0, in = 0;
     for (int r = top.arg; r >= 1; --r) {
-      const int j = cell[static_cast<size_t>(r) * stride + i].next;
-      const SoftMin& e =
-          point_edges[static_cast<size_t>(LevelIndex(r)) * pairs + row[i] + (j - i - 1)];
+      const int next = cell[cell_at(r, pos, in) + i].next;
+      const int j = next / 2, opens = next % 2;
+      const SoftMin& e = edge_at(pos, in, opens, r, i, j);
       plan.configs.push_back(configs_[e.arg]);
       plan.boundaries.push_back(cuts_[j]);
       i = j;
+      pos += opens;
+      in = opens;
     }
   }
   return out;
 }
 
 DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, double max_work,
-                                                  const DiscretePlan* known) const {
+                                                  const DiscretePlan* known,
+                                                  const std::vector<int>& order) const {
   DiscretePlan plan;
+  const std::vector<int> positions = Positions(order);
+  const int J = static_cast<int>(positions.size());
   const int L = N_, K = static_cast<int>(configs_.size());
   const int S = std::min(tables_.max_stages, L), V = static_cast<int>(levels_.size());
   if (K == 0 || L == 0) return plan;
   const size_t stride = static_cast<size_t>(L) + 1;
   const double mc = microbatch_count_;
-  // A plan that fits within D devices on this DP's cut positions bounds the optimum: every
-  // stage cost is >= 0, so an entry that alone costs more is in no better plan (mostly the
-  // smallest meshes of long ranges; fewer min-plus steps, the unit rarely larger).
+  // Each position's device budget (the whole cluster's on one group).
+  std::vector<int> budget(J);
+  for (int pos = 0; pos < J; ++pos)
+    budget[pos] = positions[pos] < 0 ? tables_.num_devices : tables_.group_devices[positions[pos]];
+  const int most = *std::max_element(budget.begin(), budget.end());
+  // A plan that fits within the budgets on this DP's cut positions (along this order) bounds
+  // the optimum: every stage cost is >= 0, so an entry that alone costs more is in no better
+  // plan (mostly the smallest meshes of long ranges; fewer min-plus steps, the unit rarely
+  // larger).
   double bound = kInf;
   if (known != nullptr && known->NumStages() <= S &&
       std::all_of(known->boundaries.begin(), known->boundaries.end(),
-                  [&](int b) { return std::binary_search(cuts_.begin(), cuts_.end(), b); }))
+                  [&](int b) { return std::binary_search(cuts_.begin(), cuts_.end(), b); }) &&
+      (G_ == 1 || RunOrder(*known) == order))
     bound = AroundCost(p, *known);
   const double limit = bound < kInf ? bound * (1 + 1e-9) : kInf;
+  // Edge sets as in EvaluateMany: per position, opens a run after another group's, closes one.
+  auto variants_in = [&](int j) { return j > 0 ? 2 : 1; };
+  auto variants_out = [&](int j) { return j + 1 < J ? 2 : 1; };
+  std::vector<int> set_base(J + 1, 0);
+  for (int j = 0; j < J; ++j) set_base[j + 1] = set_base[j] + variants_in(j) * variants_out(j);
+  const int E = set_base[J];
+  auto set_of = [&](int j, int in, int out_) {
+    return set_base[j] + in * variants_out(j) + out_;
+  };
   // Without a bound the unit is known before the edges: decline early when over the work.
   if (!(bound < kInf) &&
-      static_cast<double>(S) * pair_row_[N_] * (tables_.num_devices / DeviceUnit() + 1) > max_work)
+      static_cast<double>(S) * E * pair_row_[N_] * (most / DeviceUnit() + 1) > max_work)
     return plan;
 
-  // --- Edges: per in-flight level and layer range, the meshes on the strictly decreasing
-  // frontier of the cheapest fitting config's t + c + (M - 1) relu(t - theta) + relu(e - phi),
-  // in devices; those above the bound dropped. ---
+  // --- Edges: per edge set, in-flight level and layer range, the meshes on the strictly
+  // decreasing frontier of the cheapest fitting config's t + c + (M - 1) relu(t - theta) +
+  // relu(e - phi), in devices; those above the bound dropped. ---
   const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
-  std::vector<size_t> begin(static_cast<size_t>(V) * pairs + 1, 0), end(begin.size(), 0);
+  auto edge_index = [&](int e, int v, size_t pair) {
+    return (static_cast<size_t>(e) * V + v) * pairs + pair;
+  };
+  std::vector<size_t> begin(static_cast<size_t>(E) * V * pairs + 1, 0), end(begin.size(), 0);
   std::vector<FrontierEntry> entries;
   std::vector<FrontierCandidate> candidates;
   std::vector<RangeTerm> scratch;
   long unit = 0;  // the gcd of the meshes kept: devices are counted in it
   for (int i = 0; i < L; ++i) {
     for (int j = i + 1; j <= L; ++j) {
-      candidates.clear();
       size_t count = 0;
       const RangeTerm* terms = RangeTerms(i, j, &scratch, &count);
-      for (size_t q = 0; q < count; ++q) {
-        const RangeTerm& x = terms[q];
-        const double a = x.t + x.c + (mc - 1) * std::max(0.0, x.t - p.theta_seconds) +
-                         std::max(0.0, x.e - p.phi_seconds);
-        if (a <= limit)
-          candidates.push_back({static_cast<int>(devices_[x.slot]), x.slot, x.fits, a});
-      }
-      for (int v = 0; v < V; ++v) {
-        const size_t at = static_cast<size_t>(v) * pairs + row[i] + (j - i - 1);
-        begin[at] = entries.size();
-        AppendFrontier(candidates, v, &entries);
-        end[at] = entries.size();
-        for (size_t e = begin[at]; e < end[at]; ++e) unit = std::gcd(unit, long{entries[e].units});
+      const size_t pair = row[i] + (j - i - 1);
+      for (int pos = 0; pos < J; ++pos) {
+        const int g = positions[pos];
+        for (int in = 0; in < variants_in(pos); ++in)
+          for (int out_ = 0; out_ < variants_out(pos); ++out_) {
+            candidates.clear();
+            const bool reachable = !(pos > 0 && i == 0) && !(out_ == 1 && j == L);
+            for (size_t q = 0; q < count && reachable; ++q) {
+              const RangeTerm& x = terms[q];
+              if (g >= 0 && group_[x.slot] != g) continue;
+              double t = x.t, e = x.e, c = x.c;
+              if (in == 1 || out_ == 1) {
+                const Delta d = CrossDelta(x.slot, i == 0, j == L, in ? positions[pos - 1] : -1,
+                                           out_ ? positions[pos + 1] : -1);
+                t += d.t;
+                e += d.e;
+                c += d.c;
+              }
+              const double a = t + c + (mc - 1) * std::max(0.0, t - p.theta_seconds) +
+                               std::max(0.0, e - p.phi_seconds);
+              if (a <= limit)
+                candidates.push_back({static_cast<int>(devices_[x.slot]), x.slot, x.fits, a});
+            }
+            for (int v = 0; v < V; ++v) {
+              const size_t at = edge_index(set_of(pos, in, out_), v, pair);
+              begin[at] = entries.size();
+              AppendFrontier(candidates, v, &entries);
+              end[at] = entries.size();
+              for (size_t e = begin[at]; e < end[at]; ++e)
+                unit = std::gcd(unit, long{entries[e].units});
+            }
+          }
       }
       if (count == 0 && j < L - 1) j = L - 1;  // memory grows with j: next j = L
     }
   }
   if (unit == 0) return plan;  // no stage fits anywhere
   for (FrontierEntry& e : entries) e.units = static_cast<int>(e.units / unit);
-  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
-  // The table, (S + 1)(L + 1) W doubles, grows no faster than the work.
-  if (static_cast<double>(S) * pairs * W > max_work) return plan;
+  std::vector<int> width(J);  // free units + 1 per position
+  for (int pos = 0; pos < J; ++pos) width[pos] = static_cast<int>(budget[pos] / unit) + 1;
+  const int W = static_cast<int>(most / unit) + 1;
+  // The table, (S + 1) J 2 (L + 1) W doubles, grows no faster than the work.
+  if (static_cast<double>(S) * E * pairs * W > max_work) return plan;
 
-  // --- F[r][i][d]: the least sum over r stages covering [i, L) with at most d free units. ---
-  std::vector<double> f(static_cast<size_t>(S + 1) * stride * W, kInf);
-  std::vector<int> lo(static_cast<size_t>(S + 1) * stride, W);  // F[r][i][d] finite iff d >= lo
-  auto F = [&](int r, int i) { return f.data() + (static_cast<size_t>(r) * stride + i) * W; };
-  auto Lo = [&](int r, int i) -> int& { return lo[static_cast<size_t>(r) * stride + i]; };
-  std::fill(F(0, L), F(0, L) + W, 0.0);
-  Lo(0, L) = 0;
+  // --- F[r][pos][in][i][d]: the least sum over r stages covering [i, L), the first at position
+  // pos (opening its run after another group's if in), with at most d free units of its group.
+  const int ins = J > 1 ? 2 : 1;  // cells that open a run after another group's: not on one
+  auto cell_at = [&](int r, int pos, int in, int i) {
+    return ((static_cast<size_t>(r * J + pos) * ins + in) * stride + i);
+  };
+  std::vector<double> f(static_cast<size_t>(S + 1) * J * ins * stride * W, kInf);
+  std::vector<int> lo(static_cast<size_t>(S + 1) * J * ins * stride, W);  // finite iff d >= lo
+  auto F = [&](size_t cell) { return f.data() + cell * W; };
+  // The value of a run's first stage: its group's whole budget free.
+  auto opening = [&](int r, int pos, int i) {
+    const size_t cell = cell_at(r, pos, 1, i);
+    return lo[cell] < width[pos] ? F(cell)[width[pos] - 1] : kInf;
+  };
+  std::fill(F(cell_at(0, J - 1, 0, L)), F(cell_at(0, J - 1, 0, L)) + W, 0.0);
+  lo[cell_at(0, J - 1, 0, L)] = 0;
   for (int r = 1; r <= S; ++r) {
-    const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
-    for (int i = L - r; i >= 0; --i) {
-      double* out = F(r, i);
-      int out_lo = W;
-      for (int j = i + 1; j + (r - 1) <= L; ++j) {
-        const int prev_lo = Lo(r - 1, j);
-        if (prev_lo >= W) continue;
-        const double* prev = F(r - 1, j);
-        const size_t at = level + row[i] + (j - i - 1);
-        for (size_t e = begin[at]; e < end[at]; ++e) {
-          const int start = prev_lo + entries[e].units;
-          if (start >= W) break;
-          MinPlusInto(out + start, prev + prev_lo, entries[e].a, W - start);
-          out_lo = std::min(out_lo, start);
+    const int level = LevelIndex(r);
+    for (int pos = J - 1; pos >= 0; --pos)
+      for (int in = 0; in < variants_in(pos); ++in)
+        for (int i = L - r; i >= 0; --i) {
+          const size_t here = cell_at(r, pos, in, i);
+          double* out = F(here);
+          const int w = width[pos];
+          int out_lo = w;
+          for (int j = i + 1; j + (r - 1) <= L; ++j) {
+            const size_t pair = row[i] + (j - i - 1);
+            // The next stage in the same run: the budget carries over.
+            const size_t stay = cell_at(r - 1, pos, 0, j);
+            const int prev_lo = lo[stay];
+            const size_t at = edge_index(set_of(pos, in, 0), level, pair);
+            if (prev_lo < w)
+              for (size_t e = begin[at]; e < end[at]; ++e) {
+                const int start = prev_lo + entries[e].units;
+                if (start >= w) break;
+                MinPlusInto(out + start, F(stay) + prev_lo, entries[e].a, w - start);
+                out_lo = std::min(out_lo, start);
+              }
+            if (pos + 1 >= J) continue;
+            // The next stage opens the next group's run: its budget starts over. Frontier
+            // entries ascend in units and descend in cost: at d free units the last one that
+            // fits is the cheapest.
+            const double rest = opening(r - 1, pos + 1, j);
+            if (!(rest < kInf)) continue;
+            const size_t at_out = edge_index(set_of(pos, in, 1), level, pair);
+            for (size_t e = begin[at_out]; e < end[at_out]; ++e) {
+              const int from = entries[e].units;
+              if (from >= w) break;
+              const int to = e + 1 < end[at_out] ? std::min(w, entries[e + 1].units) : w;
+              const double x = entries[e].a + rest;
+              for (int d = from; d < to; ++d) out[d] = std::min(out[d], x);
+              out_lo = std::min(out_lo, from);
+            }
+          }
+          lo[here] = out_lo;
         }
-      }
-      Lo(r, i) = out_lo;
-    }
   }
   int best_r = 0;
   double best = kInf;
-  for (int r = std::max(1, tables_.min_stages); r <= S; ++r)
-    if (F(r, 0)[W - 1] < best) {
-      best = F(r, 0)[W - 1];
+  for (int r = std::max(1, tables_.min_stages); r <= S; ++r) {
+    const size_t top = cell_at(r, 0, 0, 0);
+    if (lo[top] < width[0] && F(top)[width[0] - 1] < best) {
+      best = F(top)[width[0] - 1];
       best_r = r;
     }
+  }
   if (!(best < kInf)) return plan;
 
   // --- Reconstruct by re-finding each argmin (same floating-point operations). ---
   plan.microbatch_option = m_;
   plan.boundaries.push_back(0);
-  int i = 0, d = W - 1;
+  int i = 0, pos = 0, in = 0, d = width[0] - 1;
   for (int r = best_r; r >= 1; --r) {
-    const double target = F(r, i)[d];
-    const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
+    const double target = F(cell_at(r, pos, in, i))[d];
+    const int level = LevelIndex(r);
     double best_gap = kInf;
-    int best_j = -1;
+    int best_j = -1, best_opens = 0;
     size_t best_e = 0;
     for (int j = i + 1; j + (r - 1) <= L; ++j) {
-      const size_t at = level + row[i] + (j - i - 1);
-      for (size_t e = begin[at]; e < end[at]; ++e) {
-        const int n = entries[e].units;
-        if (d - n < Lo(r - 1, j)) break;
-        const double gap = std::abs(F(r - 1, j)[d - n] + entries[e].a - target);
-        if (gap < best_gap) {
-          best_gap = gap;
-          best_j = j;
-          best_e = e;
+      const size_t pair = row[i] + (j - i - 1);
+      for (int opens = 0; opens < (pos + 1 < J ? 2 : 1); ++opens) {
+        const size_t at = edge_index(set_of(pos, in, opens), level, pair);
+        const double rest = opens ? opening(r - 1, pos + 1, j) : 0.0;
+        for (size_t e = begin[at]; e < end[at]; ++e) {
+          const int n = entries[e].units;
+          if (n > d) break;
+          double x;
+          if (opens) {
+            x = entries[e].a + rest;
+          } else {
+            const size_t stay = cell_at(r - 1, pos, 0, j);
+            if (d - n < lo[stay]) break;
+            x = F(stay)[d - n] + entries[e].a;
+          }
+          const double gap = std::abs(x - target);
+          if (gap < best_gap) {
+            best_gap = gap;
+            best_j = j;
+            best_e = e;
+            best_opens = opens;
+          }
         }
       }
     }
@@ -632,19 +935,35 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
                   "constrained decode lost the argmin at {} stages left, layer {}", r, i);
     plan.configs.push_back(configs_[entries[best_e].slot]);
     plan.boundaries.push_back(cuts_[best_j]);
-    d -= entries[best_e].units;
+    if (best_opens) {
+      ++pos;
+      d = width[pos] - 1;
+    } else {
+      d -= entries[best_e].units;
+    }
+    in = best_opens;
     i = best_j;
   }
-  STRATOS_CHECK(i == L, "constrained decode ended at layer {} of {}", i, L);
+  STRATOS_CHECK(i == L && pos == J - 1, "constrained decode ended at layer {} of {}", i, L);
   return plan;
+}
+
+std::vector<int> SmoothedStageDp::RunOrder(const DiscretePlan& plan) const {
+  std::vector<int> order;
+  for (int k : plan.configs) {
+    const int g = tables_.configs[k].node_group;
+    if (order.empty() || order.back() != g) order.push_back(g);
+  }
+  return order;
 }
 
 double SmoothedStageDp::AroundCost(const SmoothedDpPoint& p, const DiscretePlan& plan) const {
   if (plan.microbatch_option != m_) return kInf;
-  double devices = 0;
-  for (int k : plan.configs) devices += tables_.configs[k].NumDevices();
-  if (devices > tables_.num_devices) return kInf;
-  const SmoothedDpPoint at{p.theta_seconds, p.phi_seconds, 0.0};
+  std::vector<double> devices(G_, 0.0);
+  for (int k : plan.configs) devices[tables_.configs[k].node_group] += tables_.configs[k].NumDevices();
+  for (int g = 0; g < G_; ++g)
+    if (devices[g] > tables_.group_devices[g]) return kInf;
+  const SmoothedDpPoint at{p.theta_seconds, p.phi_seconds, {}};
   const double value = PlanValue(plan, at);
   return value < kInf ? value - (microbatch_count_ - 1) * p.theta_seconds - p.phi_seconds : kInf;
 }
@@ -665,6 +984,14 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
                 "the plan around which to decode is not a partition of the {} layers", L_);
   DiscretePlan plan;
   if (configs_.empty()) return plan;
+  // Each stage keeps around's group; a stage next to another group's sends over their link.
+  std::vector<int> group(S), previous(S, -1), next(S, -1), width(S);
+  for (int s = 0; s < S; ++s) group[s] = tables_.configs[around.configs[s]].node_group;
+  STRATOS_CHECK(SearchSpace::GroupsInRuns(group), "the plan's node groups are not in runs");
+  for (int s = 0; s < S; ++s) {
+    if (s > 0 && group[s - 1] != group[s]) previous[s] = group[s - 1];
+    if (s + 1 < S && group[s + 1] != group[s]) next[s] = group[s + 1];
+  }
   // window[s]: the layers where stage s may start (window[S] = {L}: where the last one ends).
   std::vector<std::vector<int>> window(S + 1);
   window[0] = {0};
@@ -697,7 +1024,7 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
           std::vector<RangeTerm> terms;
           for (int slot : by_size_) {
             const Terms t = StageTerms(slot, x, y);
-            const int fits = FittingLevels(t);
+            const int fits = FittingLevels(t, slot);
             if (fits > 0) terms.push_back({t.t, t.e, t.c, slot, fits});
           }
           if (near_terms_count_ + terms.size() > kMaxCachedRangeTerms) {
@@ -708,8 +1035,14 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
           cached = near_terms_.emplace(key, std::move(terms)).first;
         }
         candidates.clear();
-        for (const RangeTerm& t : cached->second) {
-          if (t.fits <= v) continue;
+        for (RangeTerm t : cached->second) {
+          if (t.fits <= v || group_[t.slot] != group[s]) continue;
+          if (previous[s] >= 0 || next[s] >= 0) {
+            const Delta d = CrossDelta(t.slot, x == 0, y == L_, previous[s], next[s]);
+            t.t += d.t;
+            t.e += d.e;
+            t.c += d.c;
+          }
           const double a = t.t + t.c + (mc - 1) * std::max(0.0, t.t - p.theta_seconds) +
                            std::max(0.0, t.e - p.phi_seconds);
           candidates.push_back({static_cast<int>(devices_[t.slot]), t.slot, t.fits, a});
@@ -756,7 +1089,13 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
     if (unit == 0) return plan;
   }
   for (FrontierEntry& e : entries) e.units = static_cast<int>(e.units / unit);
-  const int W = static_cast<int>(tables_.num_devices / unit) + 1;
+  int most = 0;
+  for (int s = 0; s < S; ++s) {
+    const int budget = G_ == 1 ? tables_.num_devices : tables_.group_devices[group[s]];
+    width[s] = static_cast<int>(budget / unit) + 1;
+    most = std::max(most, width[s]);
+  }
+  const int W = most;
   double work = 0;
   for (int s = 0; s < S; ++s)
     work += static_cast<double>(window[s].size()) * window[s + 1].size() * W;
@@ -767,37 +1106,54 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
   };
 
   // G[s][a][d]: the least sum over stages s.. covering [window[s][a], L) with at most d free
-  // units; finite iff d >= lo.
+  // units of stage s's group; finite iff d >= lo.
   std::vector<double> g(base[S + 1] * W, kInf);
   std::vector<int> lo(base[S + 1], W);
   auto G = [&](int s, size_t a) { return g.data() + (base[s] + a) * W; };
   std::fill(G(S, 0), G(S, 0) + W, 0.0);
   lo[base[S]] = 0;
+  // Whether stage s + 1 opens another group's run (then its budget starts over).
+  auto opens = [&](int s) { return s + 1 < S && group[s + 1] != group[s]; };
   for (int s = S - 1; s >= 0; --s) {
+    const int w = width[s];
     for (size_t a = 0; a < window[s].size(); ++a) {
       double* out = G(s, a);
-      int out_lo = W;
+      int out_lo = w;
       for (size_t b = 0; b < window[s + 1].size(); ++b) {
         const int prev_lo = lo[base[s + 1] + b];
-        if (prev_lo >= W) continue;
         const auto [first, last] = edge(s, a, b);
+        if (opens(s)) {
+          // Frontier entries ascend in units and descend in cost: at d free units the last one
+          // that fits is the cheapest.
+          if (prev_lo >= width[s + 1]) continue;
+          const double rest = G(s + 1, b)[width[s + 1] - 1];
+          for (size_t e = first; e < last; ++e) {
+            const int from = entries[e].units;
+            if (from >= w) break;
+            const int to = e + 1 < last ? std::min(w, entries[e + 1].units) : w;
+            for (int d = from; d < to; ++d) out[d] = std::min(out[d], entries[e].a + rest);
+            out_lo = std::min(out_lo, from);
+          }
+          continue;
+        }
+        if (prev_lo >= w) continue;
         for (size_t e = first; e < last; ++e) {
           const int start = prev_lo + entries[e].units;
-          if (start >= W) break;
-          MinPlusInto(out + start, G(s + 1, b) + prev_lo, entries[e].a, W - start);
+          if (start >= w) break;
+          MinPlusInto(out + start, G(s + 1, b) + prev_lo, entries[e].a, w - start);
           out_lo = std::min(out_lo, start);
         }
       }
       lo[base[s] + a] = out_lo;
     }
   }
-  if (!(G(0, 0)[W - 1] < kInf)) return plan;
+  if (!(lo[0] < width[0] && G(0, 0)[width[0] - 1] < kInf)) return plan;
 
   // --- Reconstruct by re-finding each argmin (same floating-point operations). ---
   plan.microbatch_option = m_;
   plan.boundaries.push_back(0);
   size_t a = 0;
-  int d = W - 1;
+  int d = width[0] - 1;
   for (int s = 0; s < S; ++s) {
     const double target = G(s, a)[d];
     double best_gap = kInf;
@@ -806,8 +1162,10 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
       const int prev_lo = lo[base[s + 1] + b];
       const auto [first, last] = edge(s, a, b);
       for (size_t e = first; e < last; ++e) {
-        if (d - entries[e].units < prev_lo) break;
-        const double gap = std::abs(G(s + 1, b)[d - entries[e].units] + entries[e].a - target);
+        const int n = entries[e].units;
+        if (opens(s) ? n > d || prev_lo >= width[s + 1] : d - n < prev_lo) break;
+        const double rest = opens(s) ? G(s + 1, b)[width[s + 1] - 1] : G(s + 1, b)[d - n];
+        const double gap = std::abs(rest + entries[e].a - target);
         if (gap < best_gap) {
           best_gap = gap;
           best_b = b;
@@ -819,7 +1177,7 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
                   "near decode lost the argmin at stage {}, layer {}", s, window[s][a]);
     plan.configs.push_back(configs_[entries[best_e].slot]);
     plan.boundaries.push_back(window[s + 1][best_b]);
-    d -= entries[best_e].units;
+    d = opens(s) ? width[s + 1] - 1 : d - entries[best_e].units;
     a = best_b;
   }
   return plan;

@@ -24,10 +24,23 @@
 // and ascends in lambda (the dual), annealing tau; every evaluation also decodes the Gibbs
 // distribution's most likely plan (argmin at every soft-min), which is exact at tau = 0.
 //
+// Heterogeneous clusters (RelaxTables::num_groups > 1): the stages visit the node groups in runs
+// (SearchSpace::GroupsInRuns) along an `order` of groups, given to Evaluate and
+// DecodeWithinDevices (one call per order, as the exact DP enumerates them; at most
+// kMaxRelaxGroups groups). The state adds the position j in the order and whether the stage
+// opens its run (then it receives over the link from group order[j - 1]); a stage may close its
+// run (then it sends over the link to order[j + 1], whose first stage comes next), and the last
+// stage closes the last group's. Each group g has its own price lambda_g:
+//   f_p = ... + sum_s lambda_{g_s} devices_s - sum_{g in order} lambda_g D_g,
+// and the device decodes keep the budget D_g of the run's group as the DP dimension, restarted
+// at every run. Configs of a group are those with StageConfig::node_group = g; each stage's
+// memory is checked against its group's device (RelaxTables::group_capacity_bytes).
+//
 // Cost per evaluation: O(L^2 / 2 * K) edge terms (one pass over the configs that fit each layer
 // range; the terms and memory fits of every (range, config) are computed once per object when
 // there are at most 8e6 of them, 32 bytes each) + O(S L^2 / 2) DP cells; memory
 // O(levels * (L + 1)^2) per evaluation. L counts cut positions (cut_positions) where given.
+#include <array>
 #include <unordered_map>
 #include <vector>
 
@@ -36,18 +49,25 @@
 
 namespace stratos {
 
+// Node groups the relaxation takes (RelaxSearcher declines clusters of more).
+constexpr int kMaxRelaxGroups = 6;
+using GroupArray = std::array<double, kMaxRelaxGroups>;
+
 struct SmoothedDpPoint {
   double theta_seconds = 0;   // bottleneck level (microbatch seconds)
   double phi_seconds = 0;     // exposed-tail level (seconds)
-  double lambda_seconds = 0;  // device price (iteration seconds per device), >= 0
+  // Device price of each node group (iteration seconds per device), >= 0; a homogeneous
+  // cluster has only lambda_seconds[0].
+  GroupArray lambda_seconds{};
 };
 
 struct SmoothedDpValue {
   double value = 0;    // V^tau (seconds); +inf if no plan fits
   double d_theta = 0;  // dV/dtheta
   double d_phi = 0;    // dV/dphi
-  double d_lambda = 0; // dV/dlambda = E_Gibbs[devices] - D
-  double expected_devices = 0;
+  // dV/dlambda_g = E_Gibbs[devices in group g] - D_g for the groups of the order (else 0).
+  GroupArray d_lambda{};
+  GroupArray expected_devices{};
   // The Gibbs distribution's mode as decoded (argmin at every soft-min); empty configs if none.
   DiscretePlan decoded;
 };
@@ -73,12 +93,16 @@ class SmoothedStageDp {
 
   // V^tau at `point` (tau_seconds = 0: the exact min). Gradients are exact for tau > 0
   // (softplus and soft-min), subgradients at tau = 0.
-  SmoothedDpValue Evaluate(const SmoothedDpPoint& point, double tau_seconds);
+  // `order`: the node groups along the pipeline, each once (empty on a homogeneous cluster);
+  // throws InternalError for an order on a homogeneous cluster, or none on a heterogeneous one.
+  SmoothedDpValue Evaluate(const SmoothedDpPoint& point, double tau_seconds,
+                           const std::vector<int>& order = {});
   // Evaluate at several points (each with its tau) in one pass over the layer ranges' terms:
   // the same values, for the memory traffic of one evaluation (the terms of a long model's
   // ranges are tens of MB). Throws InternalError if the sizes differ.
   std::vector<SmoothedDpValue> EvaluateMany(const std::vector<SmoothedDpPoint>& points,
-                                            const std::vector<double>& taus_seconds);
+                                            const std::vector<double>& taus_seconds,
+                                            const std::vector<int>& order = {});
 
   // The exact (tau = 0) minimizer of f_p(theta, phi, 0) over the plans whose stage meshes sum to
   // at most D devices: the device budget as a DP dimension (free devices, in units of the gcd of
@@ -93,8 +117,12 @@ class SmoothedStageDp {
   // the min-plus steps fall: relax on GPT-3 175B / 1,024 GPUs at block level, polish none, 15.8
   // s -> 7.9 s). Returns an empty plan when nothing fits, or when the work S x (L^2 / 2) x W
   // exceeds max_work.
+  // On a heterogeneous cluster the plans follow `order`, each run within its group's budget
+  // (the free devices of the run's group as the DP dimension); `known` counts only if its runs
+  // follow `order`.
   DiscretePlan DecodeWithinDevices(const SmoothedDpPoint& point, double max_work,
-                                   const DiscretePlan* known = nullptr) const;
+                                   const DiscretePlan* known = nullptr,
+                                   const std::vector<int>& order = {}) const;
 
   // DecodeWithinDevices restricted to the plans near `around`: as many stages, the s-th inner
   // boundary within `radius` layers of around's (any layer boundary there, whatever this DP's
@@ -106,7 +134,8 @@ class SmoothedStageDp {
   // exceeds it; mostly the smallest, slowest meshes) are dropped before the gcd is taken: on
   // operator-granularity GPT-3 175B / 16,384 GPUs the windows' frontiers reach down to 8-device
   // meshes (W = 2,049), the pruned ones to 64 to 4,096 (W = 5 to 257, mostly 33 or less; relax's
-  // refinement there 2.9 s -> 1.1 s). Returns an empty plan when nothing
+  // refinement there 2.9 s -> 1.1 s). On a heterogeneous cluster each stage keeps around's
+  // group (its config free within the group) and each run its group's budget. Returns an empty plan when nothing
   // there fits within D devices, or when the work S (2 radius + 1)^2 W exceeds max_work. Throws
   // InternalError for a plan that is not a partition of the layers, or radius < 0.
   DiscretePlan DecodeNearPlan(const SmoothedDpPoint& point, const DiscretePlan& around,
@@ -133,9 +162,30 @@ class SmoothedStageDp {
   struct Terms {
     double t, e, c, fixed_bytes, activation_bytes;
   };
-  Terms StageTerms(int config_slot, int first_layer, int last_layer) const;
-  // Number of in-flight levels (levels_[0..n)) that a stage with these terms fits.
-  int FittingLevels(const Terms& x) const;
+  // previous_group / next_group: the neighbours' groups (-1: none or the stage's own).
+  Terms StageTerms(int config_slot, int first_layer, int last_layer, int previous_group = -1,
+                   int next_group = -1) const;
+  // Number of in-flight levels (levels_[0..n)) that a stage of this config with these terms fits.
+  int FittingLevels(const Terms& x, int config_slot) const;
+  // The t, e, c of a config's overhead with neighbours in other groups minus its own-group one.
+  struct Delta {
+    double t, e, c;
+  };
+  Delta CrossDelta(int config_slot, bool first, bool last, int previous_group,
+                   int next_group) const;
+  // The plan's stage groups and, per stage, its neighbours' groups where they differ (else -1).
+  // False if a config is not in this DP or the groups are not in runs.
+  bool PlanNeighbours(const DiscretePlan& plan, std::vector<int>* slots,
+                      std::vector<int>* previous, std::vector<int>* next) const;
+  // The groups of the plan's runs, in pipeline order.
+  std::vector<int> RunOrder(const DiscretePlan& plan) const;
+  template <int N>
+  std::vector<SmoothedDpValue> EvaluateManyN(const std::vector<SmoothedDpPoint>& points,
+                                             const std::vector<double>& taus,
+                                             const std::vector<int>& order);
+  // Throws InternalError unless `order` suits the cluster; returns the positions' groups ({-1}
+  // on a homogeneous cluster: every config).
+  std::vector<int> Positions(const std::vector<int>& order) const;
   int LevelIndex(int stages_left) const;
   // The gcd of the mesh sizes: the device decodes count free devices in these units.
   long DeviceUnit() const;
@@ -150,8 +200,8 @@ class SmoothedStageDp {
     double t, e, c;
     int slot, fits;
   };
-  // The configs that fit layers [cuts_[first_cut], cuts_[last_cut]) at some level, in ascending
-  // mesh size, with their terms (independent of the point): from the cache (range_terms_), or
+  // The configs that fit layers [cuts_[first_cut], cuts_[last_cut]) at some level, by group and
+  // ascending mesh size, with their terms (independent of the point): from the cache (range_terms_), or
   // computed into *scratch; *count of them.
   const RangeTerm* RangeTerms(int first_cut, int last_cut, std::vector<RangeTerm>* scratch,
                               size_t* count) const;
@@ -166,15 +216,19 @@ class SmoothedStageDp {
   int L_ = 0;
   std::vector<int> cuts_;         // (N + 1) cut positions: 0 = cuts_[0] < ... < cuts_[N] = L
   int N_ = 0;
-  double capacity_bytes_ = 0;
   std::vector<int> configs_;      // (K) table config indices valid for m
   std::vector<double> devices_;   // (K)
+  std::vector<int> group_;        // (K) node group of each config
+  std::vector<double> capacity_;  // (K) memory per device of the config's group
+  int G_ = 1;                     // node groups
+  // Heterogeneous only: CrossDelta by (K, 2 first, 2 last, G + 1 previous, G + 1 next).
+  std::vector<Delta> cross_;
   // Prefix sums over layers, (K, L + 1) each: t, e, c, state + working, activation.
   std::vector<double> prefix_t_, prefix_e_, prefix_c_, prefix_fixed_, prefix_activation_;
   // Overhead terms (K, 2 first, 2 last).
   std::vector<Terms> overhead_;
   std::vector<int> levels_;       // distinct in-flight counts, ascending
-  std::vector<int> by_size_;      // config slots by ascending mesh size
+  std::vector<int> by_size_;      // config slots by group, then ascending mesh size
   std::vector<size_t> pair_row_;  // (N + 1): pair of cuts (i, j) at pair_row_[i] + j - i - 1
   // RangeTerms of every pair, pair p at [range_begin_[p], range_begin_[p + 1]); empty (computed
   // per evaluation) when pairs x configs exceeds kMaxCachedRangeTerms.

@@ -25,6 +25,17 @@ int RelaxTables::FindConfig(const StageConfig& config) const {
   return -1;
 }
 
+const TermScalars& RelaxTables::OverheadBetween(int k, int m, bool first, bool last,
+                                                int previous_group, int next_group) const {
+  const int own = configs[k].node_group;
+  const int p = previous_group < 0 || previous_group == own ? 0 : previous_group + 1;
+  const int n = next_group < 0 || next_group == own ? 0 : next_group + 1;
+  if (p == 0 && n == 0) return Overhead(k, m, first, last);
+  const size_t G1 = static_cast<size_t>(num_groups) + 1;
+  return cross_overhead[((((static_cast<size_t>(k) * num_microbatch_options + m) * 2 +
+                           (first ? 1 : 0)) * 2 + (last ? 1 : 0)) * G1 + p) * G1 + n];
+}
+
 int RelaxTables::FindMicrobatchOption(int m) const {
   for (int i = 0; i < num_microbatch_options; ++i)
     if (num_microbatches[i] == m) return i;
@@ -57,10 +68,15 @@ bool Dominates(const RelaxTables& t, int a, int b, bool* strict) {
       if (!Equal(t.Layer(c, a, m), t.Layer(c, b, m))) *strict = true;
     }
     for (int f = 0; f < 2; ++f)
-      for (int l = 0; l < 2; ++l) {
-        if (!NoWorse(t.Overhead(a, m, f, l), t.Overhead(b, m, f, l))) return false;
-        if (!Equal(t.Overhead(a, m, f, l), t.Overhead(b, m, f, l))) *strict = true;
-      }
+      for (int l = 0; l < 2; ++l)
+        for (int p = -1; p < t.num_groups; ++p)
+          for (int n = -1; n < t.num_groups; ++n) {
+            if ((p >= 0 || n >= 0) && t.cross_overhead.empty()) continue;
+            const TermScalars& x = t.OverheadBetween(a, m, f, l, p, n);
+            const TermScalars& y = t.OverheadBetween(b, m, f, l, p, n);
+            if (!NoWorse(x, y)) return false;
+            if (!Equal(x, y)) *strict = true;
+          }
   }
   return true;
 }
@@ -85,6 +101,10 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
   t.global_batch_size = problem.training.global_batch_size;
   t.schedule = problem.training.schedule;
   t.memory_capacity_bytes = cost_model.DeviceMemoryCapacityBytes();
+  t.num_groups = static_cast<int>(space.group_devices.size());
+  t.group_devices = space.group_devices;
+  for (int g = 0; g < t.num_groups; ++g)
+    t.group_capacity_bytes.push_back(cost_model.DeviceMemoryCapacityBytes(g));
   STRATOS_CHECK(t.num_configs > 0 && t.num_microbatch_options > 0, "empty search space");
 
   std::map<int, int> dense;  // cost_class -> dense index
@@ -105,6 +125,8 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
   t.valid.assign(static_cast<size_t>(K) * M, 0);
   t.layer.assign(static_cast<size_t>(C) * K * M, TermScalars{});
   t.overhead.assign(static_cast<size_t>(K) * M * 4, TermScalars{});
+  const size_t G1 = static_cast<size_t>(t.num_groups) + 1;
+  if (t.num_groups > 1) t.cross_overhead.assign(static_cast<size_t>(K) * M * 4 * G1 * G1, TermScalars{});
   double largest_seconds = 0;
   for (int m = 0; m < M; ++m) {
     // The stage terms every searcher prices from (costmodel/stage_table.h).
@@ -124,6 +146,17 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
           t.overhead[((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l] = s;
           largest_seconds = std::max(
               largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);
+          // Neighbours in other groups (index 0: the own group, as above).
+          for (size_t p = 0; p < G1 && t.num_groups > 1; ++p)
+            for (size_t n = 0; n < G1; ++n)
+              t.cross_overhead[((((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l) * G1 + p) *
+                                   G1 +
+                               n] =
+                  p == 0 && n == 0
+                      ? s
+                      : TermScalars::From(cost_model.StageOverhead(
+                            space.configs[k], space.num_microbatches[m], f == 1, l == 1,
+                            static_cast<int>(p) - 1, static_cast<int>(n) - 1));
         }
     }
   }
@@ -145,7 +178,9 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
     for (int m = 0; m < M; ++m) any_valid = any_valid || t.Valid(b, m);
     if (!any_valid) continue;
     for (int a = 0; a < K && !dominated; ++a) {
-      if (a == b || t.configs[a].NumDevices() != t.configs[b].NumDevices()) continue;
+      if (a == b || t.configs[a].NumDevices() != t.configs[b].NumDevices() ||
+          t.configs[a].node_group != t.configs[b].node_group)
+        continue;
       bool strict = false;
       if (Dominates(t, a, b, &strict) && (strict || a < b)) dominated = true;
     }

@@ -38,7 +38,12 @@ struct RelaxTables {
   int num_devices = 0;
   int global_batch_size = 0;
   Schedule schedule = Schedule::kOneFOneB;
-  double memory_capacity_bytes = 0;  // per device (CostModel::DeviceMemoryCapacityBytes)
+  double memory_capacity_bytes = 0;  // per device of group 0 (CostModel::DeviceMemoryCapacityBytes)
+  // Node groups (SearchSpace::group_devices): each config's stage runs in configs[k].node_group;
+  // one group on a homogeneous cluster.
+  int num_groups = 1;
+  std::vector<int> group_devices;            // (G) device budget per group
+  std::vector<double> group_capacity_bytes;  // (G) memory per device of each group
 
   std::vector<StageConfig> configs;     // (K) = space.configs
   std::vector<int> num_microbatches;    // (M) = space.num_microbatches
@@ -54,8 +59,12 @@ struct RelaxTables {
 
   std::vector<TermScalars> layer;     // (C, K, M)
   std::vector<TermScalars> overhead;  // (K, M, 2 first, 2 last)
+  // Heterogeneous clusters only (else empty): the overhead of a stage whose previous / next
+  // stage runs in another group (CostModel::StageOverhead's previous_group / next_group), by
+  // (K, M, 2 first, 2 last, G + 1 previous, G + 1 next), index 0 = the stage's own group.
+  std::vector<TermScalars> cross_overhead;
 
-  // Non-dominated configs (no other config of the same mesh size is at least as good in every
+  // Non-dominated configs (no other config of the same group and mesh size is at least as good in every
   // entry -- t, e, c and each memory term, compared separately -- of every class, overhead and
   // microbatch option, and valid wherever it is): the objective is nondecreasing in every stage's
   // t, e and c and memory only constrains, so the optimum never needs a dominated config.
@@ -71,6 +80,11 @@ struct RelaxTables {
                         2 +
                     (last ? 1 : 0)];
   }
+  // Overhead(k, m, first, last) when the previous / next stage runs in group previous_group /
+  // next_group (-1 or k's own group: the same group, as Overhead).
+  const TermScalars& OverheadBetween(int k, int m, bool first, bool last, int previous_group,
+                                     int next_group) const;
+  double CapacityBytes(int k) const { return group_capacity_bytes[configs[k].node_group]; }
   int ClassCount(int first_layer, int last_layer, int c) const {
     return class_prefix[static_cast<size_t>(last_layer) * num_classes + c] -
            class_prefix[static_cast<size_t>(first_layer) * num_classes + c];

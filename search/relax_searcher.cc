@@ -152,6 +152,7 @@ struct GradientPhase {
   const SearchOptions& options;
   const RelaxOptions& ro;
   const RelaxTables& tables;
+  const SearchSpace& space;
   SearchClock::time_point start;  // of the search
   SearchClock::time_point deadline;
   SearchSummary* summary;
@@ -287,10 +288,20 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   if (ro.prune_dominated_configs) configs = tables.undominated_configs;
   if (configs.empty())
     for (int k = 0; k < tables.num_configs; ++k) configs.push_back(k);
+  // On a heterogeneous cluster every (microbatch option, order of node groups) is a unit of its
+  // own, as in the exact DP; a homogeneous one has one unit per microbatch option.
+  struct Unit {
+    std::shared_ptr<SmoothedStageDp> dp;  // shared by the units of one microbatch option
+    std::vector<int> order;               // empty on a homogeneous cluster
+  };
+  std::vector<Unit> units;
+  // Adam's variables: log theta, log phi, and the log price of each group (index 2 + g).
+  constexpr int kVariables = 2 + kMaxRelaxGroups;
   struct Track {
-    std::shared_ptr<SmoothedStageDp> dp;  // shared by the tracks of one microbatch option
-    double log_x[3] = {0, 0, 0};  // log theta, log phi, log lambda
-    double moment1[3] = {0, 0, 0}, moment2[3] = {0, 0, 0};
+    int unit = 0;  // the tracks of one unit are consecutive
+    std::shared_ptr<SmoothedStageDp> dp;
+    double log_x[kVariables] = {};
+    double moment1[kVariables] = {}, moment2[kVariables] = {};
     double scale_seconds = 1;     // iteration-time scale: M_m theta_0
     bool alive = true;
     double best_seconds = std::numeric_limits<double>::infinity();  // best decoded plan that fits
@@ -302,45 +313,50 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // boundary. Levels and prices are in seconds, so they carry over between resolutions.
   const std::vector<int> coarse_cuts = CoarseCutPositions(tables, ro.coarse_layers);  // empty: all
   std::vector<Track> tracks;
+  std::vector<std::vector<int>> orders = ph->space.GroupOrders();
+  if (orders.empty()) orders.push_back({});
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
-    Track track;
-    track.dp = std::make_shared<SmoothedStageDp>(tables, m, configs, coarse_cuts);
-    if (track.dp->num_configs() == 0) continue;
-    const double theta = track.dp->BalancedStageSeconds();
+    const auto dp = std::make_shared<SmoothedStageDp>(tables, m, configs, coarse_cuts);
+    if (dp->num_configs() == 0) continue;
+    const double theta = dp->BalancedStageSeconds();
     if (!(theta > 0) || !std::isfinite(theta)) continue;
-    const double mc = track.dp->num_microbatches();
-    track.scale_seconds = mc * theta;
-    track.log_x[0] = std::log(theta);
-    track.log_x[1] = std::log(theta);
-    // The marginal value of a device at a balanced plan: d(iteration)/dD ~ iteration / D.
-    track.log_x[2] = std::log(track.scale_seconds / tables.num_devices);
-    // Further tracks start the dual ascent from prices 10x, 100x, ... lower (the balanced
-    // estimate can sit far above the price at which plans use the budget).
-    for (int k = 1; k < ro.price_starts; ++k) {
-      Track other;
-      other.dp = track.dp;
-      other.scale_seconds = track.scale_seconds;
-      other.log_x[0] = track.log_x[0];
-      other.log_x[1] = track.log_x[1];
-      other.log_x[2] = track.log_x[2] - k * std::log(10.0);
-      tracks.push_back(std::move(other));
+    for (const std::vector<int>& order : orders) {
+      units.push_back({dp, order});
+      Track track;
+      track.unit = static_cast<int>(units.size()) - 1;
+      track.dp = dp;
+      const double mc = dp->num_microbatches();
+      track.scale_seconds = mc * theta;
+      track.log_x[0] = std::log(theta);
+      track.log_x[1] = std::log(theta);
+      // The marginal value of a device at a balanced plan: d(iteration)/dD ~ iteration / D.
+      for (int g = 0; g < kMaxRelaxGroups; ++g)
+        track.log_x[2 + g] = std::log(track.scale_seconds / tables.num_devices);
+      // Further tracks start the dual ascent from prices 10x, 100x, ... lower (the balanced
+      // estimate can sit far above the price at which plans use the budget).
+      for (int k = 1; k < ro.price_starts; ++k) {
+        Track other = track;
+        for (int g = 0; g < kMaxRelaxGroups; ++g) other.log_x[2 + g] -= k * std::log(10.0);
+        tracks.push_back(std::move(other));
+      }
+      tracks.push_back(std::move(track));
     }
-    tracks.push_back(std::move(track));
   }
   std::vector<DiscretePlan> starts;
   auto point_of = [](const Track& t) {
-    return SmoothedDpPoint{std::exp(t.log_x[0]), std::exp(t.log_x[1]), std::exp(t.log_x[2])};
+    SmoothedDpPoint x{std::exp(t.log_x[0]), std::exp(t.log_x[1]), {}};
+    for (int g = 0; g < kMaxRelaxGroups; ++g) x.lambda_seconds[g] = std::exp(t.log_x[2 + g]);
+    return x;
   };
   const double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   for (int it = 0; it < ro.iterations; ++it) {
     const double fraction = ro.iterations > 1 ? static_cast<double>(it) / (ro.iterations - 1) : 1.0;
     const double relative_tau =
         Geometric(ro.initial_gibbs_temperature, ro.final_gibbs_temperature, fraction);
-    // The alive tracks of one microbatch option are evaluated together (one pass over its
-    // DP's terms).
+    // The alive tracks of one unit are evaluated together (one pass over its DP's terms).
     for (size_t first = 0; first < tracks.size();) {
       size_t last = first + 1;
-      while (last < tracks.size() && tracks[last].dp == tracks[first].dp) ++last;
+      while (last < tracks.size() && tracks[last].unit == tracks[first].unit) ++last;
       std::vector<Track*> group;
       for (size_t a = first; a < last; ++a)
         if (tracks[a].alive) group.push_back(&tracks[a]);
@@ -363,7 +379,8 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         points.push_back(point_of(*t));
         taus.push_back(relative_tau * t->scale_seconds);
       }
-      const std::vector<SmoothedDpValue> values = group.front()->dp->EvaluateMany(points, taus);
+      const std::vector<SmoothedDpValue> values =
+          group.front()->dp->EvaluateMany(points, taus, units[group.front()->unit].order);
       for (size_t g = 0; g < group.size(); ++g) {
         Track& t = *group[g];
         const SmoothedDpPoint& x = points[g];
@@ -389,11 +406,13 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
               t.late_plans.erase(t.late_plans.begin());
           }
         }
-        // Descent in theta and phi, ascent in lambda; gradients in log space, scale-free.
-        const double grad[3] = {v.d_theta * x.theta_seconds / t.scale_seconds,
-                                v.d_phi * x.phi_seconds / t.scale_seconds,
-                                -v.d_lambda * x.lambda_seconds / t.scale_seconds};
-        for (int c = 0; c < 3; ++c) {
+        // Descent in theta and phi, ascent in each group's lambda; gradients in log space,
+        // scale-free.
+        double grad[kVariables] = {v.d_theta * x.theta_seconds / t.scale_seconds,
+                                   v.d_phi * x.phi_seconds / t.scale_seconds};
+        for (int g = 0; g < tables.num_groups; ++g)
+          grad[2 + g] = -v.d_lambda[g] * x.lambda_seconds[g] / t.scale_seconds;
+        for (int c = 0; c < 2 + tables.num_groups; ++c) {
           t.moment1[c] = beta1 * t.moment1[c] + (1 - beta1) * grad[c];
           t.moment2[c] = beta2 * t.moment2[c] + (1 - beta2) * grad[c] * grad[c];
           const double m_hat = t.moment1[c] / (1 - std::pow(beta1, it + 1));
@@ -430,18 +449,20 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   int radius = 0;
   for (size_t a = 1; a < coarse_cuts.size(); ++a)
     radius = std::max(radius, coarse_cuts[a] - coarse_cuts[a - 1]);
-  // Levels already decoded, per DP (microbatch option) and window (the boundaries of the plan
-  // it is around; none for the decodes over the DP's cut positions): a path that reaches one
-  // follows a path already taken (the decode is deterministic), so it stops there.
-  std::set<std::tuple<const SmoothedStageDp*, double, double, std::vector<int>>> decoded_levels;
-  // The best fitting plan that the device decodes found, per DP (microbatch option).
-  std::map<const SmoothedStageDp*, std::pair<double, DiscretePlan>> best_by_dp;
-  // Returns whether the path found a plan that fits and beats best_by_dp's. near: decode near
+  // Levels already decoded, per unit (microbatch option, group order) and window (the
+  // boundaries of the plan it is around; none for the decodes over the DP's cut positions): a
+  // path that reaches one follows a path already taken (the decode is deterministic), so it
+  // stops there.
+  std::set<std::tuple<int, double, double, std::vector<int>>> decoded_levels;
+  // The best fitting plan that the device decodes found, per unit.
+  std::map<int, std::pair<double, DiscretePlan>> best_by_unit;
+  // Returns whether the path found a plan that fits and beats best_by_unit's. near: decode near
   // `around` (then near each decoded plan in turn), else over the DP's cut positions.
-  // hint: a plan that fits, to bound the decodes while best_by_dp has none for dp.
-  auto device_decodes = [&](const SmoothedStageDp& dp, SmoothedDpPoint x, bool near,
-                            DiscretePlan around, const DiscretePlan* hint = nullptr) {
-    x.lambda_seconds = 0;
+  // hint: a plan that fits, to bound the decodes while best_by_unit has none for the unit.
+  auto device_decodes = [&](int unit, SmoothedDpPoint x, bool near, DiscretePlan around,
+                            const DiscretePlan* hint = nullptr) {
+    const SmoothedStageDp& dp = *units[unit].dp;
+    x.lambda_seconds = {};
     bool improved = false;
     for (int step = 0; step < 16; ++step) {
       if (SearchClock::now() >= ph->deadline) {
@@ -449,21 +470,22 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         break;
       }
       if (!decoded_levels
-               .emplace(&dp, x.theta_seconds, x.phi_seconds,
+               .emplace(unit, x.theta_seconds, x.phi_seconds,
                         near ? around.boundaries : std::vector<int>{})
                .second)
         break;
-      // The best plan known for this DP bounds the decode (DecodeWithinDevices' `known`).
-      const auto known = best_by_dp.find(&dp);
-      const DiscretePlan* bound = known != best_by_dp.end() ? &known->second.second : hint;
+      // The best plan known for this unit bounds the decode (DecodeWithinDevices' `known`).
+      const auto known = best_by_unit.find(unit);
+      const DiscretePlan* bound = known != best_by_unit.end() ? &known->second.second : hint;
       DiscretePlan plan = near ? dp.DecodeNearPlan(x, around, radius, ro.device_decode_max_work)
-                               : dp.DecodeWithinDevices(x, ro.device_decode_max_work, bound);
+                               : dp.DecodeWithinDevices(x, ro.device_decode_max_work, bound,
+                                                        units[unit].order);
       ++ph->surrogate_evaluations;
       if (plan.configs.empty()) break;
       const SmoothedDpPoint y = dp.PlanLevels(plan);
       const DiscreteCost cost = ph->polisher->Cost(plan);
-      const auto best = best_by_dp.try_emplace(
-          &dp, std::numeric_limits<double>::infinity(), DiscretePlan{}).first;
+      const auto best = best_by_unit.try_emplace(
+          unit, std::numeric_limits<double>::infinity(), DiscretePlan{}).first;
       if (cost.Fits() && cost.iteration_seconds < best->second.first) {
         best->second = {cost.iteration_seconds, plan};
         improved = true;
@@ -477,9 +499,9 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     }
     return improved;
   };
-  // One DP per microbatch option (shared by its tracks).
-  std::map<int, const SmoothedStageDp*> final_dps;
-  std::map<const SmoothedStageDp*, std::pair<double, DiscretePlan>> fallback;
+  // The units with a track alive at the end.
+  std::set<int> final_units;
+  std::map<int, std::pair<double, DiscretePlan>> fallback;
   // The exact mode at the final point (tau = 0).
   for (Track& t : tracks) {
     if (!t.alive) continue;
@@ -488,34 +510,34 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
       break;
     }
     const SmoothedStageDp& dp = *t.dp;
-    final_dps[dp.microbatch_option()] = &dp;
-    const SmoothedDpValue v = t.dp->Evaluate(point_of(t), 0.0);
+    final_units.insert(t.unit);
+    const SmoothedDpValue v = t.dp->Evaluate(point_of(t), 0.0, units[t.unit].order);
     ++ph->surrogate_evaluations;
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
     if (!ro.device_decode) continue;
     const DiscretePlan* hint = t.best_plan.configs.empty() ? nullptr : &t.best_plan;
-    device_decodes(dp, point_of(t), false, {}, hint);
-    if (hint != nullptr) device_decodes(dp, dp.PlanLevels(t.best_plan), false, {}, hint);
+    device_decodes(t.unit, point_of(t), false, {}, hint);
+    if (hint != nullptr) device_decodes(t.unit, dp.PlanLevels(t.best_plan), false, {}, hint);
     for (const DiscretePlan& plan : t.late_plans)
-      device_decodes(dp, dp.PlanLevels(plan), false, {}, hint);
+      device_decodes(t.unit, dp.PlanLevels(plan), false, {}, hint);
     // Where the device decodes found nothing -- over their work budget: on 16,384 GPUs the
     // device dimension has 16,385 units -- the level search and the refinement start from the
     // annealing's best decoded plan.
     if (!t.best_plan.configs.empty()) {
-      auto& best = fallback.try_emplace(&dp, std::numeric_limits<double>::infinity(),
+      auto& best = fallback.try_emplace(t.unit, std::numeric_limits<double>::infinity(),
                                         DiscretePlan{}).first->second;
       if (t.best_seconds < best.first) best = {t.best_seconds, t.best_plan};
     }
   }
-  for (const auto& [dp, best] : fallback)
-    if (!best_by_dp.count(dp)) best_by_dp[dp] = best;
+  for (const auto& [unit, best] : fallback)
+    if (!best_by_unit.count(unit)) best_by_unit[unit] = best;
   if (!ro.device_decode) return starts;
-  // The microbatch options by their best decoded plan.
-  std::vector<std::pair<double, const SmoothedStageDp*>> ranked;
-  for (const auto& [m, dp] : final_dps) {
-    const auto it = best_by_dp.find(dp);
-    if (it != best_by_dp.end() && std::isfinite(it->second.first))
-      ranked.emplace_back(it->second.first, dp);
+  // The units (microbatch options, with group orders) by their best decoded plan.
+  std::vector<std::pair<double, int>> ranked;
+  for (int unit : final_units) {
+    const auto it = best_by_unit.find(unit);
+    if (it != best_by_unit.end() && std::isfinite(it->second.first))
+      ranked.emplace_back(it->second.first, unit);
   }
   std::sort(ranked.begin(), ranked.end());
   // The level search's options; the full-resolution pass refines at least the best one.
@@ -541,17 +563,18 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         std::min(ph->deadline, SearchClock::now() + before_level_search);
     for (int option = 0; option < std::min<int>(ro.level_search_options, ranked.size());
          ++option) {
-      const SmoothedStageDp& dp = *ranked[option].second;
+      const int unit = ranked[option].second;
+      const SmoothedStageDp& dp = *units[unit].dp;
       for (bool improved = true; improved;) {
         improved = false;
-        const DiscretePlan& best = best_by_dp.at(&dp).second;
+        const DiscretePlan& best = best_by_unit.at(unit).second;
         const SmoothedDpPoint x0 = dp.PlanLevels(best);
         for (const auto& [a, b] : probes) {
           if (SearchClock::now() >= level_deadline) break;
           SmoothedDpPoint x = x0;
           x.theta_seconds *= 1 + a;
           x.phi_seconds *= 1 + b;
-          if ((improved = device_decodes(dp, x, near, best))) break;
+          if ((improved = device_decodes(unit, x, near, best))) break;
         }
       }
     }
@@ -561,9 +584,9 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // Full resolution near the best coarse plans: majorize-minimize from each one's levels, then
   // the level search.
   for (const auto& ranked_option : ranked) {
-    const SmoothedStageDp& dp = *ranked_option.second;
-    const DiscretePlan best = best_by_dp.at(&dp).second;
-    device_decodes(dp, dp.PlanLevels(best), true, best);
+    const int unit = ranked_option.second;
+    const DiscretePlan best = best_by_unit.at(unit).second;
+    device_decodes(unit, units[unit].dp->PlanLevels(best), true, best);
   }
   level_search(true);
   return starts;
@@ -587,8 +610,20 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
 
   const SearchSpace space = SearchSpace::Build(problem, options.space);
-  if (std::optional<SearchResult> declined = DeclineHeterogeneous("relax", space, options, start))
-    return *declined;
+  // Heterogeneous clusters: the smoothed DP over the group orders, without the cut relaxation
+  // and without the polish (its moves do not change a stage's group yet).
+  const bool heterogeneous = space.Heterogeneous();
+  if (heterogeneous && (ro.relaxation != RelaxOptions::Relaxation::kSmoothedDp ||
+                        space.group_devices.size() > static_cast<size_t>(kMaxRelaxGroups))) {
+    SearchResult declined = StartSearchResult("relax", options);
+    declined.summary.termination = TerminationType::kDeclined;
+    declined.summary.message = fmt::format(
+        "relax takes heterogeneous clusters of at most {} node groups with relax.relaxation = "
+        "smoothed-dp ({} groups, {}); dp, exhaustive, grid and mcmc take any",
+        kMaxRelaxGroups, space.group_devices.size(), RelaxRelaxationName(ro.relaxation));
+    declined.summary.wall_seconds = elapsed();
+    return declined;
+  }
   const CostModel cost_model(problem);
   const RelaxTables tables = BuildRelaxTables(cost_model, space);
   PlanPolisher polisher(tables);
@@ -609,7 +644,8 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   };
 
   // --- 1-2. The gradient phase: discrete starts for the polish. ---
-  GradientPhase phase{problem, options, ro, tables, start, deadline, &summary, note, &polisher, 0, {}, false, false};
+  GradientPhase phase{problem, options,  ro,        tables, space, start, deadline,
+                      &summary, note,   &polisher, 0,      {},    false, false};
   std::vector<DiscretePlan> starts = ro.relaxation == RelaxOptions::Relaxation::kSmoothedDp
                                          ? SmoothedDpStarts(&phase)
                                          : CutRelaxationStarts(&phase);
@@ -625,7 +661,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   };
   std::vector<Candidate> candidates;
   for (DiscretePlan& plan : starts) {
-    if (!polisher.Repair(&plan)) continue;
+    if (!heterogeneous && !polisher.Repair(&plan)) continue;
     const DiscreteCost cost = polisher.Cost(plan);
     if (!cost.valid) continue;
     bool duplicate = false;
@@ -640,7 +676,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
       note(c.cost.iteration_seconds);
       break;
     }
-  if (ro.polish != RelaxOptions::Polish::kNone &&
+  if (ro.polish != RelaxOptions::Polish::kNone && !heterogeneous &&
       static_cast<int>(candidates.size()) > ro.max_polish_starts)
     candidates.resize(ro.max_polish_starts);
   PolishLimits limits;
@@ -649,7 +685,8 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   if (options.max_evaluations > 0)
     limits.max_evaluations = std::max<long>(1, options.max_evaluations - surrogate_evaluations);
   bool polish_cut_short = false;
-  const size_t polished = ro.polish == RelaxOptions::Polish::kNone ? 0 : candidates.size();
+  const size_t polished =
+      ro.polish == RelaxOptions::Polish::kNone || heterogeneous ? 0 : candidates.size();
   for (size_t i = 0; i < polished; ++i) {
     if (polisher.OutOfBudget(limits)) {
       polish_cut_short = true;

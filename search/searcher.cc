@@ -125,8 +125,8 @@ std::optional<SearchResult> DeclineHeterogeneous(const std::string& algorithm,
   SearchResult result = StartSearchResult(algorithm, options);
   result.summary.termination = TerminationType::kDeclined;
   result.summary.message = fmt::format(
-      "{} does not search heterogeneous clusters ({} node groups) yet; dp, exhaustive, grid "
-      "and mcmc do",
+      "{} does not search heterogeneous clusters ({} node groups) yet; dp, exhaustive, grid, "
+      "mcmc and relax do",
       algorithm, space.group_devices.size());
   result.summary.wall_seconds = SecondsSince(start);
   return result;

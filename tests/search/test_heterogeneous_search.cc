@@ -215,16 +215,60 @@ TEST_CASE("the searchers that do not take heterogeneous clusters yet decline the
   options.time_limit_seconds = 5;
   IlpSearcher ilp;
   LocalSearcher local;
-  RelaxSearcher relax;
-  for (Searcher* searcher : std::vector<Searcher*>{&ilp, &local, &relax}) {
+  for (Searcher* searcher : std::vector<Searcher*>{&ilp, &local}) {
     CAPTURE(searcher->Name());
     const SearchResult result = searcher->Search(problem, options);
     CHECK(result.summary.termination == TerminationType::kDeclined);
     CHECK(result.summary.message ==
           searcher->Name() + " does not search heterogeneous clusters (" +
               std::to_string(problem.cluster.NumGroups()) +
-              " node groups) yet; dp, exhaustive, grid and mcmc do");
+              " node groups) yet; dp, exhaustive, grid, mcmc and relax do");
   }
+  RelaxOptions cuts;
+  cuts.relaxation = RelaxOptions::Relaxation::kCuts;
+  const SearchResult result = RelaxSearcher(cuts).Search(problem, options);
+  CHECK(result.summary.termination == TerminationType::kDeclined);
+  CHECK(result.summary.message.find("relax.relaxation = smoothed-dp") != std::string::npos);
+}
+
+TEST_CASE("relax (smoothed DP over the group orders) is within 1% of the DP optimum on 24 random "
+          "small heterogeneous problems") {
+  DpSearcher dp;
+  int feasible = 0, exact = 0, crossing = 0;
+  double worst = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    CAPTURE(seed);
+    const SearchOptions options = SmallSpace();
+    const SearchResult truth = dp.Search(problem, options);
+    const SearchResult result = RelaxSearcher().Search(problem, options);
+    INFO("dp: ", truth.summary.BriefReport(), " ", truth.summary.message);
+    INFO("relax: ", result.summary.BriefReport(), " ", result.summary.message);
+    REQUIRE(truth.plan.has_value() == result.plan.has_value());
+    if (!truth.plan) {
+      CHECK(result.summary.termination == TerminationType::kInfeasible);
+      continue;
+    }
+    ++feasible;
+    CHECK(result.summary.termination == TerminationType::kConverged);
+    const Estimate estimate = Evaluate(problem, *result.plan);
+    CHECK(estimate.Fits());
+    CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
+    CHECK(SearchSpace::GroupsInRuns(StageGroups(*result.plan)));
+    const double gap =
+        (estimate.iteration_seconds - truth.summary.best_iteration_seconds) /
+        truth.summary.best_iteration_seconds;
+    CHECK(gap >= -1e-9);
+    CHECK(gap <= 0.01);
+    worst = std::max(worst, gap);
+    exact += gap <= 1e-9;
+    const std::vector<int> groups = StageGroups(*result.plan);
+    crossing += groups.front() != groups.back();
+  }
+  MESSAGE("relax: ", exact, " of ", feasible, " at the optimum, worst gap ", 100 * worst, "%, ",
+          crossing, " plans span two groups or more");
+  CHECK(feasible >= 12);
+  CHECK(crossing >= 3);
 }
 
 }  // namespace stratos

@@ -13,6 +13,7 @@
 #include "costmodel/cluster_io.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
+#include "costmodel/evaluate.h"
 #include "costmodel/generators.h"
 #include "costmodel/model_io.h"
 #include "costmodel/zoo.h"
@@ -424,18 +425,18 @@ TEST_CASE("smoothed DP: dV/dtheta, dV/dphi and dV/dlambda match central finite d
     auto derivative = [&](int which) {
       const double h = 1e-5 * (which == 0   ? point.theta_seconds
                                : which == 1 ? point.phi_seconds
-                                            : point.lambda_seconds);
+                                            : point.lambda_seconds[0]);
       SmoothedDpPoint up = point, down = point;
-      double* u = which == 0 ? &up.theta_seconds : which == 1 ? &up.phi_seconds : &up.lambda_seconds;
+      double* u = which == 0 ? &up.theta_seconds : which == 1 ? &up.phi_seconds : &up.lambda_seconds[0];
       double* d = which == 0   ? &down.theta_seconds
                   : which == 1 ? &down.phi_seconds
-                               : &down.lambda_seconds;
+                               : &down.lambda_seconds[0];
       *u += h;
       *d -= h;
       return (dp.Evaluate(up, tau).value - dp.Evaluate(down, tau).value) / (2 * h);
     };
     INFO("seed ", seed);
-    const double grad[3] = {value.d_theta, value.d_phi, value.d_lambda};
+    const double grad[3] = {value.d_theta, value.d_phi, value.d_lambda[0]};
     for (int which = 0; which < 3; ++which) {
       const double fd = derivative(which);
       CHECK(grad[which] == doctest::Approx(fd).epsilon(1e-4).scale(1.0));
@@ -576,4 +577,118 @@ TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase (device 
 }
 
 }  // namespace
+}  // namespace stratos
+
+namespace stratos {
+namespace {
+
+// The groups of a plan's runs, in pipeline order.
+std::vector<int> RunOrder(const RelaxTables& tables, const DiscretePlan& plan) {
+  std::vector<int> order;
+  for (int k : plan.configs) {
+    const int g = tables.configs[k].node_group;
+    if (order.empty() || order.back() != g) order.push_back(g);
+  }
+  return order;
+}
+
+}  // namespace
+
+TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at tau = 0 and its "
+          "device decode are the minima over the plans that follow the order (enumerated), the "
+          "near decode keeps the groups, and the group prices' gradients match finite "
+          "differences") {
+  int compared = 0, crossing = 0, gradients = 0;
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    SpaceOptions space_options;
+    space_options.max_stages = 3;
+    space_options.allow_zero = false;
+    space_options.recompute = {Recompute::kNone, Recompute::kFull};
+    const SearchSpace space = SearchSpace::Build(problem, space_options);
+    REQUIRE(space.Heterogeneous());
+    const CostModel cost_model(problem);
+    const RelaxTables tables = BuildRelaxTables(cost_model, space);
+    PlanPolisher polisher(tables);
+    const int m = tables.num_microbatch_options - 1;
+    SmoothedStageDp dp(tables, m, AllConfigIndices(tables));
+    const double scale = std::max(1e-6, dp.BalancedStageSeconds());
+    SmoothedDpPoint point{scale * (0.2 + 3 * unit(rng)), scale * unit(rng), {}};
+    for (int g = 0; g < tables.num_groups; ++g)
+      point.lambda_seconds[g] = scale * dp.num_microbatches() * unit(rng) / tables.num_devices;
+    SmoothedDpPoint unpriced = point;
+    unpriced.lambda_seconds = {};
+    auto within_budgets = [&](const DiscretePlan& plan) {
+      std::vector<int> used(tables.num_groups, 0);
+      for (int k : plan.configs) used[tables.configs[k].node_group] += tables.configs[k].NumDevices();
+      for (int g = 0; g < tables.num_groups; ++g)
+        if (used[g] > tables.group_devices[g]) return false;
+      return true;
+    };
+    for (const std::vector<int>& order : space.GroupOrders()) {
+      CAPTURE(seed);
+      INFO("order of ", order.size(), " groups, first ", order.front());
+      double brute = kInf, brute_within = kInf;
+      REQUIRE(ForEachPlan(tables, m, 2'000'000, [&](const DiscretePlan& plan) {
+        if (RunOrder(tables, plan) != order) return;
+        brute = std::min(brute, dp.PlanValue(plan, point));
+        if (within_budgets(plan)) brute_within = std::min(brute_within, dp.PlanValue(plan, unpriced));
+      }));
+      const SmoothedDpValue value = dp.Evaluate(point, 0.0, order);
+      if (!std::isfinite(brute)) {
+        CHECK(!std::isfinite(value.value));
+        continue;
+      }
+      CHECK(value.value == doctest::Approx(brute).epsilon(1e-9));
+      REQUIRE(!value.decoded.configs.empty());
+      CHECK(RunOrder(tables, value.decoded) == order);
+      CHECK(dp.PlanValue(value.decoded, point) == doctest::Approx(brute).epsilon(1e-9));
+      const DiscretePlan decoded = dp.DecodeWithinDevices(point, 1e8, nullptr, order);
+      if (!std::isfinite(brute_within)) {
+        CHECK(decoded.configs.empty());
+        continue;
+      }
+      REQUIRE(!decoded.configs.empty());
+      CHECK(RunOrder(tables, decoded) == order);
+      CHECK(within_budgets(decoded));
+      CHECK(dp.PlanValue(decoded, unpriced) == doctest::Approx(brute_within).epsilon(1e-9));
+      // At its own levels f_p is the plan's iteration time: the tables' and Evaluate()'s.
+      const DiscreteCost cost = polisher.Cost(decoded);
+      REQUIRE(cost.Fits());
+      CHECK(dp.PlanValue(decoded, dp.PlanLevels(decoded)) ==
+            doctest::Approx(cost.iteration_seconds).epsilon(1e-9));
+      const Estimate estimate = Evaluate(cost_model, polisher.ToPlan(decoded));
+      CHECK(estimate.Fits());
+      CHECK(estimate.iteration_seconds == doctest::Approx(cost.iteration_seconds).epsilon(1e-9));
+      // The near decode keeps each stage's group and finds nothing worse than its start.
+      const DiscretePlan near = dp.DecodeNearPlan(unpriced, decoded, 1, 1e8);
+      REQUIRE(!near.configs.empty());
+      CHECK(RunOrder(tables, near) == order);
+      CHECK(within_budgets(near));
+      CHECK(dp.PlanValue(near, unpriced) <= dp.PlanValue(decoded, unpriced) * (1 + 1e-12));
+      crossing += order.size() > 1;
+      ++compared;
+      // Each group price's derivative against central differences (tau > 0).
+      const double tau = 0.05 * scale * dp.num_microbatches();
+      const SmoothedDpValue smooth = dp.Evaluate(point, tau, order);
+      for (int g : order) {
+        const double h = 1e-5 * std::max(point.lambda_seconds[g], 1e-3 * scale);
+        SmoothedDpPoint up = point, down = point;
+        up.lambda_seconds[g] += h;
+        down.lambda_seconds[g] -= h;
+        const double fd =
+            (dp.Evaluate(up, tau, order).value - dp.Evaluate(down, tau, order).value) / (2 * h);
+        CHECK(smooth.d_lambda[g] == doctest::Approx(fd).epsilon(1e-4).scale(1.0));
+        ++gradients;
+      }
+    }
+  }
+  MESSAGE(compared, " orders compared (", crossing, " of several groups), ", gradients,
+          " price gradients checked");
+  CHECK(compared >= 20);
+  CHECK(crossing >= 10);
+}
+
 }  // namespace stratos

@@ -137,6 +137,7 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
     t.Bool("relax.device_decode", &r.device_decode, "smoothed DP: final decode with the device budget as a DP dimension");
     t.Int("relax.level_search_options", &r.level_search_options, "smoothed DP: level search around the best plans of the best N microbatch options, >= 0 (0: none)");
     t.Int("relax.late_decodes", &r.late_decodes, "smoothed DP: device decodes also from the last N distinct decoded plans' levels, >= 0");
+    t.Int("relax.decode_orders", &r.decode_orders, "smoothed DP, heterogeneous clusters: device decodes and level search on the best N node-group orders per microbatch option, >= 1");
     t.Double("relax.device_decode_max_work", &r.device_decode_max_work, "largest device decode (stages x layer ranges x free-device units), >= 0");
     t.Int("relax.restarts", &r.restarts, "restarts optimized together, >= 1");
     t.Int("relax.iterations", &r.iterations, "Adam steps, >= 1");

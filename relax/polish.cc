@@ -39,6 +39,15 @@ bool DiscreteCost::BetterThan(const DiscreteCost& o) const {
   return iteration_seconds < o.iteration_seconds;
 }
 
+std::vector<int> PlanRunOrder(const RelaxTables& tables, const DiscretePlan& plan) {
+  std::vector<int> order;
+  for (int k : plan.configs) {
+    const int g = tables.configs[k].node_group;
+    if (order.empty() || order.back() != g) order.push_back(g);
+  }
+  return order;
+}
+
 PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
   capacity_bytes_ = tables.memory_capacity_bytes * (1.0 - 1e-9);
   const int K = tables.num_configs;

@@ -29,6 +29,9 @@ struct DiscretePlan {
   }
 };
 
+// The node groups of the plan's runs, in pipeline order ({0} on a homogeneous cluster).
+std::vector<int> PlanRunOrder(const RelaxTables& tables, const DiscretePlan& plan);
+
 struct DiscreteCost {
   bool valid = false;  // structure: stage counts, configs valid for m, device budget
   double iteration_seconds = std::numeric_limits<double>::infinity();

@@ -80,6 +80,15 @@ struct SoftMinN {
   double Mean(int c) const { return sum > 0 ? d[c] / sum : 0.0; }
 };
 
+// A soft-min as the DP reads it: its value and channel means, taken once (the DP reads an edge
+// once per stage count and order that uses it).
+template <int N>
+struct EdgeN {
+  double value = kInf;
+  double mean[N] = {};
+  int arg = -1;
+};
+
 // softplus_tau(z) = tau log(1 + exp(z / tau)) and its derivative sigma(z / tau); relu at tau = 0.
 inline void SoftPlus(double z, double tau, double* value, double* slope) {
   if (tau <= 0) {
@@ -393,10 +402,7 @@ double SmoothedStageDp::PlanValue(const DiscretePlan& plan, const SmoothedDpPoin
   std::vector<int> slots, previous, next;
   if (!PlanNeighbours(plan, &slots, &previous, &next)) return kInf;
   double value = (mc - 1) * p.theta_seconds + p.phi_seconds;
-  std::vector<char> used(G_, 0);
-  for (int slot : slots) used[group_[slot]] = 1;
-  for (int g = 0; g < G_; ++g)
-    if (used[g]) value -= p.lambda_seconds[g] * tables_.group_devices[g];
+  for (int g = 0; g < G_; ++g) value -= p.lambda_seconds[g] * tables_.group_devices[g];
   for (int s = 0; s < S; ++s) {
     const int slot = slots[s];
     const Terms x =
@@ -432,35 +438,48 @@ SmoothedDpValue SmoothedStageDp::Evaluate(const SmoothedDpPoint& p, double tau,
 std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateMany(
     const std::vector<SmoothedDpPoint>& points, const std::vector<double>& taus,
     const std::vector<int>& order) {
+  return EvaluateOrders(points, taus,
+                        order.empty() ? std::vector<std::vector<int>>{}
+                                      : std::vector<std::vector<int>>{order});
+}
+
+std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateOrders(
+    const std::vector<SmoothedDpPoint>& points, const std::vector<double>& taus,
+    const std::vector<std::vector<int>>& orders) {
   // Channels: d/dtheta, d/dphi and the devices of each group.
   switch (G_) {
     case 1:
-      return EvaluateManyN<3>(points, taus, order);
+      return EvaluateManyN<3>(points, taus, orders);
     case 2:
-      return EvaluateManyN<4>(points, taus, order);
+      return EvaluateManyN<4>(points, taus, orders);
     case 3:
-      return EvaluateManyN<5>(points, taus, order);
+      return EvaluateManyN<5>(points, taus, orders);
     case 4:
-      return EvaluateManyN<6>(points, taus, order);
+      return EvaluateManyN<6>(points, taus, orders);
     case 5:
-      return EvaluateManyN<7>(points, taus, order);
+      return EvaluateManyN<7>(points, taus, orders);
     default:
       static_assert(kMaxRelaxGroups == 6, "one case per group count");
-      return EvaluateManyN<8>(points, taus, order);
+      return EvaluateManyN<8>(points, taus, orders);
   }
 }
 
 template <int N>
 std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
     const std::vector<SmoothedDpPoint>& points, const std::vector<double>& taus,
-    const std::vector<int>& order) {
+    const std::vector<std::vector<int>>& orders) {
   using SoftMin = SoftMinN<N>;
   // Copied from memory, not built in place (the in-place temporary stalled the stores).
+  using Edge = EdgeN<N>;
   static const SoftMin kEmpty;
+  static const Edge kNoEdge;
   STRATOS_CHECK(points.size() == taus.size(), "{} points, {} temperatures", points.size(),
                 taus.size());
-  const std::vector<int> positions = Positions(order);
-  const int J = static_cast<int>(positions.size());
+  // Each order's positions ({-1}: every config, on a homogeneous cluster).
+  std::vector<std::vector<int>> position_lists;
+  if (orders.empty()) position_lists.push_back(Positions({}));
+  for (const std::vector<int>& order : orders) position_lists.push_back(Positions(order));
+  const int O = static_cast<int>(position_lists.size());
   const size_t P = points.size();
   std::vector<SmoothedDpValue> out(P);
   for (SmoothedDpValue& o : out) o.value = kInf;
@@ -469,17 +488,38 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
   const double mc = microbatch_count_;
   if (K == 0 || L == 0 || P == 0) return out;
 
-  // Edge sets: per position j of the order, whether the stage opens its run after another
-  // group's (receives from order[j - 1]) and whether it closes its run before another group's
-  // (sends to order[j + 1]); one set (j = 0, neither) on a homogeneous cluster.
-  std::vector<int> set_base(J + 1, 0);
-  auto variants_in = [&](int j) { return j > 0 ? 2 : 1; };
-  auto variants_out = [&](int j) { return j + 1 < J ? 2 : 1; };
-  for (int j = 0; j < J; ++j) set_base[j + 1] = set_base[j] + variants_in(j) * variants_out(j);
-  const int E = set_base[J];
-  auto set_of = [&](int j, int in, int out_) {
-    return set_base[j] + in * variants_out(j) + out_;
+  // Edge sets, shared by the orders: a stage's group g, the group it receives from when it
+  // opens its run after another group's (else -1), the group it sends to when it closes its run
+  // before another group's (else -1); one set (-1, -1, -1) on a homogeneous cluster. Per order,
+  // position j and (opens, closes), the index of its set.
+  struct EdgeSet {
+    int group, from, to;
   };
+  std::vector<EdgeSet> sets;
+  std::vector<std::vector<std::array<int, 4>>> set_index(O);
+  auto variants_in = [](int j) { return j > 0 ? 2 : 1; };
+  auto variants_out = [](int j, int J) { return j + 1 < J ? 2 : 1; };
+  for (int o = 0; o < O; ++o) {
+    const std::vector<int>& positions = position_lists[o];
+    const int J = static_cast<int>(positions.size());
+    set_index[o].assign(J, {-1, -1, -1, -1});
+    for (int j = 0; j < J; ++j)
+      for (int in = 0; in < variants_in(j); ++in)
+        for (int out_ = 0; out_ < variants_out(j, J); ++out_) {
+          const EdgeSet key{positions[j], in ? positions[j - 1] : -1,
+                            out_ ? positions[j + 1] : -1};
+          int found = -1;
+          for (size_t e = 0; e < sets.size() && found < 0; ++e)
+            if (sets[e].group == key.group && sets[e].from == key.from && sets[e].to == key.to)
+              found = static_cast<int>(e);
+          if (found < 0) {
+            found = static_cast<int>(sets.size());
+            sets.push_back(key);
+          }
+          set_index[o][j][in * 2 + out_] = found;
+        }
+  }
+  const int E = static_cast<int>(sets.size());
 
   // --- Edges: soft-min over configs of every layer range, for every edge set, in-flight level
   // and point: edge (point k, set e, level v, pair) at ((k E + e) V + v) pairs + pair. Each
@@ -487,12 +527,12 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
   const std::vector<size_t>& row = pair_row_;
   const size_t pairs = row[L];
   // Reused between calls (written in full below: no initialization, no page faults).
-  thread_local std::vector<SoftMin> edge;
+  thread_local std::vector<Edge> edge;
   edge.resize(P * E * V * pairs);
   auto clear_pair = [&](int e, int i, int j) {
     for (size_t k = 0; k < P; ++k)
       for (int v = 0; v < V; ++v)
-        edge[((k * E + e) * V + v) * pairs + row[i] + (j - i - 1)] = kEmpty;
+        edge[((k * E + e) * V + v) * pairs + row[i] + (j - i - 1)] = kNoEdge;
   };
   std::vector<SoftMin> bucket(V + 1);
   std::vector<RangeTerm> scratch;
@@ -536,40 +576,35 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
         continue;
       }
       jobs.clear();
-      for (int pos = 0; pos < J; ++pos) {
-        // The position's configs: a contiguous run of the terms (sorted by group).
+      for (int e = 0; e < E; ++e) {
+        // The set's configs: a contiguous run of the terms (sorted by group).
         const RangeTerm* begin = range;
         const RangeTerm* end = range + count;
-        const int g = positions[pos];
+        const auto [g, from, to] = sets[e];
         if (g >= 0) {
           begin = std::partition_point(range, end,
                                        [&](const RangeTerm& x) { return group_[x.slot] < g; });
           end = std::partition_point(begin, end,
                                      [&](const RangeTerm& x) { return group_[x.slot] <= g; });
         }
-        for (int in = 0; in < variants_in(pos); ++in)
-          for (int out_ = 0; out_ < variants_out(pos); ++out_) {
-            const int e = set_of(pos, in, out_);
-            // Unreachable: a later position at layer 0, a send to a next group from the end.
-            if (begin == end || (pos > 0 && i == 0) || (out_ == 1 && j == L)) {
-              clear_pair(e, i, j);
-              continue;
-            }
-            if (in == 0 && out_ == 0) {
-              jobs.push_back({e, begin, static_cast<size_t>(end - begin)});
-              continue;
-            }
-            std::vector<RangeTerm>& moved = shifted[e];
-            moved.assign(begin, end);
-            for (RangeTerm& x : moved) {
-              const Delta d = CrossDelta(x.slot, i == 0, j == L, in ? positions[pos - 1] : -1,
-                                         out_ ? positions[pos + 1] : -1);
-              x.t += d.t;
-              x.e += d.e;
-              x.c += d.c;
-            }
-            jobs.push_back({e, moved.data(), moved.size()});
-          }
+        // Unreachable: a receive at layer 0, a send to a next group from the end.
+        if (begin == end || (from >= 0 && i == 0) || (to >= 0 && j == L)) {
+          clear_pair(e, i, j);
+          continue;
+        }
+        if (from < 0 && to < 0) {
+          jobs.push_back({e, begin, static_cast<size_t>(end - begin)});
+          continue;
+        }
+        std::vector<RangeTerm>& moved = shifted[e];
+        moved.assign(begin, end);
+        for (RangeTerm& x : moved) {
+          const Delta d = CrossDelta(x.slot, i == 0, j == L, from, to);
+          x.t += d.t;
+          x.e += d.e;
+          x.c += d.c;
+        }
+        jobs.push_back({e, moved.data(), moved.size()});
       }
       // The soft-min over each job's configs into every point's levels of its set.
       for (const Job& job : jobs) {
@@ -621,100 +656,127 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
           SoftMin acc;
           for (int b = V; b >= 1; --b) {
             acc.Merge(bucket[b], tau);
-            edge[((k * E + e) * V + (b - 1)) * pairs + pair] = acc;
+            Edge& out = edge[((k * E + e) * V + (b - 1)) * pairs + pair];
+            out.value = acc.Value(tau);
+            for (int c = 0; c < N; ++c) out.mean[c] = acc.Mean(c);
+            out.arg = acc.arg;
           }
         }
       }
     }
   }
 
-  // --- Per point, the DP over (stages left r, position j, whether the stage opens a run after
-  // another group's, first layer i): cover [i, L) with exactly r stages, the rest of the order
-  // included. ---
+  // --- Per point and order, the DP over (stages left r, position j, whether the stage opens a
+  // run after another group's, first layer i): cover [i, L) with exactly r stages, the rest of
+  // the order included; then the soft-min over the orders. ---
   struct Cell {
     double value = kInf;
     double d[N] = {};
     int next = -1;  // the mode's next boundary b, times 2, plus 1 if the next stage opens a run
   };
   const size_t stride = static_cast<size_t>(L) + 1;
-  const int ins = J > 1 ? 2 : 1;  // cells that open a run after another group's: not on one
-  auto cell_at = [&](int r, int pos, int in) {
-    return (static_cast<size_t>(r * J + pos) * ins + in) * stride;
-  };
-  std::vector<Cell> cell(static_cast<size_t>(S + 1) * J * ins * stride);
+  // The budget term - sum_g lambda_g D_g runs over every group with a budget.
+  std::vector<int> budgeted;
+  for (int g = 0; g < G_; ++g)
+    if (tables_.group_devices[g] > 0) budgeted.push_back(g);
+  std::vector<std::vector<Cell>> cells(O);
   for (size_t k = 0; k < P; ++k) {
     const SmoothedDpPoint& p = points[k];
     const double tau = taus[k];
-    const SoftMin* point_edges = edge.data() + k * E * V * pairs;
-    auto edge_at = [&](int pos, int in, int out_, int r, int i, int j) -> const SoftMin& {
-      return point_edges[(static_cast<size_t>(set_of(pos, in, out_)) * V + LevelIndex(r)) * pairs +
-                         row[i] + (j - i - 1)];
-    };
-    std::fill(cell.begin(), cell.end(), Cell());
-    cell[cell_at(0, J - 1, 0) + L].value = 0;  // r = 0, the last position, i = L
-    for (int r = 1; r <= S; ++r) {
-      const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
-      for (int pos = J - 1; pos >= 0; --pos)
-        for (int in = 0; in < variants_in(pos); ++in) {
-          // The edges of this level and the rest of the pipeline, per whether the next stage
-          // opens the next group's run.
-          const int outs = variants_out(pos);
-          const SoftMin* edges[2];
-          const Cell* rests[2];
-          for (int opens = 0; opens < outs; ++opens) {
-            edges[opens] = point_edges + static_cast<size_t>(set_of(pos, in, opens)) * V * pairs +
-                           level;
-            rests[opens] = cell.data() + cell_at(r - 1, pos + opens, opens);
-          }
-          for (int i = 0; i + r <= L; ++i) {
-            SoftMin acc;
-            const SoftMin* from[2] = {edges[0] + row[i] - i - 1, edges[outs - 1] + row[i] - i - 1};
-            for (int j = i + 1; j + (r - 1) <= L; ++j) {
-              for (int opens = 0; opens < outs; ++opens) {
-                const Cell& rest = rests[opens][j];
-                if (!(rest.value < kInf)) continue;
-                const SoftMin& e = from[opens][j];
-                if (!(e.best < kInf)) continue;
-                const double x = e.Value(tau) + rest.value;
-                double dx[N];
-                for (int c = 0; c < N; ++c) dx[c] = e.Mean(c) + rest.d[c];
-                acc.Add(x, dx, 2 * j + opens, tau);
-              }
+    const Edge* point_edges = edge.data() + k * E * V * pairs;
+    SoftMin best_order;  // over the orders: value, channels, the mode's order
+    std::vector<int> top_stages(O, 0);
+    std::vector<double> order_values(orders.empty() ? 0 : O, kInf);
+    for (int o = 0; o < O; ++o) {
+      const int J = static_cast<int>(position_lists[o].size());
+      const int ins = J > 1 ? 2 : 1;  // cells that open a run after another group's
+      auto cell_at = [&](int r, int pos, int in) {
+        return (static_cast<size_t>(r * J + pos) * ins + in) * stride;
+      };
+      std::vector<Cell>& cell = cells[o];
+      cell.assign(static_cast<size_t>(S + 1) * J * ins * stride, Cell());
+      cell[cell_at(0, J - 1, 0) + L].value = 0;  // r = 0, the last position, i = L
+      for (int r = 1; r <= S; ++r) {
+        const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
+        for (int pos = J - 1; pos >= 0; --pos)
+          for (int in = 0; in < variants_in(pos); ++in) {
+            // The edges of this level and the rest of the pipeline, per whether the next stage
+            // opens the next group's run.
+            const int outs = variants_out(pos, J);
+            const Edge* edges[2];
+            const Cell* rests[2];
+            for (int opens = 0; opens < outs; ++opens) {
+              edges[opens] =
+                  point_edges + static_cast<size_t>(set_index[o][pos][in * 2 + opens]) * V * pairs +
+                  level;
+              rests[opens] = cell.data() + cell_at(r - 1, pos + opens, opens);
             }
-            Cell& c = cell[cell_at(r, pos, in) + i];
-            c.value = acc.Value(tau);
-            for (int ch = 0; ch < N; ++ch) c.d[ch] = acc.Mean(ch);
-            c.next = acc.arg;
+            for (int i = 0; i + r <= L; ++i) {
+              SoftMin acc;
+              const Edge* from[2] = {edges[0] + row[i] - i - 1,
+                                        edges[outs - 1] + row[i] - i - 1};
+              for (int j = i + 1; j + (r - 1) <= L; ++j) {
+                for (int opens = 0; opens < outs; ++opens) {
+                  const Cell& rest = rests[opens][j];
+                  if (!(rest.value < kInf)) continue;
+                  const Edge& e = from[opens][j];
+                  if (!(e.value < kInf)) continue;
+                  const double x = e.value + rest.value;
+                  double dx[N];
+                  for (int c = 0; c < N; ++c) dx[c] = e.mean[c] + rest.d[c];
+                  acc.Add(x, dx, 2 * j + opens, tau);
+                }
+              }
+              Cell& c = cell[cell_at(r, pos, in) + i];
+              c.value = acc.Value(tau);
+              for (int ch = 0; ch < N; ++ch) c.d[ch] = acc.Mean(ch);
+              c.next = acc.arg;
+            }
           }
-        }
+      }
+      SoftMin top;
+      for (int r = std::max(1, tables_.min_stages); r <= S && r <= L; ++r) {
+        const Cell& c = cell[cell_at(r, 0, 0)];
+        top.Add(c.value, c.d, r, tau);
+      }
+      if (!(top.best < kInf)) continue;
+      top_stages[o] = top.arg;
+      if (!orders.empty()) order_values[o] = top.Value(tau);
+      double channels[N];
+      for (int c = 0; c < N; ++c) channels[c] = top.Mean(c);
+      best_order.Add(top.Value(tau), channels, o, tau);
     }
-    SoftMin top;
-    for (int r = std::max(1, tables_.min_stages); r <= S && r <= L; ++r) {
-      const Cell& c = cell[cell_at(r, 0, 0)];
-      top.Add(c.value, c.d, r, tau);
-    }
-    if (!(top.best < kInf)) continue;
+    if (!(best_order.best < kInf)) continue;
     SmoothedDpValue& value = out[k];
     double budget_value = 0;
-    for (int pos = 0; pos < J; ++pos) {
-      const int g = std::max(0, positions[pos]);
-      budget_value += p.lambda_seconds[g] * tables_.group_devices[g];
-      value.expected_devices[g] = top.Mean(2 + g);
+    for (int g : budgeted) budget_value += p.lambda_seconds[g] * tables_.group_devices[g];
+    value.order_values = std::move(order_values);
+    for (double& v : value.order_values)
+      v += (mc - 1) * p.theta_seconds + p.phi_seconds - budget_value;
+    for (int g : budgeted) {
+      value.expected_devices[g] = best_order.Mean(2 + g);
       value.d_lambda[g] = value.expected_devices[g] - tables_.group_devices[g];
     }
-    value.value = top.Value(tau) + (mc - 1) * p.theta_seconds + p.phi_seconds - budget_value;
-    value.d_theta = top.Mean(0) + (mc - 1);
-    value.d_phi = top.Mean(1) + 1;
+    value.value =
+        best_order.Value(tau) + (mc - 1) * p.theta_seconds + p.phi_seconds - budget_value;
+    value.d_theta = best_order.Mean(0) + (mc - 1);
+    value.d_phi = best_order.Mean(1) + 1;
 
-    // --- Decode the mode. ---
+    // --- Decode the mode: its order's argmins. ---
+    const int o = best_order.arg;
+    const int J = static_cast<int>(position_lists[o].size());
+    const int ins = J > 1 ? 2 : 1;
+    const std::vector<Cell>& cell = cells[o];
     DiscretePlan& plan = value.decoded;
     plan.microbatch_option = m_;
     plan.boundaries.push_back(0);
     int i = 0, pos = 0, in = 0;
-    for (int r = top.arg; r >= 1; --r) {
-      const int next = cell[cell_at(r, pos, in) + i].next;
+    for (int r = top_stages[o]; r >= 1; --r) {
+      const int next = cell[(static_cast<size_t>(r * J + pos) * ins + in) * stride + i].next;
       const int j = next / 2, opens = next % 2;
-      const SoftMin& e = edge_at(pos, in, opens, r, i, j);
+      const Edge& e =
+          point_edges[(static_cast<size_t>(set_index[o][pos][in * 2 + opens]) * V +
+                       LevelIndex(r)) * pairs + row[i] + (j - i - 1)];
       plan.configs.push_back(configs_[e.arg]);
       plan.boundaries.push_back(cuts_[j]);
       i = j;
@@ -749,7 +811,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
   if (known != nullptr && known->NumStages() <= S &&
       std::all_of(known->boundaries.begin(), known->boundaries.end(),
                   [&](int b) { return std::binary_search(cuts_.begin(), cuts_.end(), b); }) &&
-      (G_ == 1 || RunOrder(*known) == order))
+      (G_ == 1 || PlanRunOrder(tables_, *known) == order))
     bound = AroundCost(p, *known);
   const double limit = bound < kInf ? bound * (1 + 1e-9) : kInf;
   // Edge sets as in EvaluateMany: per position, opens a run after another group's, closes one.
@@ -946,15 +1008,6 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
   }
   STRATOS_CHECK(i == L && pos == J - 1, "constrained decode ended at layer {} of {}", i, L);
   return plan;
-}
-
-std::vector<int> SmoothedStageDp::RunOrder(const DiscretePlan& plan) const {
-  std::vector<int> order;
-  for (int k : plan.configs) {
-    const int g = tables_.configs[k].node_group;
-    if (order.empty() || order.back() != g) order.push_back(g);
-  }
-  return order;
 }
 
 double SmoothedStageDp::AroundCost(const SmoothedDpPoint& p, const DiscretePlan& plan) const {

@@ -31,7 +31,7 @@
 // opens its run (then it receives over the link from group order[j - 1]); a stage may close its
 // run (then it sends over the link to order[j + 1], whose first stage comes next), and the last
 // stage closes the last group's. Each group g has its own price lambda_g:
-//   f_p = ... + sum_s lambda_{g_s} devices_s - sum_{g in order} lambda_g D_g,
+//   f_p = ... + sum_s lambda_{g_s} devices_s - sum_g lambda_g D_g,
 // and the device decodes keep the budget D_g of the run's group as the DP dimension, restarted
 // at every run. Configs of a group are those with StageConfig::node_group = g; each stage's
 // memory is checked against its group's device (RelaxTables::group_capacity_bytes).
@@ -68,6 +68,8 @@ struct SmoothedDpValue {
   // dV/dlambda_g = E_Gibbs[devices in group g] - D_g for the groups of the order (else 0).
   GroupArray d_lambda{};
   GroupArray expected_devices{};
+  // EvaluateOrders: each order's V^tau (+inf where no plan of it fits), in the orders' order.
+  std::vector<double> order_values;
   // The Gibbs distribution's mode as decoded (argmin at every soft-min); empty configs if none.
   DiscretePlan decoded;
 };
@@ -103,6 +105,13 @@ class SmoothedStageDp {
   std::vector<SmoothedDpValue> EvaluateMany(const std::vector<SmoothedDpPoint>& points,
                                             const std::vector<double>& taus_seconds,
                                             const std::vector<int>& order = {});
+  // Heterogeneous clusters: the soft-min over several orders of V^tau at each point (the Gibbs
+  // distribution over the plans of every order: its value, gradient and mode), the edge sets
+  // that orders share (a group with the same neighbour groups) computed once. The orders must be
+  // distinct. Empty `orders`: EvaluateMany on a homogeneous cluster.
+  std::vector<SmoothedDpValue> EvaluateOrders(const std::vector<SmoothedDpPoint>& points,
+                                              const std::vector<double>& taus_seconds,
+                                              const std::vector<std::vector<int>>& orders);
 
   // The exact (tau = 0) minimizer of f_p(theta, phi, 0) over the plans whose stage meshes sum to
   // at most D devices: the device budget as a DP dimension (free devices, in units of the gcd of
@@ -177,12 +186,10 @@ class SmoothedStageDp {
   // False if a config is not in this DP or the groups are not in runs.
   bool PlanNeighbours(const DiscretePlan& plan, std::vector<int>* slots,
                       std::vector<int>* previous, std::vector<int>* next) const;
-  // The groups of the plan's runs, in pipeline order.
-  std::vector<int> RunOrder(const DiscretePlan& plan) const;
   template <int N>
   std::vector<SmoothedDpValue> EvaluateManyN(const std::vector<SmoothedDpPoint>& points,
                                              const std::vector<double>& taus,
-                                             const std::vector<int>& order);
+                                             const std::vector<std::vector<int>>& orders);
   // Throws InternalError unless `order` suits the cluster; returns the positions' groups ({-1}
   // on a homogeneous cluster: every config).
   std::vector<int> Positions(const std::vector<int>& order) const;

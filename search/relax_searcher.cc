@@ -32,6 +32,7 @@ void RelaxOptions::Validate() const {
   if (restarts < 1) fail("restarts", restarts, "must be >= 1");
   if (price_starts < 1) fail("price_starts", price_starts, "must be >= 1");
   if (late_decodes < 0) fail("late_decodes", late_decodes, "must be >= 0");
+  if (decode_orders < 1) fail("decode_orders", decode_orders, "must be >= 1");
   if (level_search_options < 0) fail("level_search_options", level_search_options, "must be >= 0");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
@@ -288,24 +289,39 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   if (ro.prune_dominated_configs) configs = tables.undominated_configs;
   if (configs.empty())
     for (int k = 0; k < tables.num_configs; ++k) configs.push_back(k);
-  // On a heterogeneous cluster every (microbatch option, order of node groups) is a unit of its
-  // own, as in the exact DP; a homogeneous one has one unit per microbatch option.
+  // The exact decodes' units: a microbatch option and, on a heterogeneous cluster, an order of
+  // node groups (the device decodes follow one order; the annealing spans them all).
   struct Unit {
     std::shared_ptr<SmoothedStageDp> dp;  // shared by the units of one microbatch option
     std::vector<int> order;               // empty on a homogeneous cluster
   };
   std::vector<Unit> units;
+  std::map<std::pair<const SmoothedStageDp*, std::vector<int>>, int> unit_index;
+  auto unit_of = [&](const std::shared_ptr<SmoothedStageDp>& dp, const std::vector<int>& order) {
+    const auto [it, inserted] =
+        unit_index.try_emplace({dp.get(), order}, static_cast<int>(units.size()));
+    if (inserted) units.push_back({dp, order});
+    return it->second;
+  };
+  // On a heterogeneous cluster, the orders the annealing spans: every order of every subset of
+  // the groups with a budget.
+  const bool heterogeneous = ph->space.Heterogeneous();
+  const std::vector<std::vector<int>> orders = ph->space.GroupOrders();
+  auto order_of = [&](const DiscretePlan& plan) {
+    return heterogeneous ? PlanRunOrder(tables, plan) : std::vector<int>{};
+  };
   // Adam's variables: log theta, log phi, and the log price of each group (index 2 + g).
   constexpr int kVariables = 2 + kMaxRelaxGroups;
   struct Track {
-    int unit = 0;  // the tracks of one unit are consecutive
-    std::shared_ptr<SmoothedStageDp> dp;
+    std::shared_ptr<SmoothedStageDp> dp;  // the tracks of one DP are consecutive
     double log_x[kVariables] = {};
     double moment1[kVariables] = {}, moment2[kVariables] = {};
     double scale_seconds = 1;     // iteration-time scale: M_m theta_0
     bool alive = true;
     double best_seconds = std::numeric_limits<double>::infinity();  // best decoded plan that fits
     DiscretePlan best_plan;
+    // Heterogeneous: the best decoded plan that fits of each group order decoded.
+    std::map<std::vector<int>, std::pair<double, DiscretePlan>> best_by_order;
     std::vector<DiscretePlan> late_plans;  // distinct decoded plans of the last quarter
   };
   // Long models: every DP cuts only at the coarse positions (each repeated block's start, else
@@ -313,34 +329,27 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // boundary. Levels and prices are in seconds, so they carry over between resolutions.
   const std::vector<int> coarse_cuts = CoarseCutPositions(tables, ro.coarse_layers);  // empty: all
   std::vector<Track> tracks;
-  std::vector<std::vector<int>> orders = ph->space.GroupOrders();
-  if (orders.empty()) orders.push_back({});
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
-    const auto dp = std::make_shared<SmoothedStageDp>(tables, m, configs, coarse_cuts);
-    if (dp->num_configs() == 0) continue;
-    const double theta = dp->BalancedStageSeconds();
+    Track track;
+    track.dp = std::make_shared<SmoothedStageDp>(tables, m, configs, coarse_cuts);
+    if (track.dp->num_configs() == 0) continue;
+    const double theta = track.dp->BalancedStageSeconds();
     if (!(theta > 0) || !std::isfinite(theta)) continue;
-    for (const std::vector<int>& order : orders) {
-      units.push_back({dp, order});
-      Track track;
-      track.unit = static_cast<int>(units.size()) - 1;
-      track.dp = dp;
-      const double mc = dp->num_microbatches();
-      track.scale_seconds = mc * theta;
-      track.log_x[0] = std::log(theta);
-      track.log_x[1] = std::log(theta);
-      // The marginal value of a device at a balanced plan: d(iteration)/dD ~ iteration / D.
-      for (int g = 0; g < kMaxRelaxGroups; ++g)
-        track.log_x[2 + g] = std::log(track.scale_seconds / tables.num_devices);
-      // Further tracks start the dual ascent from prices 10x, 100x, ... lower (the balanced
-      // estimate can sit far above the price at which plans use the budget).
-      for (int k = 1; k < ro.price_starts; ++k) {
-        Track other = track;
-        for (int g = 0; g < kMaxRelaxGroups; ++g) other.log_x[2 + g] -= k * std::log(10.0);
-        tracks.push_back(std::move(other));
-      }
-      tracks.push_back(std::move(track));
+    const double mc = track.dp->num_microbatches();
+    track.scale_seconds = mc * theta;
+    track.log_x[0] = std::log(theta);
+    track.log_x[1] = std::log(theta);
+    // The marginal value of a device at a balanced plan: d(iteration)/dD ~ iteration / D.
+    for (int g = 0; g < kMaxRelaxGroups; ++g)
+      track.log_x[2 + g] = std::log(track.scale_seconds / tables.num_devices);
+    // Further tracks start the dual ascent from prices 10x, 100x, ... lower (the balanced
+    // estimate can sit far above the price at which plans use the budget).
+    for (int k = 1; k < ro.price_starts; ++k) {
+      Track other = track;
+      for (int g = 0; g < kMaxRelaxGroups; ++g) other.log_x[2 + g] -= k * std::log(10.0);
+      tracks.push_back(std::move(other));
     }
+    tracks.push_back(std::move(track));
   }
   std::vector<DiscretePlan> starts;
   auto point_of = [](const Track& t) {
@@ -356,7 +365,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     // The alive tracks of one unit are evaluated together (one pass over its DP's terms).
     for (size_t first = 0; first < tracks.size();) {
       size_t last = first + 1;
-      while (last < tracks.size() && tracks[last].unit == tracks[first].unit) ++last;
+      while (last < tracks.size() && tracks[last].dp == tracks[first].dp) ++last;
       std::vector<Track*> group;
       for (size_t a = first; a < last; ++a)
         if (tracks[a].alive) group.push_back(&tracks[a]);
@@ -380,7 +389,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         taus.push_back(relative_tau * t->scale_seconds);
       }
       const std::vector<SmoothedDpValue> values =
-          group.front()->dp->EvaluateMany(points, taus, units[group.front()->unit].order);
+          group.front()->dp->EvaluateOrders(points, taus, orders);
       for (size_t g = 0; g < group.size(); ++g) {
         Track& t = *group[g];
         const SmoothedDpPoint& x = points[g];
@@ -396,6 +405,13 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
           if (cost.Fits() && cost.iteration_seconds < t.best_seconds) {
             t.best_seconds = cost.iteration_seconds;
             t.best_plan = v.decoded;
+          }
+          if (heterogeneous && cost.Fits()) {
+            auto& best = t.best_by_order
+                             .try_emplace(order_of(v.decoded),
+                                          std::numeric_limits<double>::infinity(), DiscretePlan{})
+                             .first->second;
+            if (cost.iteration_seconds < best.first) best = {cost.iteration_seconds, v.decoded};
           }
           const int late = ro.late_decodes;
           if (late > 0 && 4 * it >= 3 * ro.iterations &&
@@ -510,23 +526,49 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
       break;
     }
     const SmoothedStageDp& dp = *t.dp;
-    final_units.insert(t.unit);
-    const SmoothedDpValue v = t.dp->Evaluate(point_of(t), 0.0, units[t.unit].order);
+    const SmoothedDpValue v = t.dp->EvaluateOrders({point_of(t)}, {0.0}, orders).front();
     ++ph->surrogate_evaluations;
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
-    if (!ro.device_decode) continue;
-    const DiscretePlan* hint = t.best_plan.configs.empty() ? nullptr : &t.best_plan;
-    device_decodes(t.unit, point_of(t), false, {}, hint);
-    if (hint != nullptr) device_decodes(t.unit, dp.PlanLevels(t.best_plan), false, {}, hint);
-    for (const DiscretePlan& plan : t.late_plans)
-      device_decodes(t.unit, dp.PlanLevels(plan), false, {}, hint);
-    // Where the device decodes found nothing -- over their work budget: on 16,384 GPUs the
-    // device dimension has 16,385 units -- the level search and the refinement start from the
-    // annealing's best decoded plan.
-    if (!t.best_plan.configs.empty()) {
-      auto& best = fallback.try_emplace(t.unit, std::numeric_limits<double>::infinity(),
-                                        DiscretePlan{}).first->second;
-      if (t.best_seconds < best.first) best = {t.best_seconds, t.best_plan};
+    // The orders whose device decodes run: on a heterogeneous cluster, those the annealing
+    // decoded fitting plans of (by their best plan), then the others by their value at the
+    // final levels (at tau = 0, prices included), until relax.decode_orders of them have a
+    // fitting plan.
+    std::vector<std::tuple<bool, double, std::vector<int>>> chosen;  // (no plan yet, key, order)
+    if (!heterogeneous) {
+      chosen.emplace_back(false, t.best_seconds, std::vector<int>{});
+    } else {
+      for (const auto& [order, best] : t.best_by_order) chosen.emplace_back(false, best.first, order);
+      for (size_t o = 0; o < orders.size(); ++o)
+        if (!t.best_by_order.count(orders[o]) && o < v.order_values.size() &&
+            std::isfinite(v.order_values[o]))
+          chosen.emplace_back(true, v.order_values[o], orders[o]);
+      std::sort(chosen.begin(), chosen.end());
+    }
+    int decoded_orders = 0;
+    for (const auto& [unknown, order_best, order] : chosen) {
+      if (decoded_orders >= ro.decode_orders) break;
+      const int unit = unit_of(t.dp, order);
+      final_units.insert(unit);
+      const DiscretePlan* hint = nullptr;
+      if (!heterogeneous) {
+        hint = t.best_plan.configs.empty() ? nullptr : &t.best_plan;
+      } else if (t.best_by_order.count(order)) {
+        hint = &t.best_by_order.at(order).second;
+      }
+      if (!ro.device_decode) continue;
+      device_decodes(unit, point_of(t), false, {}, hint);
+      if (hint != nullptr) device_decodes(unit, dp.PlanLevels(*hint), false, {}, hint);
+      for (const DiscretePlan& plan : t.late_plans)
+        if (order_of(plan) == order) device_decodes(unit, dp.PlanLevels(plan), false, {}, hint);
+      // Where the device decodes found nothing -- over their work budget: on 16,384 GPUs the
+      // device dimension has 16,385 units -- the level search and the refinement start from
+      // the annealing's best decoded plan.
+      if (hint != nullptr) {
+        auto& best = fallback.try_emplace(unit, std::numeric_limits<double>::infinity(),
+                                          DiscretePlan{}).first->second;
+        if (order_best < best.first) best = {order_best, *hint};
+      }
+      if (hint != nullptr || best_by_unit.count(unit)) ++decoded_orders;
     }
   }
   for (const auto& [unit, best] : fallback)
@@ -750,6 +792,9 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
         RelaxRelaxationName(ro.relaxation),
         ro.relaxation == RelaxOptions::Relaxation::kCuts
             ? fmt::format("{} restarts", ro.restarts)
+        : heterogeneous
+            ? fmt::format("{} microbatch options over {} node-group orders",
+                          tables.num_microbatch_options, space.GroupOrders().size())
             : fmt::format("{} microbatch options", tables.num_microbatch_options),
         summary.iterations, gradient_seconds, polished, RelaxPolishName(ro.polish),
         summary.wall_seconds - gradient_seconds);

@@ -22,6 +22,12 @@
 //      polished by local search on the exact table cost (= costmodel::Evaluate), unless
 //      polish = none.
 //   4. The best plan that Evaluate() confirms to fit is returned.
+// Heterogeneous clusters (several node groups; smoothed-dp only, at most kMaxRelaxGroups groups):
+// the annealing spans every order of the groups at once (SmoothedStageDp::EvaluateOrders: a
+// soft-min over the orders, one device price per group), the device decodes and the level
+// search run on the best relax.decode_orders orders of each microbatch option (each run within
+// its group's budget), and there is no repair or polish (their moves do not change groups yet):
+// the plan is the decodes' own.
 //
 // SearchSummary: algorithm "relax"; iterations = Adam steps; evaluations = surrogate batch
 // evaluations + discrete plan evaluations; termination kConverged, kTimeLimit (best plan so far),
@@ -70,6 +76,11 @@ struct RelaxOptions {
   // 3.5% above the DP optimum with 0, 1.65% with 15); with one, 0 loses nothing on the ablation
   // spec's problems and saves a quarter of the wall time on the largest (GPT-3 175B / 128 DGX).
   int late_decodes = 0;
+  // Smoothed DP, heterogeneous clusters: the annealing spans every order of the node groups (a
+  // soft-min over them: SmoothedStageDp::EvaluateOrders); the device decodes, the level search
+  // and the refinement then take, per microbatch option, the best this many orders that it
+  // decoded plans of (by their best plan) (>= 1).
+  int decode_orders = 5;
   double device_decode_max_work = 5e8;
   // Smoothed DP, device decode: the best this many microbatch options (by their best decoded
   // plan) get a level search: a pattern search on the levels (theta, phi) around their best

@@ -580,20 +580,6 @@ TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase (device 
 }  // namespace stratos
 
 namespace stratos {
-namespace {
-
-// The groups of a plan's runs, in pipeline order.
-std::vector<int> RunOrder(const RelaxTables& tables, const DiscretePlan& plan) {
-  std::vector<int> order;
-  for (int k : plan.configs) {
-    const int g = tables.configs[k].node_group;
-    if (order.empty() || order.back() != g) order.push_back(g);
-  }
-  return order;
-}
-
-}  // namespace
-
 TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at tau = 0 and its "
           "device decode are the minima over the plans that follow the order (enumerated), the "
           "near decode keeps the groups, and the group prices' gradients match finite "
@@ -632,7 +618,7 @@ TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at 
       INFO("order of ", order.size(), " groups, first ", order.front());
       double brute = kInf, brute_within = kInf;
       REQUIRE(ForEachPlan(tables, m, 2'000'000, [&](const DiscretePlan& plan) {
-        if (RunOrder(tables, plan) != order) return;
+        if (PlanRunOrder(tables, plan) != order) return;
         brute = std::min(brute, dp.PlanValue(plan, point));
         if (within_budgets(plan)) brute_within = std::min(brute_within, dp.PlanValue(plan, unpriced));
       }));
@@ -643,7 +629,7 @@ TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at 
       }
       CHECK(value.value == doctest::Approx(brute).epsilon(1e-9));
       REQUIRE(!value.decoded.configs.empty());
-      CHECK(RunOrder(tables, value.decoded) == order);
+      CHECK(PlanRunOrder(tables, value.decoded) == order);
       CHECK(dp.PlanValue(value.decoded, point) == doctest::Approx(brute).epsilon(1e-9));
       const DiscretePlan decoded = dp.DecodeWithinDevices(point, 1e8, nullptr, order);
       if (!std::isfinite(brute_within)) {
@@ -651,7 +637,7 @@ TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at 
         continue;
       }
       REQUIRE(!decoded.configs.empty());
-      CHECK(RunOrder(tables, decoded) == order);
+      CHECK(PlanRunOrder(tables, decoded) == order);
       CHECK(within_budgets(decoded));
       CHECK(dp.PlanValue(decoded, unpriced) == doctest::Approx(brute_within).epsilon(1e-9));
       // At its own levels f_p is the plan's iteration time: the tables' and Evaluate()'s.
@@ -665,7 +651,7 @@ TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at 
       // The near decode keeps each stage's group and finds nothing worse than its start.
       const DiscretePlan near = dp.DecodeNearPlan(unpriced, decoded, 1, 1e8);
       REQUIRE(!near.configs.empty());
-      CHECK(RunOrder(tables, near) == order);
+      CHECK(PlanRunOrder(tables, near) == order);
       CHECK(within_budgets(near));
       CHECK(dp.PlanValue(near, unpriced) <= dp.PlanValue(decoded, unpriced) * (1 + 1e-12));
       crossing += order.size() > 1;
@@ -683,6 +669,26 @@ TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at 
         CHECK(smooth.d_lambda[g] == doctest::Approx(fd).epsilon(1e-4).scale(1.0));
         ++gradients;
       }
+    }
+    // Over all the orders at once: the soft-min of the orders' values, and their mode.
+    const std::vector<std::vector<int>> orders = space.GroupOrders();
+    for (double tau : {0.0, 0.05 * scale * dp.num_microbatches()}) {
+      CAPTURE(tau);
+      const SmoothedDpValue all = dp.EvaluateOrders({point}, {tau}, orders).front();
+      double least = kInf, sum = 0;
+      std::vector<double> values;
+      for (const std::vector<int>& order : orders)
+        values.push_back(dp.Evaluate(point, tau, order).value);
+      for (double v : values) least = std::min(least, v);
+      if (!std::isfinite(least)) {
+        CHECK(!std::isfinite(all.value));
+        continue;
+      }
+      for (double v : values)
+        if (std::isfinite(v) && tau > 0) sum += std::exp(-(v - least) / tau);
+      const double softmin = tau > 0 ? least - tau * std::log(sum) : least;
+      CHECK(all.value == doctest::Approx(softmin).epsilon(1e-9));
+      if (tau == 0) CHECK(dp.PlanValue(all.decoded, point) == doctest::Approx(least).epsilon(1e-9));
     }
   }
   MESSAGE(compared, " orders compared (", crossing, " of several groups), ", gradients,

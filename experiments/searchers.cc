@@ -134,6 +134,7 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
     t.Double("relax.prune_microbatch_ratio", &r.prune_microbatch_ratio, "smoothed DP: from a quarter of the steps, stop a track whose best plan is over this x the best; 0 = never, else >= 1");
     t.Int("relax.price_starts", &r.price_starts, "smoothed DP: dual-ascent tracks per microbatch count, prices 10^-k apart, >= 1");
     t.Int("relax.coarse_layers", &r.coarse_layers, "smoothed DP: annealed phase on coarser cuts above this many layers; 0 = never, else >= 2");
+    t.Int("relax.heterogeneous_coarse_layers", &r.heterogeneous_coarse_layers, "smoothed DP: coarse_layers on heterogeneous clusters; 0 = never, else >= 2");
     t.Bool("relax.device_decode", &r.device_decode, "smoothed DP: final decode with the device budget as a DP dimension");
     t.Int("relax.level_search_options", &r.level_search_options, "smoothed DP: level search around the best plans of the best N microbatch options, >= 0 (0: none)");
     t.Int("relax.late_decodes", &r.late_decodes, "smoothed DP: device decodes also from the last N distinct decoded plans' levels, >= 0");

@@ -57,7 +57,8 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
   int max_tp = 1;
   for (const StageConfig& c : tables.configs) max_tp = std::max(max_tp, c.tensor_parallel);
   num_tp_slots_ = Log2(max_tp) + 1;
-  lookup_.assign(mesh_sizes_.size() * num_tp_slots_ * 4 * 3, -1);
+  const int G = tables.num_groups;
+  lookup_.assign(G * mesh_sizes_.size() * num_tp_slots_ * 4 * 3, -1);
   config_mesh_index_.resize(K);
   for (int k = 0; k < K; ++k) {
     const StageConfig& c = tables.configs[k];
@@ -65,15 +66,19 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
         std::lower_bound(mesh_sizes_.begin(), mesh_sizes_.end(), c.NumDevices()) -
         mesh_sizes_.begin());
     config_mesh_index_[k] = mi;
-    int& slot = lookup_[((static_cast<size_t>(mi) * num_tp_slots_ + Log2(c.tensor_parallel)) * 4 +
+    int& slot = lookup_[(((static_cast<size_t>(c.node_group) * mesh_sizes_.size() + mi) *
+                              num_tp_slots_ +
+                          Log2(c.tensor_parallel)) *
+                             4 +
                          c.zero_stage) *
                             3 +
                         RecomputeIndex(c.recompute)];
     if (slot < 0) slot = k;
+    capacity_.push_back(G > 1 ? tables.CapacityBytes(k) * (1.0 - 1e-9) : capacity_bytes_);
   }
   nearest_valid_.assign(static_cast<size_t>(K) * tables.num_microbatch_options, -2);
-  mesh_configs_.resize(mesh_sizes_.size());
-  for (int k = 0; k < K; ++k) mesh_configs_[config_mesh_index_[k]].push_back(k);
+  mesh_configs_.resize(G * mesh_sizes_.size());
+  for (int k = 0; k < K; ++k) mesh_configs_[MeshKey(k)].push_back(k);
   // Neighbours: configs that differ from k in exactly one dimension. A mesh change keeps TP,
   // ZeRO and recompute where the new mesh allows them.
   config_neighbors_.resize(K);
@@ -83,7 +88,7 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
     for (int j = 0; j < K; ++j) {
       if (j == k) continue;
       const StageConfig& b = tables.configs[j];
-      const bool same_mesh = a.NumDevices() == b.NumDevices();
+      const bool same_mesh = a.NumDevices() == b.NumDevices() && a.node_group == b.node_group;
       const int differences = (a.tensor_parallel != b.tensor_parallel) +
                               (a.zero_stage != b.zero_stage) + (a.recompute != b.recompute);
       if (same_mesh && differences == 1) n.insert(j);
@@ -94,8 +99,8 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
     for (int mi = 0; mi < static_cast<int>(mesh_sizes_.size()); ++mi) {
       if (mi == config_mesh_index_[k]) continue;
       for (int tp = std::min(a.tensor_parallel, 1 << (num_tp_slots_ - 1)); tp >= 1; tp /= 2) {
-        int j = Lookup(mi, tp, a.zero_stage, RecomputeIndex(a.recompute));
-        if (j < 0) j = Lookup(mi, tp, 0, RecomputeIndex(a.recompute));
+        int j = Lookup(a.node_group, mi, tp, a.zero_stage, RecomputeIndex(a.recompute));
+        if (j < 0) j = Lookup(a.node_group, mi, tp, 0, RecomputeIndex(a.recompute));
         if (j >= 0) {
           n.insert(j);
           break;
@@ -106,12 +111,22 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
   }
 }
 
-int PlanPolisher::Lookup(int mesh_index, int tp, int zero, int recompute) const {
+int PlanPolisher::Lookup(int group, int mesh_index, int tp, int zero, int recompute) const {
   if (mesh_index < 0 || mesh_index >= static_cast<int>(mesh_sizes_.size())) return -1;
   const int t = Log2(tp);
   if (t >= num_tp_slots_ || (1 << t) != tp || zero < 0 || zero > 3) return -1;
-  return lookup_[((static_cast<size_t>(mesh_index) * num_tp_slots_ + t) * 4 + zero) * 3 +
+  return lookup_[(((static_cast<size_t>(group) * mesh_sizes_.size() + mesh_index) *
+                       num_tp_slots_ +
+                   t) *
+                      4 +
+                  zero) *
+                     3 +
                  recompute];
+}
+
+int PlanPolisher::MeshKey(int k) const {
+  return tables_.configs[k].node_group * static_cast<int>(mesh_sizes_.size()) +
+         config_mesh_index_[k];
 }
 
 bool PlanPolisher::OutOfBudget(const PolishLimits& limits) const {
@@ -174,10 +189,7 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
     sum_c += x.one_time_seconds;
     const double peak =
         x.state_bytes + InFlight(m, S, s) * x.activation_bytes + x.working_bytes;
-    const double capacity =
-        tables_.num_groups > 1 ? tables_.CapacityBytes(plan.configs[s]) * (1.0 - 1e-9)
-                               : capacity_bytes_;
-    if (peak > capacity) overflow += peak - capacity;
+    if (peak > capacity_[plan.configs[s]]) overflow += peak - capacity_[plan.configs[s]];
   }
   cost.valid = true;
   cost.overflow_bytes = overflow;
@@ -232,6 +244,7 @@ int PlanPolisher::NearestValidConfig(int k, int m, int max_devices) const {
   for (int j = 0; j < tables_.num_configs; ++j) {
     if (!tables_.Valid(j, m)) continue;
     const StageConfig& b = tables_.configs[j];
+    if (b.node_group != a.node_group) continue;
     if (max_devices > 0 && b.NumDevices() > max_devices) continue;
     // Prefer the same mesh size (then smaller over larger), then TP, recompute, ZeRO.
     const double mesh = std::abs(Log2(a.NumDevices()) - Log2(b.NumDevices())) +
@@ -253,15 +266,15 @@ int PlanPolisher::WithMesh(int k, int mesh_index, int m) const {
   const StageConfig& a = tables_.configs[k];
   if (m < 0) {  // any microbatch count
     for (int tp = std::min(a.tensor_parallel, 1 << (num_tp_slots_ - 1)); tp >= 1; tp /= 2) {
-      int j = Lookup(mesh_index, tp, a.zero_stage, RecomputeIndex(a.recompute));
-      if (j < 0) j = Lookup(mesh_index, tp, 0, RecomputeIndex(a.recompute));
+      int j = Lookup(a.node_group, mesh_index, tp, a.zero_stage, RecomputeIndex(a.recompute));
+      if (j < 0) j = Lookup(a.node_group, mesh_index, tp, 0, RecomputeIndex(a.recompute));
       if (j >= 0) return j;
     }
     return -1;
   }
   for (int tp = std::min(a.tensor_parallel, 1 << (num_tp_slots_ - 1)); tp >= 1; tp /= 2) {
-    int j = Lookup(mesh_index, tp, a.zero_stage, RecomputeIndex(a.recompute));
-    if (j < 0) j = Lookup(mesh_index, tp, 0, RecomputeIndex(a.recompute));
+    int j = Lookup(a.node_group, mesh_index, tp, a.zero_stage, RecomputeIndex(a.recompute));
+    if (j < 0) j = Lookup(a.node_group, mesh_index, tp, 0, RecomputeIndex(a.recompute));
     if (j >= 0) {
       if (tables_.Valid(j, m)) return j;
       // Same mesh, nearest valid for m.
@@ -287,11 +300,11 @@ bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
     };
     double seconds = 0;
     const int current = plan->configs[s];
-    if (!every_stage && peak_of(current, &seconds) <= capacity_bytes_) continue;
+    if (!every_stage && peak_of(current, &seconds) <= capacity_[current]) continue;
     // The choice depends only on (layer range, mesh, m, first, last, in-flight count): memoized.
     const std::uint64_t b0 = static_cast<std::uint64_t>(plan->boundaries[s]);
     const std::uint64_t b1 = static_cast<std::uint64_t>(plan->boundaries[s + 1]);
-    const std::uint64_t mesh = static_cast<std::uint64_t>(config_mesh_index_[current]);
+    const std::uint64_t mesh = static_cast<std::uint64_t>(MeshKey(current));
     const std::uint64_t in_flight = static_cast<std::uint64_t>(InFlight(m, S, s));
     const bool cacheable = b1 < (1u << 16) && mesh < (1u << 8) && m < (1 << 8) &&
                            in_flight < (1u << 14);
@@ -309,7 +322,7 @@ bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
       double best_seconds = 0;
       for (int j : mesh_configs_[mesh]) {
         if (!tables_.Valid(j, m)) continue;
-        if (peak_of(j, &seconds) > capacity_bytes_) continue;
+        if (peak_of(j, &seconds) > capacity_[j]) continue;
         if (best < 0 || seconds < best_seconds) {
           best = j;
           best_seconds = seconds;
@@ -427,12 +440,19 @@ bool PlanPolisher::Rebalance(DiscretePlan* plan) const {
   std::vector<int>& cached = rebalance_cache_[key];
   // Per stage: overhead and per-class layer time and memory.
   std::vector<double> base_t(S), base_mem(S), layer_t(static_cast<size_t>(S) * C),
-      layer_mem(static_cast<size_t>(S) * C);
+      layer_mem(static_cast<size_t>(S) * C), capacity(S);
   double hi = 0, lowest_total = std::numeric_limits<double>::infinity();
   for (int s = 0; s < S; ++s) {
     const int k = plan->configs[s];
     const double in_flight = InFlight(m, S, s);
-    const TermScalars& o = tables_.Overhead(k, m, s == 0, s == S - 1);
+    capacity[s] = capacity_[k];
+    const TermScalars& o =
+        tables_.cross_overhead.empty()
+            ? tables_.Overhead(k, m, s == 0, s == S - 1)
+            : tables_.OverheadBetween(k, m, s == 0, s == S - 1,
+                                      s > 0 ? tables_.configs[plan->configs[s - 1]].node_group : -1,
+                                      s + 1 < S ? tables_.configs[plan->configs[s + 1]].node_group
+                                                : -1);
     base_t[s] = o.microbatch_seconds;
     base_mem[s] = o.state_bytes + in_flight * o.activation_bytes + o.working_bytes;
     double total = base_t[s];
@@ -457,13 +477,13 @@ bool PlanPolisher::Rebalance(DiscretePlan* plan) const {
         const int c = tables_.layer_class[end];
         const double nt = t + layer_t[s * C + c], nm = mem + layer_mem[s * C + c];
         const bool must = end == l || s == S - 1;
-        if (!must && (nt > t_max || (check_memory && nm > capacity_bytes_))) break;
+        if (!must && (nt > t_max || (check_memory && nm > capacity[s]))) break;
         t = nt;
         mem = nm;
         ++end;
       }
       if (s == S - 1 && end != L) return false;
-      if (t > t_max || (check_memory && mem > capacity_bytes_)) return false;
+      if (t > t_max || (check_memory && mem > capacity[s])) return false;
       bounds[s + 1] = end;
       l = end;
     }
@@ -569,17 +589,19 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
   for (int tp = 1; tp < (1 << num_tp_slots_); tp *= 2)
     push_global([&](int k) {
       const StageConfig& c = tables_.configs[k];
-      return Lookup(config_mesh_index_[k], tp, c.zero_stage, RecomputeIndex(c.recompute));
+      return Lookup(c.node_group, config_mesh_index_[k], tp, c.zero_stage,
+                    RecomputeIndex(c.recompute));
     });
   for (int zero = 0; zero < 4; ++zero)
     push_global([&](int k) {
       const StageConfig& c = tables_.configs[k];
-      return Lookup(config_mesh_index_[k], c.tensor_parallel, zero, RecomputeIndex(c.recompute));
+      return Lookup(c.node_group, config_mesh_index_[k], c.tensor_parallel, zero,
+                    RecomputeIndex(c.recompute));
     });
   for (int r = 0; r < 3; ++r)
     push_global([&](int k) {
       const StageConfig& c = tables_.configs[k];
-      return Lookup(config_mesh_index_[k], c.tensor_parallel, c.zero_stage, r);
+      return Lookup(c.node_group, config_mesh_index_[k], c.tensor_parallel, c.zero_stage, r);
     });
   for (int delta : {-1, 1})
     push_global([&](int k) { return WithMesh(k, config_mesh_index_[k] + delta, any_m); });
@@ -652,7 +674,7 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
           target <= L)
         counts.insert(target);
     for (int target : counts) {
-      const int budget = tables_.num_devices / target;
+      const int budget = tables_.group_devices[tables_.configs[base].node_group] / target;
       for (int mi = static_cast<int>(mesh_sizes_.size()) - 1; mi >= 0; --mi) {
         if (mesh_sizes_[mi] > budget) continue;
         const int k = WithMesh(base, mi, any_m);

@@ -57,8 +57,9 @@ class PlanPolisher {
 
   // Exact cost from the tables (counts one evaluation). On a heterogeneous cluster a plan is
   // valid only with each group's budget kept and its groups in runs (SearchSpace::GroupsInRuns);
-  // each stage's memory is checked against its group's device. Repair and Polish do not move
-  // stages between groups (RelaxSearcher does not call them on such clusters yet).
+  // each stage's memory is checked against its group's device. Polish keeps each stage's config
+  // in its group, except the move that gives every stage one stage's config; Repair keeps the
+  // whole cluster's budget only (RelaxSearcher does not call it on such clusters).
   DiscreteCost Cost(const DiscretePlan& plan);
   long evaluations() const { return evaluations_; }
   bool OutOfBudget(const PolishLimits& limits) const;
@@ -104,7 +105,10 @@ class PlanPolisher {
   // Config with the same (tp, zero, recompute) as k on mesh size index mesh_index, nearest
   // valid for m (m < 0: valid or not); -1 if none.
   int WithMesh(int k, int mesh_index, int m) const;
-  int Lookup(int mesh_index, int tp, int zero, int recompute) const;
+  // Config of node group `group` with these mesh size index, TP, ZeRO, recompute; -1 if none.
+  int Lookup(int group, int mesh_index, int tp, int zero, int recompute) const;
+  // Index of k's (node group, mesh size) into mesh_configs_.
+  int MeshKey(int k) const;
   // previous_group / next_group: the neighbours' node groups (-1: none; the own group: same).
   TermScalars StageScalars(int k, int m, int first_layer, int last_layer, bool first, bool last,
                            int previous_group = -1, int next_group = -1) const;
@@ -115,9 +119,10 @@ class PlanPolisher {
   double capacity_bytes_ = 0;            // with a 1e-9 relative safety margin
   std::vector<int> mesh_sizes_;          // ascending distinct config mesh sizes
   std::vector<int> config_mesh_index_;   // (K)
-  std::vector<std::vector<int>> mesh_configs_;  // per mesh size index: its configs
+  std::vector<double> capacity_;         // (K) memory of the config's group, same margin
+  std::vector<std::vector<int>> mesh_configs_;  // per (group, mesh size index): its configs
   std::vector<std::vector<int>> config_neighbors_;  // (K) one dimension apart
-  std::vector<int> lookup_;              // (mesh index, log2 tp, zero, recompute) -> config or -1
+  std::vector<int> lookup_;  // (group, mesh index, log2 tp, zero, recompute) -> config or -1
   int num_tp_slots_ = 1;
   // NearestValidConfig(k, m) without a device cap, by k * M + m; -2 = not computed yet.
   mutable std::vector<int> nearest_valid_;

@@ -36,6 +36,9 @@ void RelaxOptions::Validate() const {
   if (level_search_options < 0) fail("level_search_options", level_search_options, "must be >= 0");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
+  if (heterogeneous_coarse_layers != 0 && heterogeneous_coarse_layers < 2)
+    fail("heterogeneous_coarse_layers", heterogeneous_coarse_layers,
+         "must be 0 (never) or >= 2");
   if (!(device_decode_max_work >= 0))
     fail("device_decode_max_work", device_decode_max_work, "must be >= 0");
   if (iterations < 1) fail("iterations", iterations, "must be >= 1");
@@ -327,7 +330,8 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // Long models: every DP cuts only at the coarse positions (each repeated block's start, else
   // every stride-th boundary); the last pass decodes near the best coarse plans at every layer
   // boundary. Levels and prices are in seconds, so they carry over between resolutions.
-  const std::vector<int> coarse_cuts = CoarseCutPositions(tables, ro.coarse_layers);  // empty: all
+  const std::vector<int> coarse_cuts = CoarseCutPositions(
+      tables, ph->space.Heterogeneous() ? ro.heterogeneous_coarse_layers : ro.coarse_layers);
   std::vector<Track> tracks;
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
     Track track;
@@ -652,8 +656,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
 
   const SearchSpace space = SearchSpace::Build(problem, options.space);
-  // Heterogeneous clusters: the smoothed DP over the group orders, without the cut relaxation
-  // and without the polish (its moves do not change a stage's group yet).
+  // Heterogeneous clusters: the smoothed DP over the group orders, not the cut relaxation.
   const bool heterogeneous = space.Heterogeneous();
   if (heterogeneous && (ro.relaxation != RelaxOptions::Relaxation::kSmoothedDp ||
                         space.group_devices.size() > static_cast<size_t>(kMaxRelaxGroups))) {
@@ -718,7 +721,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
       note(c.cost.iteration_seconds);
       break;
     }
-  if (ro.polish != RelaxOptions::Polish::kNone && !heterogeneous &&
+  if (ro.polish != RelaxOptions::Polish::kNone &&
       static_cast<int>(candidates.size()) > ro.max_polish_starts)
     candidates.resize(ro.max_polish_starts);
   PolishLimits limits;
@@ -727,8 +730,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   if (options.max_evaluations > 0)
     limits.max_evaluations = std::max<long>(1, options.max_evaluations - surrogate_evaluations);
   bool polish_cut_short = false;
-  const size_t polished =
-      ro.polish == RelaxOptions::Polish::kNone || heterogeneous ? 0 : candidates.size();
+  const size_t polished = ro.polish == RelaxOptions::Polish::kNone ? 0 : candidates.size();
   for (size_t i = 0; i < polished; ++i) {
     if (polisher.OutOfBudget(limits)) {
       polish_cut_short = true;

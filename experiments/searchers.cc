@@ -160,6 +160,7 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
         },
         "none (argmax + repair only) | descent | iterated");
     t.Int("relax.max_polish_starts", &r.max_polish_starts, "restart results polished, >= 1");
+    t.Int("relax.heterogeneous_max_polish_starts", &r.heterogeneous_max_polish_starts, "max_polish_starts on heterogeneous clusters, >= 1");
     t.Int("relax.polish_kicks", &r.polish_kicks, "iterated-local-search kicks per start, >= 0");
     t.Bool("relax.double_precision", &r.double_precision, "surrogate in float64");
     t.Double("relax.min_config_probability", &r.min_config_probability, "configs below it skipped, [0, 1)");

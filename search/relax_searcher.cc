@@ -62,6 +62,8 @@ void RelaxOptions::Validate() const {
   if (discretize_every < 0)
     fail("discretize_every", discretize_every, "must be >= 0 (0 = only at the end)");
   if (max_polish_starts < 1) fail("max_polish_starts", max_polish_starts, "must be >= 1");
+  if (heterogeneous_max_polish_starts < 1)
+    fail("heterogeneous_max_polish_starts", heterogeneous_max_polish_starts, "must be >= 1");
   if (polish_kicks < 0) fail("polish_kicks", polish_kicks, "must be >= 0");
   if (!(initial_gibbs_temperature > 0))
     fail("initial_gibbs_temperature", initial_gibbs_temperature, "must be > 0");
@@ -721,9 +723,11 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
       note(c.cost.iteration_seconds);
       break;
     }
+  const int polish_starts =
+      heterogeneous ? ro.heterogeneous_max_polish_starts : ro.max_polish_starts;
   if (ro.polish != RelaxOptions::Polish::kNone &&
-      static_cast<int>(candidates.size()) > ro.max_polish_starts)
-    candidates.resize(ro.max_polish_starts);
+      static_cast<int>(candidates.size()) > polish_starts)
+    candidates.resize(polish_starts);
   PolishLimits limits;
   limits.deadline = deadline;
   limits.kicks = ro.polish == RelaxOptions::Polish::kIterated ? ro.polish_kicks : 0;

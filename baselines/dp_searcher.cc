@@ -596,20 +596,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   };
   std::vector<Unit> units;
   std::vector<std::vector<int>> orders;
-  if (heterogeneous) {
-    const int groups = static_cast<int>(space.group_devices.size());
-    int usable = 0;  // the groups the space lets stages use (SpaceOptions::node_groups)
-    for (int g = 0; g < groups; ++g)
-      if (space.group_devices[g] > 0) usable |= 1 << g;
-    for (int mask = 1; mask < (1 << groups); ++mask) {
-      if ((mask & usable) != mask) continue;
-      std::vector<int> order;
-      for (int g = 0; g < groups; ++g)
-        if (mask & (1 << g)) order.push_back(g);
-      do orders.push_back(order);
-      while (std::next_permutation(order.begin(), order.end()));
-    }
-  }
+  if (heterogeneous) orders = space.GroupOrders();
   for (int m : space.num_microbatches) {
     if (!heterogeneous) units.push_back({m, {}});
     for (const std::vector<int>& order : orders) units.push_back({m, order});

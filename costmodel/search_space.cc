@@ -42,6 +42,23 @@ bool SearchSpace::GroupsInRuns(const std::vector<int>& stage_groups) {
   return true;
 }
 
+std::vector<std::vector<int>> SearchSpace::GroupOrders() const {
+  const int groups = static_cast<int>(group_devices.size());
+  int usable = 0;  // the groups the space lets stages use (SpaceOptions::node_groups)
+  for (int g = 0; g < groups; ++g)
+    if (group_devices[g] > 0) usable |= 1 << g;
+  std::vector<std::vector<int>> orders;
+  for (int mask = 1; mask < (1 << groups); ++mask) {
+    if ((mask & usable) != mask) continue;
+    std::vector<int> order;
+    for (int g = 0; g < groups; ++g)
+      if (mask & (1 << g)) order.push_back(g);
+    do orders.push_back(order);
+    while (std::next_permutation(order.begin(), order.end()));
+  }
+  return orders;
+}
+
 SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& options) {
   options.Validate();
   const ClusterSpec& cluster = problem.cluster;

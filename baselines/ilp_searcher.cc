@@ -168,6 +168,74 @@ struct ColumnLimitReached {};
 // bounds, cost, names), for the memory budget.
 constexpr double kBytesPerColumn = 512;
 
+// Lower bound on max_s t_s of the plans whose runs r have D_r devices: the volume rows
+//   D_r T >= sum of w(l, r) over the layers l of run r     (work: (L, K), kInf: not on run r)
+// weighted by any mu on the simplex give T >= f(mu) = sum_l min_r mu_r w(l, r) / D_r (weak
+// duality of the fractional assignment of layers to runs, which no integral one beats). f is
+// concave: maximized by ternary searches along the pairs of runs, starting from mu_r = D_r / D
+// (f = sum_l min_r w(l, r) / D, the one-group volume bound). Any mu gives a valid bound, so the
+// search needs no exactness. 0 when some layer fits no run.
+double RunsVolumeBound(const std::vector<double>& work, const std::vector<int>& run_devices) {
+  const int K = static_cast<int>(run_devices.size());
+  const size_t L = work.size() / K;
+  // Distinct layer rows (cost classes repeat), with their counts.
+  std::map<std::vector<double>, int> rows;
+  for (size_t l = 0; l < L; ++l) {
+    std::vector<double> row(K);
+    bool placeable = false;
+    for (int r = 0; r < K; ++r) {
+      row[r] = work[l * K + r] / run_devices[r];
+      placeable = placeable || std::isfinite(row[r]);
+    }
+    if (!placeable) return 0.0;
+    ++rows[row];
+  }
+  auto f = [&](const std::vector<double>& mu) {
+    double sum = 0;
+    for (const auto& [row, count] : rows) {
+      double least = kInf;
+      for (int r = 0; r < K; ++r)
+        if (std::isfinite(row[r])) least = std::min(least, mu[r] * row[r]);
+      sum += count * least;
+    }
+    return sum;
+  };
+  int total = 0;
+  for (int d : run_devices) total += d;
+  std::vector<double> mu(K);
+  for (int r = 0; r < K; ++r) mu[r] = static_cast<double>(run_devices[r]) / total;
+  double best = f(mu);
+  for (int round = 0; round < 4; ++round) {
+    const double before = best;
+    for (int r = 0; r < K; ++r)
+      for (int other = r + 1; other < K; ++other) {
+        // mu + s (e_r - e_other), s in [-mu_r, mu_other].
+        auto at = [&](double shift) {
+          std::vector<double> moved = mu;
+          moved[r] = std::max(0.0, moved[r] + shift);
+          moved[other] = std::max(0.0, moved[other] - shift);
+          return moved;
+        };
+        double lo = -mu[r], hi = mu[other];
+        for (int step = 0; step < 60; ++step) {  // (2/3)^60: 3e-11 of the segment
+          const double a = lo + (hi - lo) / 3, b = hi - (hi - lo) / 3;
+          if (f(at(a)) < f(at(b)))
+            lo = a;
+          else
+            hi = b;
+        }
+        const std::vector<double> candidate = at(0.5 * (lo + hi));
+        const double value = f(candidate);
+        if (value > best) {
+          best = value;
+          mu = candidate;
+        }
+      }
+    if (!(best > before * (1 + 1e-12))) break;
+  }
+  return best;
+}
+
 // A node group as the columns see it: its configurations (those of SearchSpace::configs with its
 // node_group, in that order), their indices there, its device budget and memory per device. On a
 // homogeneous cluster the one group holds every configuration.
@@ -313,10 +381,10 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
   }
 
   // Volume bound on max_s t_s (as in the DP): a stage's t is at least the sum of its layers' t
-  // (overheads are >= 0) and sum_s n_s <= D (the order's groups' devices), so
-  // D max_s t_s >= sum_l min_c n_c t(l, c) over the configurations of the order's groups.
+  // (overheads are >= 0) and the meshes of run r sum to at most D_r, so with
+  // w(l, r) = min over the configurations c of group g_r with n_c <= D_r of n_c t(l, c),
+  // D_r max_s t_s >= sum of w(l, r) over the layers of run r. One run: D max_s t_s >= sum_l w(l).
   bool nonnegative = true;
-  double volume = 0;
   for (int r = 0; r < K; ++r)
     for (int pk = 0; pk < 2; ++pk)
       for (int nk = 0; nk < 2; ++nk) {
@@ -327,11 +395,12 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
             for (int last = 0; last < 2; ++last)
               if (!(table.Overhead(c, first, last).MicrobatchSeconds() >= 0)) nonnegative = false;
       }
+  std::vector<double> work(static_cast<size_t>(L) * K, kInf);  // (L, K): w(l, r)
   for (int l = 0; l < L && nonnegative; ++l) {
-    double least = kInf;
     for (int r = 0; r < K; ++r) {
       const StageTable& table = *run_tables[r][0][0];  // layer terms do not depend on neighbours
       const int D = groups[order[r]].devices;
+      double& least = work[static_cast<size_t>(l) * K + r];
       for (int c : table.ValidConfigs()) {
         const double t = table.Layer(l, c).MicrobatchSeconds();
         if (!(t >= 0)) nonnegative = false;
@@ -339,11 +408,15 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
           least = std::min(least, table.Config(c).NumDevices() * t);
       }
     }
-    volume += least;
   }
-  // Shrunk by 1e-9 so that rounding never cuts off the optimum.
-  if (nonnegative && std::isfinite(volume))
-    set.volume_floor = (1.0 - 1e-9) * volume / set.num_devices;
+  if (nonnegative && K == 1) {
+    double volume = 0;
+    for (int l = 0; l < L; ++l) volume += work[l];
+    // Shrunk by 1e-9 so that rounding never cuts off the optimum.
+    if (std::isfinite(volume)) set.volume_floor = (1.0 - 1e-9) * volume / set.num_devices;
+  } else if (nonnegative) {
+    set.volume_floor = (1.0 - 1e-9) * RunsVolumeBound(work, set.run_devices);
+  }
   Tighten(set, kInf);
   return set;
 }
@@ -448,6 +521,191 @@ std::optional<Plan> BestUniform(const CostModel& cost_model, const SearchSpace& 
   return plan;
 }
 
+// A primal heuristic for a unit of several runs (the uniform plans of BestUniform stay in one
+// group, which on a heterogeneous cluster can be far from the optimum and leave CBC without a
+// useful cutoff): each run r gets p_r equal stages sharing one configuration c_r of its group,
+// and the runs get layers in proportion to p_r / tau_r (tau_r: c_r's mean layer time), so that
+// the stage times balance. The choices are improved one run at a time (coordinate descent over
+// (c_r, p_r), least memory overflow first, then the objective), then stage by stage (a layer
+// across a stage boundary, another configuration of the group for one stage). Stages are priced
+// from `run_tables` as Evaluate() prices them. Bounded work: at most 4 rounds of
+// sum_r (configurations x stage counts) pricings and 32 passes of (stages x configurations)
+// pricings, each O(L), `deadline` checked at each (Deadline::Expired propagates). nullopt when
+// nothing found fits in memory.
+std::optional<Plan> BalancedRuns(const CostModel& cost_model, const SearchSpace& space,
+                                 const std::vector<GroupSpace>& groups,
+                                 const std::vector<int>& order, const RunTables& run_tables,
+                                 int m, int max_stages, const Deadline& deadline) {
+  const Problem& problem = cost_model.problem();
+  const Schedule schedule = problem.training.schedule;
+  const int L = problem.NumLayers();
+  const int K = static_cast<int>(order.size());
+  if (K < 2 || L < K || max_stages < K) return std::nullopt;
+  struct Option {
+    int config;  // index into run_tables[r][.][.]
+    int stages;
+    double tau;
+  };
+  std::vector<std::vector<Option>> options(K);
+  for (int r = 0; r < K; ++r) {
+    const StageTable& table = *run_tables[r][0][0];
+    const int D = groups[order[r]].devices;
+    for (int c : table.ValidConfigs()) {
+      const int n = table.Config(c).NumDevices();
+      double sum = 0;
+      for (int l = 0; l < L; ++l) sum += table.Layer(l, c).MicrobatchSeconds();
+      const double tau = sum / L;
+      if (!(tau > 0) || !std::isfinite(tau)) continue;
+      for (int p = 1; p * n <= D && p <= max_stages - (K - 1); ++p)
+        options[r].push_back({c, p, tau});
+    }
+    if (options[r].empty()) return std::nullopt;
+  }
+  // A stage of a candidate plan: run, configuration (index into the run's tables), layers.
+  struct Segment {
+    int run, config, first, last;
+  };
+  // (memory overflow bytes, seconds): lexicographic, less is better.
+  using Score = std::pair<double, double>;
+  const Score kNone{kInf, kInf};
+  auto price_segments = [&](const std::vector<Segment>& segments) -> Score {
+    deadline.Check();
+    const int num_stages = static_cast<int>(segments.size());
+    if (num_stages < space.min_stages || num_stages > max_stages) return kNone;
+    std::vector<double> t, e, one_time;
+    std::vector<int> used(K, 0);
+    double overflow = 0;
+    for (int s = 0; s < num_stages; ++s) {
+      const Segment& seg = segments[s];
+      if (seg.first >= seg.last) return kNone;
+      const bool pk = seg.run > 0 && segments[s - 1].run != seg.run;
+      const bool nk = s + 1 < num_stages && segments[s + 1].run != seg.run;
+      const StageTable& table = *run_tables[seg.run][pk][nk];
+      used[seg.run] += table.Config(seg.config).NumDevices();
+      const StageTerms terms = table.Terms(seg.first, seg.last, seg.config);
+      const double over = terms.PeakMemoryBytes(MicrobatchesInFlight(schedule, num_stages, s, m)) -
+                          groups[order[seg.run]].capacity_bytes;
+      if (over > 0) overflow += over;
+      t.push_back(terms.MicrobatchSeconds());
+      e.push_back(terms.ExposedTailSeconds());
+      one_time.push_back(terms.OneTimeSeconds());
+    }
+    for (int r = 0; r < K; ++r)
+      if (used[r] > groups[order[r]].devices) return kNone;
+    return {overflow, PipelineObjective(t, e, one_time, m)};
+  };
+  // The segments of p_r equal stages per run with run_layers[r] layers and configuration c_r.
+  auto segments_of = [&](const std::vector<int>& pick, const std::vector<int>& run_layers) {
+    std::vector<Segment> segments;
+    int first = 0;
+    for (int r = 0; r < K; ++r) {
+      const Option& option = options[r][pick[r]];
+      if (run_layers[r] < option.stages) return std::vector<Segment>{};
+      for (auto [i, j] : SplitLayersEvenly(run_layers[r], option.stages))
+        segments.push_back({r, option.config, first + i, first + j});
+      first += run_layers[r];
+    }
+    return segments;
+  };
+  auto price = [&](const std::vector<int>& pick, const std::vector<int>& run_layers) {
+    const std::vector<Segment> segments = segments_of(pick, run_layers);
+    return segments.empty() ? kNone : price_segments(segments);
+  };
+  // Layers per run in proportion to p_r / tau_r (largest remainders), at least p_r each.
+  auto balance = [&](const std::vector<int>& pick) {
+    std::vector<double> ideal(K);
+    double total = 0;
+    for (int r = 0; r < K; ++r) total += options[r][pick[r]].stages / options[r][pick[r]].tau;
+    std::vector<int> layers(K);
+    int sum = 0;
+    for (int r = 0; r < K; ++r) {
+      ideal[r] = L * (options[r][pick[r]].stages / options[r][pick[r]].tau) / total;
+      layers[r] = std::max(options[r][pick[r]].stages, static_cast<int>(ideal[r]));
+      sum += layers[r];
+    }
+    while (sum != L) {
+      int chosen = -1;
+      for (int r = 0; r < K; ++r) {
+        if (sum > L && layers[r] <= options[r][pick[r]].stages) continue;
+        const double behind = ideal[r] - layers[r];
+        if (chosen < 0 || (sum < L ? behind > ideal[chosen] - layers[chosen]
+                                   : behind < ideal[chosen] - layers[chosen]))
+          chosen = r;
+      }
+      if (chosen < 0) break;  // more stages than layers
+      layers[chosen] += sum < L ? 1 : -1;
+      sum += sum < L ? 1 : -1;
+    }
+    return layers;
+  };
+  // Start: each run at its fastest configuration per layer and stage.
+  std::vector<int> pick(K, 0);
+  for (int r = 0; r < K; ++r)
+    for (size_t o = 0; o < options[r].size(); ++o)
+      if (options[r][o].tau / options[r][o].stages <
+          options[r][pick[r]].tau / options[r][pick[r]].stages)
+        pick[r] = static_cast<int>(o);
+  Score best = price(pick, balance(pick));
+  for (int round = 0; round < 4; ++round) {
+    bool improved = false;
+    for (int r = 0; r < K; ++r) {
+      std::vector<int> trial = pick;
+      for (size_t o = 0; o < options[r].size(); ++o) {
+        trial[r] = static_cast<int>(o);
+        const Score score = price(trial, balance(trial));
+        if (score < best) {
+          best = score;
+          pick = trial;
+          improved = true;
+        }
+      }
+    }
+    if (!improved) break;
+  }
+  // Then stage by stage: one layer across any boundary, another configuration of the stage's
+  // group within its run's devices, while either helps (at most 32 passes).
+  std::vector<Segment> segments = segments_of(pick, balance(pick));
+  if (segments.empty()) return std::nullopt;
+  for (int pass = 0; pass < 32; ++pass) {
+    bool moved = false;
+    for (size_t s = 0; s + 1 < segments.size(); ++s)
+      for (int direction : {-1, 1}) {
+        std::vector<Segment> trial = segments;
+        trial[s].last += direction;
+        trial[s + 1].first += direction;
+        const Score score = price_segments(trial);
+        if (score < best) {
+          best = score;
+          segments = std::move(trial);
+          moved = true;
+        }
+      }
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const StageTable& table = *run_tables[segments[s].run][0][0];
+      for (int c : table.ValidConfigs()) {
+        if (c == segments[s].config) continue;
+        std::vector<Segment> trial = segments;
+        trial[s].config = c;
+        const Score score = price_segments(trial);
+        if (score < best) {
+          best = score;
+          segments = std::move(trial);
+          moved = true;
+        }
+      }
+    }
+    if (!moved) break;
+  }
+  if (best.first > 0 || !std::isfinite(best.second)) return std::nullopt;
+  Plan plan;
+  plan.global_batch_size = problem.training.global_batch_size;
+  plan.num_microbatches = m;
+  plan.schedule = schedule;
+  for (const Segment& seg : segments)
+    plan.stages.push_back({seg.first, seg.last, run_tables[seg.run][0][0]->Config(seg.config)});
+  return plan;
+}
+
 // What one MILP solve settled.
 struct MilpOutcome {
   bool proven = false;        // optimal, or no solution better than the cutoff exists
@@ -481,9 +739,9 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   const double big = std::numeric_limits<double>::max();
 
   // Rows: source, flow nodes (ColumnSet::Node) past layer 0, devices (one per run: its group's
-  // budget), stage count, u_l (L), T >= u_l (L), volume, v_l (L), E >= v_l (L). u_l / v_l are the
-  // t / e of the stage covering layer l, written telescoped (each column adds its value where it
-  // starts, removes it where it ends).
+  // budget), stage count, u_l (L), T >= u_l (L), volume (one per run), v_l (L), E >= v_l (L).
+  // u_l / v_l are the t / e of the stage covering layer l, written telescoped (each column adds
+  // its value where it starts, removes it where it ends).
   std::vector<int> node_row(set.NumNodes(), -1);
   std::vector<double> row_lb, row_ub;
   auto add_row = [&](double lb, double ub) {
@@ -508,7 +766,10 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   for (int l = 0; l < L; ++l) add_row(0.0, 0.0);
   const int row_t0 = static_cast<int>(row_lb.size());
   for (int l = 0; l < L; ++l) add_row(0.0, big);
-  const int row_volume = add_row(0.0, big);
+  // Volume, per run: run r's meshes sum to at most its group's devices D_r and each t <= T, so
+  // D_r T >= sum over run r's columns of n t x (one row, the whole cluster's, when homogeneous).
+  const int row_volume0 = static_cast<int>(row_lb.size());
+  for (int r = 0; r < set.NumRuns(); ++r) add_row(0.0, big);
   const int row_v0 = static_cast<int>(row_lb.size());
   for (int l = 0; l < L; ++l) add_row(0.0, 0.0);
   const int row_e0 = static_cast<int>(row_lb.size());
@@ -550,7 +811,7 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     index.push_back(row_count);
     value.push_back(1.0);
     add_telescoped(row_u0, col, t);
-    index.push_back(row_volume);
+    index.push_back(row_volume0 + col.run);
     value.push_back(-col.devices * t);
     add_telescoped(row_v0, col, col.e / scale);
     col_lb.push_back(0.0);
@@ -581,8 +842,10 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     index.push_back(row_t0 + l);
     value.push_back(1.0);
   }
-  index.push_back(row_volume);
-  value.push_back(set.num_devices);
+  for (int r = 0; r < set.NumRuns(); ++r) {
+    index.push_back(row_volume0 + r);
+    value.push_back(set.run_devices[r]);
+  }
   col_lb.push_back(set.t_floor / scale);
   col_ub.push_back(big);
   obj.push_back(m - 1.0);
@@ -870,8 +1133,10 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   bool stopped_by_time = false;
   bool stopped_by_evaluations = false;
   size_t num_columns = 0;       // built (valid, fitting, Pareto-optimal, on a chain)
+  size_t num_held_columns = 0;  // kept by the units after the pruning by the incumbent so far
   size_t num_milp_columns = 0;  // in the MILPs solved, after pruning by the incumbent
   double uniform_best = kInf;
+  double balanced_best = kInf;  // BalancedRuns, over the orders of several groups
   const Deadline deadline(start, options.time_limit_seconds);
   const double memory_limit = MemoryLimitBytes(options);
   for (int m : space.num_microbatches) {
@@ -899,7 +1164,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                     ? nullptr
                     : &table_of(order[r], pk ? order[r - 1] : -1, nk ? order[r + 1] : -1);
       PerM entry;
-      const double room = memory_limit / kBytesPerColumn - static_cast<double>(num_columns);
+      const double room =
+          memory_limit / kBytesPerColumn - static_cast<double>(num_held_columns);
       try {
         entry.set = BuildColumns(cost_model, space, groups, order, run_tables, m, max_stages,
                                  deadline, static_cast<size_t>(std::max(0.0, room)));
@@ -919,8 +1185,33 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       entry.bound = entry.set.cheap_bound;
       entry.feasible = std::isfinite(entry.set.cheap_bound);
       num_columns += entry.set.columns.size();
+      // Keep only the columns that can beat the incumbent so far (what the later Tighten with a
+      // better one keeps is the same: pruning is monotone in the incumbent), so that the many
+      // units of a heterogeneous cluster do not hold every column they built.
+      if (std::isfinite(best)) {
+        Tighten(entry.set, best);
+        entry.set.columns.shrink_to_fit();
+      }
+      num_held_columns += entry.set.columns.size();
       per_m.push_back(std::move(entry));
-      if (K > 1) continue;
+      if (K > 1) {
+        std::optional<Plan> balanced;
+        try {
+          balanced = BalancedRuns(cost_model, space, groups, order, run_tables, m, max_stages,
+                                  deadline);
+        } catch (const Deadline::Expired&) {
+          stopped_by_time = true;
+          break;
+        }
+        if (balanced) {
+          const Estimate estimate = Evaluate(cost_model, *balanced);
+          STRATOS_CHECK(estimate.Fits(), "balanced plan does not fit: {}",
+                        estimate.MemoryViolation());
+          balanced_best = std::min(balanced_best, estimate.iteration_seconds);
+          if (estimate.iteration_seconds < best) improve(*balanced, estimate.iteration_seconds);
+        }
+        continue;
+      }
       if (std::optional<Plan> uniform =
               BestUniform(cost_model, space, groups[order[0]], *run_tables[0][0][0], max_stages)) {
         const Estimate estimate = Evaluate(cost_model, *uniform);
@@ -1052,9 +1343,14 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                     : std::string("microbatch counts");
   const std::string work = fmt::format(
       "{} MILPs over {} {} ({} settled by their bound), {} columns built, {} in "
-      "the MILPs; best uniform plan {}{}{}",
+      "the MILPs; best uniform plan {}{}{}{}",
       summary.evaluations, num_units, units, settled_by_bound, num_columns, num_milp_columns,
       std::isfinite(uniform_best) ? fmt::format("{:.9g} s", uniform_best) : std::string("none"),
+      heterogeneous ? fmt::format(", best balanced plan over several groups {}",
+                                  std::isfinite(balanced_best)
+                                      ? fmt::format("{:.9g} s", balanced_best)
+                                      : std::string("none"))
+                    : std::string(),
       warm_note, abandoned);
   const std::string units_short = heterogeneous ? "units" : "microbatch counts";
 

@@ -31,9 +31,12 @@
 //   flow      nodes (i, q, r, f): a column goes to (j, q - 1, r + l, l), or to the sink when
 //             j = L, which only the last run reaches; every run is visited, so an order's plans
 //             use all of its groups (the subsets cover the rest);
-//   devices   one row per run: sum over run r's columns of n_c x_col <= devices of g_r;
+//   devices   one row per run: sum over run r's columns of n_c x_col <= devices D_r of g_r;
 //   memory    a column fits in its group's device memory (CostModel::DeviceMemoryCapacityBytes);
-//   volume    (sum of the order's group devices) T_max >= sum_col n_c t_col x_col.
+//   volume    one row per run: D_r T_max >= sum over run r's columns of n_c t_col x_col, and
+//             T_max's floor is the best multiplier combination of these rows over the
+//             fractional assignments of layers to runs (weak duality; RunsVolumeBound in the .cc),
+//             far above the one-group volume bound when the groups' devices differ in speed.
 // Fixing the order outside the MILP keeps every coefficient a constant (group-order variables
 // inside one MILP would make the neighbour-dependent send costs and the budgets bilinear) and
 // the LP as tight as the homogeneous one; an order of k groups multiplies the columns of its
@@ -54,18 +57,26 @@
 //
 // The best uniform plan (equal stages sharing one configuration, every m; on a heterogeneous
 // cluster within each group alone) is the first incumbent (with the warm start, if better): with
-// it as CBC's cutoff most units are settled at the root. Units are then solved in order of their
-// cheap lower bound (shortest chain by t + c plus (m - 1) times the T_max floor plus the E_max
-// floor); a unit whose bound reaches the incumbent is settled without a MILP. The remaining time
-// is shared among the open units (a second pass gives the unfinished ones what is left) and
-// passed to CBC, which checks it only between its phases and nodes: a root LP of hundreds of
-// thousands of columns (e.g. GPT-3 175B on 512 GPUs) can overrun it, so each MILP runs in a
-// child process that is killed half a second past its share (the unit then keeps its cheap
-// bound and the incumbent stands).
+// it as CBC's cutoff most units are settled at the root. On a heterogeneous cluster the best plan
+// in one group is often 30 % off, so each order of several groups also gets a balanced plan
+// (BalancedRuns in the .cc: equal stages of one configuration per run, layers in proportion to
+// the runs' speeds, then a local search over stage boundaries and configurations), which on the
+// zoo's GPT shapes over H100 + A100 finds the optimum itself. A unit's columns are pruned by the
+// incumbent as soon as they are built, so the units hold only what could beat it. Units are
+// then solved in order of their cheap lower bound (shortest chain by t + c plus (m - 1) times
+// the T_max floor plus the E_max floor); a unit whose bound reaches the incumbent is settled
+// without a MILP. The remaining time is shared among the open units (a second pass gives the
+// unfinished ones what is left) and passed to CBC, which checks it only between its phases and
+// nodes: a root LP of hundreds of thousands of columns (e.g. GPT-3 175B on 512 GPUs) can overrun
+// it, so each MILP runs in a child process that is killed half a second past its share (the unit
+// then keeps its cheap bound and the incumbent stands).
 //
 // Measured (2-core shared machine): GPT-3 6.7B (34 layers) on 64 A100s, 10 microbatch counts,
 // proven optimal in about 1 s (7 MILPs, 0 branch-and-bound nodes; DP: 0.1-0.5 s); with m = 256
-// only, where the uniform plan is 4 % off, in 6-11 s (114 nodes).
+// only, where the uniform plan is 4 % off, in 6-11 s (114 nodes). Heterogeneous (dgx-h100-a100,
+// batch 512): GPT-3 1.3B on h100=1,a100=1 proven optimal in 8 s (40 units, 13 MILPs; DP 0.07 s),
+// 6.7B on h100=2,a100=2 in 32 s (DP 0.16 s); 13B on h100=4,a100=4 returns the optimum within the
+// default 60 s but cannot prove it (root LPs of 90k-220k columns take 15-35 s each; DP 0.3 s).
 //
 // SearchSummary: algorithm "ilp"; evaluations = MILPs solved; iterations = branch-and-bound nodes;
 // termination kOptimal (every unit proven; lower_bound_seconds = best), kTimeLimit (best plan so

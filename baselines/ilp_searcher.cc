@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "baselines/explain.h"
@@ -32,12 +36,17 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 #ifdef STRATOS_HAVE_CBC
 
-// One candidate stage of the MILP of one microbatch count: a binary column.
+// One candidate stage of the MILP of one unit (a microbatch count, and an order of the node
+// groups): a binary column.
 struct Column {
   int first_layer = 0;  // i
   int last_layer = 0;   // j (exclusive)
-  int state = 1;        // q of the tail node (i, q)
-  int head_state = 0;   // q' of the head node (j, q'); 0 when j == L (the sink)
+  int state = 1;        // q of the tail node
+  int head_state = 0;   // q' of the head node; 0 when j == L (the sink)
+  int tail = 0;         // tail node (ColumnSet::Node (i, q, run, first of its run))
+  int head = -1;        // head node (j, q', run of the next stage, whether it opens that run);
+                        // -1: the sink
+  int run = 0;          // position in ColumnSet::order of the stage's node group
   int config = 0;       // index into SearchSpace::configs
   int devices = 1;      // mesh size n
   double t = 0;         // microbatch seconds t_s
@@ -45,14 +54,19 @@ struct Column {
   double e = 0;         // exposed tail e_s (the objective pays max_s e_s)
 };
 
-// The pruned columns of one microbatch count and what the MILP needs around them.
+// The pruned columns of one unit and what the MILP needs around them.
 struct ColumnSet {
   int m = 0;
+  // The node groups the stages visit, one run each, in pipeline order ({0} on a homogeneous
+  // cluster), each run's device budget (its group's), and their sum.
+  std::vector<int> order;
+  std::vector<int> run_devices;
+  int num_devices = 0;
   int num_states = 1;            // Q
   bool open_last_state = false;  // state Q means ">= Q stages remain" (loops to itself)
   std::vector<Column> columns;   // ordered by first_layer
-  // Lower bound on this m's optimum without a MILP: the shortest chain by t + c plus (m - 1)
-  // times t_floor plus e_floor. kInf when no chain of columns exists (m is infeasible).
+  // Lower bound on this unit's optimum without a MILP: the shortest chain by t + c plus (m - 1)
+  // times t_floor plus e_floor. kInf when no chain of columns exists (the unit is infeasible).
   double cheap_bound = kInf;
   // Lower bound on max_s t_s: the volume bound, and the largest per-layer least t of a column
   // covering the layer.
@@ -62,6 +76,17 @@ struct ColumnSet {
   double e_floor = 0;
   int num_layers = 0;
   int min_stages = 1;
+
+  int NumRuns() const { return static_cast<int>(order.size()); }
+  // Flow nodes: the next stage starts at layer `boundary` with `state` stages from it to the
+  // end, in run `run`, and is the first of its run when `opens_run` (it then receives from the
+  // previous run's group). (L + 1, Q + 1, runs, 2) of them, most unused.
+  size_t NumNodes() const {
+    return static_cast<size_t>(num_layers + 1) * (num_states + 1) * NumRuns() * 2;
+  }
+  int Node(int boundary, int state, int run, bool opens_run) const {
+    return ((boundary * (num_states + 1) + state) * NumRuns() + run) * 2 + (opens_run ? 1 : 0);
+  }
 };
 
 // The state of the node a stage with `remaining` stages from it to the end leaves from.
@@ -79,10 +104,7 @@ void Tighten(ColumnSet& set, double incumbent) {
   const int Q = set.num_states;
   const bool open = set.open_last_state;
   const int m = set.m;
-  auto node = [Q](int boundary, int state) {
-    return static_cast<size_t>(boundary) * (Q + 1) + state;
-  };
-  const size_t num_nodes = static_cast<size_t>(L + 1) * (Q + 1);
+  const size_t num_nodes = set.NumNodes();
   const double threshold = incumbent * (1.0 + 1e-12);
   std::vector<double> forward(num_nodes), backward(num_nodes), cover(L), cover_e(L);
   for (;;) {
@@ -90,17 +112,17 @@ void Tighten(ColumnSet& set, double incumbent) {
     std::fill(forward.begin(), forward.end(), kInf);
     std::fill(backward.begin(), backward.end(), kInf);
     for (int q = 1; q <= Q; ++q)
-      if ((q == Q && open) || q >= set.min_stages) forward[node(0, q)] = 0.0;
+      if ((q == Q && open) || q >= set.min_stages) forward[set.Node(0, q, 0, true)] = 0.0;
     double to_sink = kInf;
     for (const Column& col : set.columns) {
-      const double d = forward[node(col.first_layer, col.state)] + col.a;
-      double& head = col.head_state == 0 ? to_sink : forward[node(col.last_layer, col.head_state)];
+      const double d = forward[col.tail] + col.a;
+      double& head = col.head < 0 ? to_sink : forward[col.head];
       head = std::min(head, d);
     }
     for (size_t k = set.columns.size(); k-- > 0;) {
       const Column& col = set.columns[k];
-      const double rest = col.head_state == 0 ? 0.0 : backward[node(col.last_layer, col.head_state)];
-      double& tail = backward[node(col.first_layer, col.state)];
+      const double rest = col.head < 0 ? 0.0 : backward[col.head];
+      double& tail = backward[col.tail];
       tail = std::min(tail, rest + col.a);
     }
     std::fill(cover.begin(), cover.end(), kInf);
@@ -108,8 +130,8 @@ void Tighten(ColumnSet& set, double incumbent) {
     std::vector<Column> kept;
     kept.reserve(set.columns.size());
     for (const Column& col : set.columns) {
-      const double rest = col.head_state == 0 ? 0.0 : backward[node(col.last_layer, col.head_state)];
-      const double through = forward[node(col.first_layer, col.state)] + col.a + rest;
+      const double rest = col.head < 0 ? 0.0 : backward[col.head];
+      const double through = forward[col.tail] + col.a + rest;
       if (!std::isfinite(through) ||
           through + (m - 1) * std::max(col.t, set.t_floor) + std::max(col.e, set.e_floor) >
               threshold)
@@ -146,20 +168,119 @@ struct ColumnLimitReached {};
 // bounds, cost, names), for the memory budget.
 constexpr double kBytesPerColumn = 512;
 
+// Lower bound on max_s t_s of the plans whose runs r have D_r devices: the volume rows
+//   D_r T >= sum of w(l, r) over the layers l of run r     (work: (L, K), kInf: not on run r)
+// weighted by any mu on the simplex give T >= f(mu) = sum_l min_r mu_r w(l, r) / D_r (weak
+// duality of the fractional assignment of layers to runs, which no integral one beats). f is
+// concave: maximized by ternary searches along the pairs of runs, starting from mu_r = D_r / D
+// (f = sum_l min_r w(l, r) / D, the one-group volume bound). Any mu gives a valid bound, so the
+// search needs no exactness. 0 when some layer fits no run.
+double RunsVolumeBound(const std::vector<double>& work, const std::vector<int>& run_devices) {
+  const int K = static_cast<int>(run_devices.size());
+  const size_t L = work.size() / K;
+  // Distinct layer rows (cost classes repeat), with their counts.
+  std::map<std::vector<double>, int> rows;
+  for (size_t l = 0; l < L; ++l) {
+    std::vector<double> row(K);
+    bool placeable = false;
+    for (int r = 0; r < K; ++r) {
+      row[r] = work[l * K + r] / run_devices[r];
+      placeable = placeable || std::isfinite(row[r]);
+    }
+    if (!placeable) return 0.0;
+    ++rows[row];
+  }
+  auto f = [&](const std::vector<double>& mu) {
+    double sum = 0;
+    for (const auto& [row, count] : rows) {
+      double least = kInf;
+      for (int r = 0; r < K; ++r)
+        if (std::isfinite(row[r])) least = std::min(least, mu[r] * row[r]);
+      sum += count * least;
+    }
+    return sum;
+  };
+  int total = 0;
+  for (int d : run_devices) total += d;
+  std::vector<double> mu(K);
+  for (int r = 0; r < K; ++r) mu[r] = static_cast<double>(run_devices[r]) / total;
+  double best = f(mu);
+  for (int round = 0; round < 4; ++round) {
+    const double before = best;
+    for (int r = 0; r < K; ++r)
+      for (int other = r + 1; other < K; ++other) {
+        // mu + s (e_r - e_other), s in [-mu_r, mu_other].
+        auto at = [&](double shift) {
+          std::vector<double> moved = mu;
+          moved[r] = std::max(0.0, moved[r] + shift);
+          moved[other] = std::max(0.0, moved[other] - shift);
+          return moved;
+        };
+        double lo = -mu[r], hi = mu[other];
+        for (int step = 0; step < 60; ++step) {  // (2/3)^60: 3e-11 of the segment
+          const double a = lo + (hi - lo) / 3, b = hi - (hi - lo) / 3;
+          if (f(at(a)) < f(at(b)))
+            lo = a;
+          else
+            hi = b;
+        }
+        const std::vector<double> candidate = at(0.5 * (lo + hi));
+        const double value = f(candidate);
+        if (value > best) {
+          best = value;
+          mu = candidate;
+        }
+      }
+    if (!(best > before * (1 + 1e-12))) break;
+  }
+  return best;
+}
+
+// A node group as the columns see it: its configurations (those of SearchSpace::configs with its
+// node_group, in that order), their indices there, its device budget and memory per device. On a
+// homogeneous cluster the one group holds every configuration.
+struct GroupSpace {
+  std::vector<StageConfig> configs;
+  std::vector<int> index;  // (configs.size()) index of each in SearchSpace::configs
+  int devices = 0;
+  double capacity_bytes = 0;
+};
+
+// The stage tables of one unit, by run and by neighbours: run_tables[r][pk][nk] prices the
+// stages of group order[r] that receive from group order[r - 1] (pk = 1, the first stage of a
+// run after the first) and send to group order[r + 1] (nk = 1, the last stage of a run before
+// the last); pk = nk = 0 is the group's own neighbours (StageTable's -1). Only the variants that
+// exist are set (pk = 1 needs r > 0, nk = 1 needs r < runs - 1).
+using RunTables = std::vector<std::array<std::array<const StageTable*, 2>, 2>>;
+
 // Checks `deadline` once per first layer (Deadline::Expired propagates) and throws
 // ColumnLimitReached past `max_columns` columns.
+//
+// Columns of a unit whose order visits runs r = 0..K-1: a stage [i, j) of run r with q stages
+// from it to the end goes from node (i, q, r, opens) to (j, q', r + nk, nk) -- nk = 1 when it is
+// the last of its run and the next stage opens run r + 1 -- or to the sink when j == L, which
+// only the last run reaches. The stage is priced with run_tables[r][opens && r > 0][nk]: its
+// sends to or from another group cross the link between the groups, as in Evaluate(). Run 0
+// opens only at layer 0, run r needs q >= K - r (one stage in each later run); the chain pruning
+// of Tighten removes what still cannot reach the sink.
 ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
-                       const StageTable& table, int max_stages, const Deadline& deadline,
-                       size_t max_columns) {
+                       const std::vector<GroupSpace>& groups, const std::vector<int>& order,
+                       const RunTables& run_tables, int m, int max_stages,
+                       const Deadline& deadline, size_t max_columns) {
   const Problem& problem = cost_model.problem();
   const Schedule schedule = problem.training.schedule;
   const int L = problem.NumLayers();
-  const int D = space.num_devices;
-  const int m = table.num_microbatches();
-  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  const int K = static_cast<int>(order.size());
 
   ColumnSet set;
   set.m = m;
+  set.order = order;
+  for (int g : order) {
+    set.run_devices.push_back(groups[g].devices);
+    set.num_devices += groups[g].devices;
+  }
+  set.num_layers = L;
+  set.min_stages = space.min_stages;
   // 1F1B: a stage with k stages after it (itself included) holds min(m, k) microbatches, so
   // counts k >= m are interchangeable; GPipe: every stage holds m.
   const int Q = schedule == Schedule::kOneFOneB ? std::min(m, max_stages) : 1;
@@ -169,129 +290,180 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
   std::vector<int> inflight(Q + 1, 0);
   for (int q = 1; q <= Q; ++q) inflight[q] = MicrobatchesInFlight(schedule, q, 0, m);
 
-  std::vector<int> mesh_of_config(space.configs.size());
-  for (size_t c = 0; c < space.configs.size(); ++c)
-    mesh_of_config[c] = static_cast<int>(
-        std::lower_bound(space.mesh_sizes.begin(), space.mesh_sizes.end(),
-                         space.configs[c].NumDevices()) -
-        space.mesh_sizes.begin());
-
   struct Candidate {
     double t, a, e;
-    int mesh, config;
+    int devices, config;  // config: index into SearchSpace::configs
   };
   std::vector<std::vector<Candidate>> bucket(static_cast<size_t>(L + 1) * (Q + 1));
   std::vector<Candidate> kept_in_cell;
   for (int i = 0; i < L; ++i) {
     deadline.Check();
     if (set.columns.size() > max_columns) throw ColumnLimitReached{};
-    for (auto& b : bucket) b.clear();
-    for (int c : table.ValidConfigs()) {
-      if (space.configs[c].NumDevices() > D) continue;
-      StageTerms inner = table.Overhead(c, i == 0, false);
-      for (int j = i + 1; j <= L; ++j) {
-        StageTerms terms;
-        if (j < L) {
-          inner += table.Layer(j - 1, c);
-          terms = inner;
-        } else {
-          terms = table.Terms(i, L, c);  // a last stage's overhead differs
-        }
-        const double t = terms.MicrobatchSeconds();
-        const double a = t + terms.OneTimeSeconds();
-        const double e = terms.ExposedTailSeconds();
-        for (int q = 1; q <= Q; ++q) {
-          if (L - i < q) break;  // q stages need q layers
-          // Evaluate's rule (capacity - peak < 0 is a violation); in-flight grows with q.
-          if (capacity - terms.PeakMemoryBytes(inflight[q]) < 0) break;
-          const bool last = j == L;
-          if (last ? q != 1 : (q == 1 && !open)) continue;
-          bucket[static_cast<size_t>(j) * (Q + 1) + q].push_back({t, a, e, mesh_of_config[c], c});
-        }
-      }
-    }
-    for (int j = i + 1; j <= L; ++j) {
-      for (int q = 1; q <= Q; ++q) {
-        std::vector<Candidate>& cell = bucket[static_cast<size_t>(j) * (Q + 1) + q];
-        if (cell.empty()) continue;
-        std::sort(cell.begin(), cell.end(), [](const Candidate& x, const Candidate& y) {
-          if (x.t != y.t) return x.t < y.t;
-          if (x.a != y.a) return x.a < y.a;
-          if (x.e != y.e) return x.e < y.e;
-          if (x.mesh != y.mesh) return x.mesh < y.mesh;
-          return x.config < y.config;
-        });
-        // A candidate is dominated if a kept one has no larger mesh, t, a and e (kept ones come
-        // first in t order).
-        kept_in_cell.clear();
-        std::vector<int> heads;
-        if (j == L) {
-          heads.push_back(0);
-        } else {
-          if (q >= 2 && L - j >= q - 1) heads.push_back(q - 1);
-          if (q == Q && open && L - j >= Q) heads.push_back(Q);
-        }
-        for (const Candidate& cand : cell) {
-          const bool dominated = std::any_of(
-              kept_in_cell.begin(), kept_in_cell.end(), [&cand](const Candidate& k) {
-                return k.mesh <= cand.mesh && k.a <= cand.a && k.e <= cand.e;
+    // Run r starts at layer r or later, and only run 0 at layer 0.
+    for (int r = 0; r < K && r <= i; ++r) {
+      const GroupSpace& group = groups[order[r]];
+      const int D = group.devices;
+      const double capacity = group.capacity_bytes;
+      for (int pk = 0; pk < (r > 0 ? 2 : 1); ++pk) {
+        const bool opens = r == 0 ? i == 0 : pk == 1;
+        for (int nk = 0; nk < (r + 1 < K ? 2 : 1); ++nk) {
+          const StageTable& table = *run_tables[r][pk][nk];
+          for (auto& b : bucket) b.clear();
+          for (int c : table.ValidConfigs()) {
+            if (table.Config(c).NumDevices() > D) continue;
+            StageTerms inner = table.Overhead(c, i == 0, false);
+            for (int j = i + 1; j <= L; ++j) {
+              // Only the last run reaches the last layer, and not through a send to a next run.
+              if (j == L && r + 1 < K) break;
+              StageTerms terms;
+              if (j < L) {
+                inner += table.Layer(j - 1, c);
+                terms = inner;
+              } else {
+                terms = table.Terms(i, L, c);  // a last stage's overhead differs
+              }
+              const double t = terms.MicrobatchSeconds();
+              const double a = t + terms.OneTimeSeconds();
+              const double e = terms.ExposedTailSeconds();
+              for (int q = 1; q <= Q; ++q) {
+                if (L - i < q) break;  // q stages need q layers
+                // Evaluate's rule (capacity - peak < 0 is a violation); in-flight grows with q.
+                if (capacity - terms.PeakMemoryBytes(inflight[q]) < 0) break;
+                const bool last = j == L;
+                if (last ? q != 1 : (q == 1 && !open)) continue;
+                if (q < K - r && !(q == Q && open)) continue;  // a stage in every later run
+                bucket[static_cast<size_t>(j) * (Q + 1) + q].push_back(
+                    {t, a, e, table.Config(c).NumDevices(), group.index[c]});
+              }
+            }
+          }
+          for (int j = i + 1; j <= L; ++j) {
+            for (int q = 1; q <= Q; ++q) {
+              std::vector<Candidate>& cell = bucket[static_cast<size_t>(j) * (Q + 1) + q];
+              if (cell.empty()) continue;
+              std::sort(cell.begin(), cell.end(), [](const Candidate& x, const Candidate& y) {
+                if (x.t != y.t) return x.t < y.t;
+                if (x.a != y.a) return x.a < y.a;
+                if (x.e != y.e) return x.e < y.e;
+                if (x.devices != y.devices) return x.devices < y.devices;
+                return x.config < y.config;
               });
-          if (dominated) continue;
-          kept_in_cell.push_back(cand);
-          for (int head : heads)
-            set.columns.push_back({i, j, q, head, cand.config,
-                                   space.configs[cand.config].NumDevices(), cand.t, cand.a,
-                                   cand.e});
+              // A candidate is dominated if a kept one has no larger mesh, t, a and e (kept ones
+              // come first in t order).
+              kept_in_cell.clear();
+              std::vector<std::pair<int, int>> heads;  // (head node, head state)
+              if (j == L) {
+                heads.push_back({-1, 0});
+              } else {
+                const int next_run = r + nk;
+                if (q >= 2 && L - j >= q - 1)
+                  heads.push_back({set.Node(j, q - 1, next_run, nk == 1), q - 1});
+                if (q == Q && open && L - j >= Q)
+                  heads.push_back({set.Node(j, Q, next_run, nk == 1), Q});
+              }
+              const int tail = set.Node(i, q, r, opens);
+              for (const Candidate& cand : cell) {
+                const bool dominated = std::any_of(
+                    kept_in_cell.begin(), kept_in_cell.end(), [&cand](const Candidate& k) {
+                      return k.devices <= cand.devices && k.a <= cand.a && k.e <= cand.e;
+                    });
+                if (dominated) continue;
+                kept_in_cell.push_back(cand);
+                for (auto [head, head_state] : heads)
+                  set.columns.push_back({i, j, q, head_state, tail, head, r, cand.config,
+                                         cand.devices, cand.t, cand.a, cand.e});
+              }
+            }
+          }
         }
       }
     }
   }
 
   // Volume bound on max_s t_s (as in the DP): a stage's t is at least the sum of its layers' t
-  // (overheads are >= 0) and sum_s n_s <= D, so D max_s t_s >= sum_l min_c n_c t(l, c).
+  // (overheads are >= 0) and the meshes of run r sum to at most D_r, so with
+  // w(l, r) = min over the configurations c of group g_r with n_c <= D_r of n_c t(l, c),
+  // D_r max_s t_s >= sum of w(l, r) over the layers of run r. One run: D max_s t_s >= sum_l w(l).
   bool nonnegative = true;
-  double volume = 0;
-  for (int c : table.ValidConfigs())
-    for (int first = 0; first < 2; ++first)
-      for (int last = 0; last < 2; ++last)
-        if (!(table.Overhead(c, first, last).MicrobatchSeconds() >= 0)) nonnegative = false;
+  for (int r = 0; r < K; ++r)
+    for (int pk = 0; pk < 2; ++pk)
+      for (int nk = 0; nk < 2; ++nk) {
+        if (run_tables[r][pk][nk] == nullptr) continue;
+        const StageTable& table = *run_tables[r][pk][nk];
+        for (int c : table.ValidConfigs())
+          for (int first = 0; first < 2; ++first)
+            for (int last = 0; last < 2; ++last)
+              if (!(table.Overhead(c, first, last).MicrobatchSeconds() >= 0)) nonnegative = false;
+      }
+  std::vector<double> work(static_cast<size_t>(L) * K, kInf);  // (L, K): w(l, r)
   for (int l = 0; l < L && nonnegative; ++l) {
-    double least = kInf;
-    for (int c : table.ValidConfigs()) {
-      const double t = table.Layer(l, c).MicrobatchSeconds();
-      if (!(t >= 0)) nonnegative = false;
-      if (space.configs[c].NumDevices() <= D)
-        least = std::min(least, space.configs[c].NumDevices() * t);
+    for (int r = 0; r < K; ++r) {
+      const StageTable& table = *run_tables[r][0][0];  // layer terms do not depend on neighbours
+      const int D = groups[order[r]].devices;
+      double& least = work[static_cast<size_t>(l) * K + r];
+      for (int c : table.ValidConfigs()) {
+        const double t = table.Layer(l, c).MicrobatchSeconds();
+        if (!(t >= 0)) nonnegative = false;
+        if (table.Config(c).NumDevices() <= D)
+          least = std::min(least, table.Config(c).NumDevices() * t);
+      }
     }
-    volume += least;
   }
-  // Shrunk by 1e-9 so that rounding never cuts off the optimum.
-  if (nonnegative && std::isfinite(volume)) set.volume_floor = (1.0 - 1e-9) * volume / D;
-  set.num_layers = L;
-  set.min_stages = space.min_stages;
+  if (nonnegative && K == 1) {
+    double volume = 0;
+    for (int l = 0; l < L; ++l) volume += work[l];
+    // Shrunk by 1e-9 so that rounding never cuts off the optimum.
+    if (std::isfinite(volume)) set.volume_floor = (1.0 - 1e-9) * volume / set.num_devices;
+  } else if (nonnegative) {
+    set.volume_floor = (1.0 - 1e-9) * RunsVolumeBound(work, set.run_devices);
+  }
   Tighten(set, kInf);
   return set;
 }
 
 
-// The warm start's columns, one per stage, in a column set of its microbatch count: for each
-// stage the column of the same layers and states with no larger mesh, t and t + e (pruning
-// keeps one). Empty if some stage has none.
+// The node group of each stage of a plan, in pipeline order.
+std::vector<int> StageGroups(const Plan& plan) {
+  std::vector<int> groups;
+  for (const StagePlan& stage : plan.stages) groups.push_back(stage.config.node_group);
+  return groups;
+}
+
+// The node groups of a plan's runs of stages, in pipeline order.
+std::vector<int> RunGroups(const Plan& plan) {
+  std::vector<int> runs;
+  for (const StagePlan& stage : plan.stages)
+    if (runs.empty() || runs.back() != stage.config.node_group)
+      runs.push_back(stage.config.node_group);
+  return runs;
+}
+
+// The warm start's columns, one per stage, in the column set of its unit (the plan's microbatch
+// count and RunGroups): for each stage the column of the same layers, nodes (states, run, run
+// boundaries) with no larger mesh, t and t + e (pruning keeps one). Empty if some stage has none.
 std::vector<int> MapPlanToColumns(const ColumnSet& set, const Plan& plan,
                                   const Estimate& estimate) {
   std::vector<int> chosen;
   const int p = plan.NumStages();
+  int run = 0;
   for (int s = 0; s < p; ++s) {
     const StagePlan& stage = plan.stages[s];
+    const int group = stage.config.node_group;
+    const bool opens = s == 0 || plan.stages[s - 1].config.node_group != group;
+    const bool closes = s + 1 < p && plan.stages[s + 1].config.node_group != group;
+    if (s > 0 && opens) ++run;
     const int q = StateOf(p - s, set.num_states, set.open_last_state);
-    const int head = s == p - 1 ? 0 : StateOf(p - s - 1, set.num_states, set.open_last_state);
+    const int head_state =
+        s == p - 1 ? 0 : StateOf(p - s - 1, set.num_states, set.open_last_state);
+    const int tail = set.Node(stage.first_layer, q, run, opens);
+    const int head = s == p - 1 ? -1 : set.Node(stage.last_layer, head_state, run + closes, closes);
     const double t = estimate.stages[s].microbatch_seconds;
     const double a = t + estimate.stages[s].tail_seconds;
     int found = -1;
     for (size_t k = 0; k < set.columns.size(); ++k) {
       const Column& col = set.columns[k];
       if (col.first_layer == stage.first_layer && col.last_layer == stage.last_layer &&
-          col.state == q && col.head_state == head &&
+          col.tail == tail && col.head == head &&
           col.devices <= stage.config.NumDevices() && col.t <= t && col.a <= a) {
         found = static_cast<int>(k);
         break;
@@ -303,22 +475,24 @@ std::vector<int> MapPlanToColumns(const ColumnSet& set, const Plan& plan,
   return chosen;
 }
 
-// The best uniform plan of one microbatch count (equal stages sharing one configuration) that
-// fits in memory, priced as Evaluate() prices it; nullopt if none fits.
+// The best uniform plan of one microbatch count in one node group (equal stages sharing one
+// configuration; `table` prices the group's configurations with its own neighbours) that fits
+// in memory, priced as Evaluate() prices it; nullopt if none fits.
 std::optional<Plan> BestUniform(const CostModel& cost_model, const SearchSpace& space,
-                                const StageTable& table, int max_stages) {
+                                const GroupSpace& group, const StageTable& table,
+                                int max_stages) {
   const Problem& problem = cost_model.problem();
   const Schedule schedule = problem.training.schedule;
   const int L = problem.NumLayers();
   const int m = table.num_microbatches();
-  const double capacity = cost_model.DeviceMemoryCapacityBytes();
+  const double capacity = group.capacity_bytes;
   double best = kInf;
   int best_stages = 0, best_config = -1;
   for (int p = space.min_stages; p <= max_stages; ++p) {
     const std::vector<std::pair<int, int>> ranges = SplitLayersEvenly(L, p);
     std::vector<double> t(p), e(p), one_time(p);
     for (int c : table.ValidConfigs()) {
-      if (p * space.configs[c].NumDevices() > space.num_devices) continue;
+      if (p * table.Config(c).NumDevices() > group.devices) continue;
       bool fits = true;
       for (int s = 0; s < p && fits; ++s) {
         const StageTerms terms = table.Terms(ranges[s].first, ranges[s].second, c);
@@ -343,7 +517,192 @@ std::optional<Plan> BestUniform(const CostModel& cost_model, const SearchSpace& 
   plan.num_microbatches = m;
   plan.schedule = schedule;
   for (auto [first, last] : SplitLayersEvenly(L, best_stages))
-    plan.stages.push_back({first, last, space.configs[best_config]});
+    plan.stages.push_back({first, last, table.Config(best_config)});
+  return plan;
+}
+
+// A primal heuristic for a unit of several runs (the uniform plans of BestUniform stay in one
+// group, which on a heterogeneous cluster can be far from the optimum and leave CBC without a
+// useful cutoff): each run r gets p_r equal stages sharing one configuration c_r of its group,
+// and the runs get layers in proportion to p_r / tau_r (tau_r: c_r's mean layer time), so that
+// the stage times balance. The choices are improved one run at a time (coordinate descent over
+// (c_r, p_r), least memory overflow first, then the objective), then stage by stage (a layer
+// across a stage boundary, another configuration of the group for one stage). Stages are priced
+// from `run_tables` as Evaluate() prices them. Bounded work: at most 4 rounds of
+// sum_r (configurations x stage counts) pricings and 32 passes of (stages x configurations)
+// pricings, each O(L), `deadline` checked at each (Deadline::Expired propagates). nullopt when
+// nothing found fits in memory.
+std::optional<Plan> BalancedRuns(const CostModel& cost_model, const SearchSpace& space,
+                                 const std::vector<GroupSpace>& groups,
+                                 const std::vector<int>& order, const RunTables& run_tables,
+                                 int m, int max_stages, const Deadline& deadline) {
+  const Problem& problem = cost_model.problem();
+  const Schedule schedule = problem.training.schedule;
+  const int L = problem.NumLayers();
+  const int K = static_cast<int>(order.size());
+  if (K < 2 || L < K || max_stages < K) return std::nullopt;
+  struct Option {
+    int config;  // index into run_tables[r][.][.]
+    int stages;
+    double tau;
+  };
+  std::vector<std::vector<Option>> options(K);
+  for (int r = 0; r < K; ++r) {
+    const StageTable& table = *run_tables[r][0][0];
+    const int D = groups[order[r]].devices;
+    for (int c : table.ValidConfigs()) {
+      const int n = table.Config(c).NumDevices();
+      double sum = 0;
+      for (int l = 0; l < L; ++l) sum += table.Layer(l, c).MicrobatchSeconds();
+      const double tau = sum / L;
+      if (!(tau > 0) || !std::isfinite(tau)) continue;
+      for (int p = 1; p * n <= D && p <= max_stages - (K - 1); ++p)
+        options[r].push_back({c, p, tau});
+    }
+    if (options[r].empty()) return std::nullopt;
+  }
+  // A stage of a candidate plan: run, configuration (index into the run's tables), layers.
+  struct Segment {
+    int run, config, first, last;
+  };
+  // (memory overflow bytes, seconds): lexicographic, less is better.
+  using Score = std::pair<double, double>;
+  const Score kNone{kInf, kInf};
+  auto price_segments = [&](const std::vector<Segment>& segments) -> Score {
+    deadline.Check();
+    const int num_stages = static_cast<int>(segments.size());
+    if (num_stages < space.min_stages || num_stages > max_stages) return kNone;
+    std::vector<double> t, e, one_time;
+    std::vector<int> used(K, 0);
+    double overflow = 0;
+    for (int s = 0; s < num_stages; ++s) {
+      const Segment& seg = segments[s];
+      if (seg.first >= seg.last) return kNone;
+      const bool pk = seg.run > 0 && segments[s - 1].run != seg.run;
+      const bool nk = s + 1 < num_stages && segments[s + 1].run != seg.run;
+      const StageTable& table = *run_tables[seg.run][pk][nk];
+      used[seg.run] += table.Config(seg.config).NumDevices();
+      const StageTerms terms = table.Terms(seg.first, seg.last, seg.config);
+      const double over = terms.PeakMemoryBytes(MicrobatchesInFlight(schedule, num_stages, s, m)) -
+                          groups[order[seg.run]].capacity_bytes;
+      if (over > 0) overflow += over;
+      t.push_back(terms.MicrobatchSeconds());
+      e.push_back(terms.ExposedTailSeconds());
+      one_time.push_back(terms.OneTimeSeconds());
+    }
+    for (int r = 0; r < K; ++r)
+      if (used[r] > groups[order[r]].devices) return kNone;
+    return {overflow, PipelineObjective(t, e, one_time, m)};
+  };
+  // The segments of p_r equal stages per run with run_layers[r] layers and configuration c_r.
+  auto segments_of = [&](const std::vector<int>& pick, const std::vector<int>& run_layers) {
+    std::vector<Segment> segments;
+    int first = 0;
+    for (int r = 0; r < K; ++r) {
+      const Option& option = options[r][pick[r]];
+      if (run_layers[r] < option.stages) return std::vector<Segment>{};
+      for (auto [i, j] : SplitLayersEvenly(run_layers[r], option.stages))
+        segments.push_back({r, option.config, first + i, first + j});
+      first += run_layers[r];
+    }
+    return segments;
+  };
+  auto price = [&](const std::vector<int>& pick, const std::vector<int>& run_layers) {
+    const std::vector<Segment> segments = segments_of(pick, run_layers);
+    return segments.empty() ? kNone : price_segments(segments);
+  };
+  // Layers per run in proportion to p_r / tau_r (largest remainders), at least p_r each.
+  auto balance = [&](const std::vector<int>& pick) {
+    std::vector<double> ideal(K);
+    double total = 0;
+    for (int r = 0; r < K; ++r) total += options[r][pick[r]].stages / options[r][pick[r]].tau;
+    std::vector<int> layers(K);
+    int sum = 0;
+    for (int r = 0; r < K; ++r) {
+      ideal[r] = L * (options[r][pick[r]].stages / options[r][pick[r]].tau) / total;
+      layers[r] = std::max(options[r][pick[r]].stages, static_cast<int>(ideal[r]));
+      sum += layers[r];
+    }
+    while (sum != L) {
+      int chosen = -1;
+      for (int r = 0; r < K; ++r) {
+        if (sum > L && layers[r] <= options[r][pick[r]].stages) continue;
+        const double behind = ideal[r] - layers[r];
+        if (chosen < 0 || (sum < L ? behind > ideal[chosen] - layers[chosen]
+                                   : behind < ideal[chosen] - layers[chosen]))
+          chosen = r;
+      }
+      if (chosen < 0) break;  // more stages than layers
+      layers[chosen] += sum < L ? 1 : -1;
+      sum += sum < L ? 1 : -1;
+    }
+    return layers;
+  };
+  // Start: each run at its fastest configuration per layer and stage.
+  std::vector<int> pick(K, 0);
+  for (int r = 0; r < K; ++r)
+    for (size_t o = 0; o < options[r].size(); ++o)
+      if (options[r][o].tau / options[r][o].stages <
+          options[r][pick[r]].tau / options[r][pick[r]].stages)
+        pick[r] = static_cast<int>(o);
+  Score best = price(pick, balance(pick));
+  for (int round = 0; round < 4; ++round) {
+    bool improved = false;
+    for (int r = 0; r < K; ++r) {
+      std::vector<int> trial = pick;
+      for (size_t o = 0; o < options[r].size(); ++o) {
+        trial[r] = static_cast<int>(o);
+        const Score score = price(trial, balance(trial));
+        if (score < best) {
+          best = score;
+          pick = trial;
+          improved = true;
+        }
+      }
+    }
+    if (!improved) break;
+  }
+  // Then stage by stage: one layer across any boundary, another configuration of the stage's
+  // group within its run's devices, while either helps (at most 32 passes).
+  std::vector<Segment> segments = segments_of(pick, balance(pick));
+  if (segments.empty()) return std::nullopt;
+  for (int pass = 0; pass < 32; ++pass) {
+    bool moved = false;
+    for (size_t s = 0; s + 1 < segments.size(); ++s)
+      for (int direction : {-1, 1}) {
+        std::vector<Segment> trial = segments;
+        trial[s].last += direction;
+        trial[s + 1].first += direction;
+        const Score score = price_segments(trial);
+        if (score < best) {
+          best = score;
+          segments = std::move(trial);
+          moved = true;
+        }
+      }
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const StageTable& table = *run_tables[segments[s].run][0][0];
+      for (int c : table.ValidConfigs()) {
+        if (c == segments[s].config) continue;
+        std::vector<Segment> trial = segments;
+        trial[s].config = c;
+        const Score score = price_segments(trial);
+        if (score < best) {
+          best = score;
+          segments = std::move(trial);
+          moved = true;
+        }
+      }
+    }
+    if (!moved) break;
+  }
+  if (best.first > 0 || !std::isfinite(best.second)) return std::nullopt;
+  Plan plan;
+  plan.global_batch_size = problem.training.global_batch_size;
+  plan.num_microbatches = m;
+  plan.schedule = schedule;
+  for (const Segment& seg : segments)
+    plan.stages.push_back({seg.first, seg.last, run_tables[seg.run][0][0]->Config(seg.config)});
   return plan;
 }
 
@@ -373,17 +732,17 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
                       int num_layers, double cutoff_seconds, const std::vector<int>& mip_start,
                       double seconds, bool log) {
   const int L = num_layers;
-  const int Q = set.num_states;
   const int C = static_cast<int>(set.columns.size());
   const int m = set.m;
   const double scale = set.cheap_bound > 0 && std::isfinite(set.cheap_bound) ? set.cheap_bound
                                                                               : 1.0;
   const double big = std::numeric_limits<double>::max();
 
-  // Rows: source, flow nodes (i, q) for 0 < i < L, devices, stage count, u_l (L), T >= u_l (L),
-  // volume, v_l (L), E >= v_l (L). u_l / v_l are the t / e of the stage covering layer l,
-  // written telescoped (each column adds its value where it starts, removes it where it ends).
-  std::vector<int> node_row(static_cast<size_t>(L + 1) * (Q + 1), -1);
+  // Rows: source, flow nodes (ColumnSet::Node) past layer 0, devices (one per run: its group's
+  // budget), stage count, u_l (L), T >= u_l (L), volume (one per run), v_l (L), E >= v_l (L).
+  // u_l / v_l are the t / e of the stage covering layer l, written telescoped (each column adds
+  // its value where it starts, removes it where it ends).
+  std::vector<int> node_row(set.NumNodes(), -1);
   std::vector<double> row_lb, row_ub;
   auto add_row = [&](double lb, double ub) {
     row_lb.push_back(lb);
@@ -391,22 +750,26 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     return static_cast<int>(row_lb.size()) - 1;
   };
   const int row_source = add_row(1.0, 1.0);
-  auto node_row_of = [&](int boundary, int state) {
-    int& row = node_row[static_cast<size_t>(boundary) * (Q + 1) + state];
+  auto node_row_of = [&](int node) {
+    int& row = node_row[node];
     if (row < 0) row = add_row(0.0, 0.0);
     return row;
   };
   for (const Column& col : set.columns) {
-    if (col.first_layer > 0) node_row_of(col.first_layer, col.state);
-    if (col.head_state > 0) node_row_of(col.last_layer, col.head_state);
+    if (col.first_layer > 0) node_row_of(col.tail);
+    if (col.head >= 0) node_row_of(col.head);
   }
-  const int row_devices = add_row(-big, space.num_devices);
+  const int row_devices0 = static_cast<int>(row_lb.size());
+  for (int devices : set.run_devices) add_row(-big, devices);
   const int row_count = add_row(space.min_stages, max_stages);
   const int row_u0 = static_cast<int>(row_lb.size());
   for (int l = 0; l < L; ++l) add_row(0.0, 0.0);
   const int row_t0 = static_cast<int>(row_lb.size());
   for (int l = 0; l < L; ++l) add_row(0.0, big);
-  const int row_volume = add_row(0.0, big);
+  // Volume, per run: run r's meshes sum to at most its group's devices D_r and each t <= T, so
+  // D_r T >= sum over run r's columns of n t x (one row, the whole cluster's, when homogeneous).
+  const int row_volume0 = static_cast<int>(row_lb.size());
+  for (int r = 0; r < set.NumRuns(); ++r) add_row(0.0, big);
   const int row_v0 = static_cast<int>(row_lb.size());
   for (int l = 0; l < L; ++l) add_row(0.0, 0.0);
   const int row_e0 = static_cast<int>(row_lb.size());
@@ -436,19 +799,19 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
       index.push_back(row_source);
       value.push_back(1.0);
     } else {
-      index.push_back(node_row[static_cast<size_t>(col.first_layer) * (Q + 1) + col.state]);
+      index.push_back(node_row[col.tail]);
       value.push_back(-1.0);
     }
-    if (col.head_state > 0) {
-      index.push_back(node_row[static_cast<size_t>(col.last_layer) * (Q + 1) + col.head_state]);
+    if (col.head >= 0) {
+      index.push_back(node_row[col.head]);
       value.push_back(1.0);
     }
-    index.push_back(row_devices);
+    index.push_back(row_devices0 + col.run);
     value.push_back(col.devices);
     index.push_back(row_count);
     value.push_back(1.0);
     add_telescoped(row_u0, col, t);
-    index.push_back(row_volume);
+    index.push_back(row_volume0 + col.run);
     value.push_back(-col.devices * t);
     add_telescoped(row_v0, col, col.e / scale);
     col_lb.push_back(0.0);
@@ -479,8 +842,10 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     index.push_back(row_t0 + l);
     value.push_back(1.0);
   }
-  index.push_back(row_volume);
-  value.push_back(space.num_devices);
+  for (int r = 0; r < set.NumRuns(); ++r) {
+    index.push_back(row_volume0 + r);
+    value.push_back(set.run_devices[r]);
+  }
   col_lb.push_back(set.t_floor / scale);
   col_ub.push_back(big);
   obj.push_back(m - 1.0);
@@ -655,11 +1020,10 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
-  if (std::optional<SearchResult> declined = DeclineHeterogeneous(Name(), space, options, start))
-    return *declined;
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
+  const bool heterogeneous = space.Heterogeneous();
 
   SearchResult result = StartSearchResult(Name(), options);
   SearchSummary& summary = result.summary;
@@ -706,6 +1070,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       } else if (warm.NumStages() < space.min_stages || warm.NumStages() > max_stages) {
         why = fmt::format("{} stages outside [{}, {}]", warm.NumStages(), space.min_stages,
                           max_stages);
+      } else if (!SearchSpace::GroupsInRuns(StageGroups(warm))) {
+        why = "its stages do not visit the node groups in runs (a group's stages consecutive)";
       } else {
         for (const StagePlan& stage : warm.stages)
           if (std::find(space.configs.begin(), space.configs.end(), stage.config) ==
@@ -726,11 +1092,41 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                             : fmt::format("; warm start ignored: {}", why);
   }
 
-  // Columns of every microbatch count, and the best uniform plan as a first incumbent (a primal
-  // heuristic: with a good cutoff CBC settles most counts at the root).
+  // The units of work: one per microbatch count, and on a heterogeneous cluster one per count
+  // and order of node groups the runs of stages visit (SearchSpace::GroupOrders, as the DP). An
+  // order of more groups than max_stages has no plan and no unit. Each unit is one MILP with
+  // the run's group fixed for every column, so the per-run budgets and the sends between groups
+  // are exact, linear data (see ilp_searcher.h).
+  // (A homogeneous cluster's one group: the order {0}.)
+  std::vector<std::vector<int>> orders;
+  for (std::vector<int>& order :
+       heterogeneous ? space.GroupOrders() : std::vector<std::vector<int>>{{0}})
+    if (static_cast<int>(order.size()) <= max_stages) orders.push_back(std::move(order));
+  std::vector<GroupSpace> groups(space.group_devices.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].devices = space.group_devices[g];
+    groups[g].capacity_bytes = cost_model.DeviceMemoryCapacityBytes(static_cast<int>(g));
+  }
+  for (size_t c = 0; c < space.configs.size(); ++c) {
+    GroupSpace& group = groups[space.configs[c].node_group];
+    group.configs.push_back(space.configs[c]);
+    group.index.push_back(static_cast<int>(c));
+  }
+  const int num_m = static_cast<int>(space.num_microbatches.size());
+  const int num_units = num_m * static_cast<int>(orders.size());
+  // "m=4" or "m=4, groups 1>0" (progress lines, messages).
+  auto describe = [&](const ColumnSet& set) {
+    if (!heterogeneous) return fmt::format("m={}", set.m);
+    std::string text;
+    for (int g : set.order) text += fmt::format("{}{}", text.empty() ? "" : ">", g);
+    return fmt::format("m={}, groups {}", set.m, text);
+  };
+
+  // Columns of every unit, and the best uniform plan (of each group alone) as a first incumbent
+  // (a primal heuristic: with a good cutoff CBC settles most units at the root).
   struct PerM {
     ColumnSet set;
-    double bound = 0;      // lower bound on this m's optimum (or >= the final best)
+    double bound = 0;      // lower bound on this unit's optimum (or >= the final best)
     bool settled = false;  // bound proven (MILP finished, or cheap bound >= incumbent)
     bool feasible = false; // some chain of columns exists (ignoring devices and T)
     double seconds_given = 0;  // CBC time of its last attempt
@@ -739,46 +1135,97 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   bool stopped_by_time = false;
   bool stopped_by_evaluations = false;
   size_t num_columns = 0;       // built (valid, fitting, Pareto-optimal, on a chain)
+  size_t num_held_columns = 0;  // kept by the units after the pruning by the incumbent so far
   size_t num_milp_columns = 0;  // in the MILPs solved, after pruning by the incumbent
   double uniform_best = kInf;
+  double balanced_best = kInf;  // BalancedRuns, over the orders of several groups
   const Deadline deadline(start, options.time_limit_seconds);
   const double memory_limit = MemoryLimitBytes(options);
   for (int m : space.num_microbatches) {
-    if (SecondsSince(start) >= options.time_limit_seconds) {
-      stopped_by_time = true;
-      break;
+    // The stage tables of this count by (group, group received from, group sent to; -1: its
+    // own), shared by its orders.
+    std::map<std::tuple<int, int, int>, std::unique_ptr<StageTable>> tables;
+    auto table_of = [&](int g, int previous, int next) -> const StageTable& {
+      std::unique_ptr<StageTable>& table = tables[{g, previous, next}];
+      if (!table)
+        table = std::make_unique<StageTable>(cost_model, groups[g].configs, m, previous, next);
+      return *table;
+    };
+    for (const std::vector<int>& order : orders) {
+      if (SecondsSince(start) >= options.time_limit_seconds) {
+        stopped_by_time = true;
+        break;
+      }
+      const int K = static_cast<int>(order.size());
+      RunTables run_tables(K);
+      for (int r = 0; r < K; ++r)
+        for (int pk = 0; pk < 2; ++pk)
+          for (int nk = 0; nk < 2; ++nk)
+            run_tables[r][pk][nk] =
+                (pk == 1 && r == 0) || (nk == 1 && r + 1 == K)
+                    ? nullptr
+                    : &table_of(order[r], pk ? order[r - 1] : -1, nk ? order[r + 1] : -1);
+      PerM entry;
+      const double room =
+          memory_limit / kBytesPerColumn - static_cast<double>(num_held_columns);
+      try {
+        entry.set = BuildColumns(cost_model, space, groups, order, run_tables, m, max_stages,
+                                 deadline, static_cast<size_t>(std::max(0.0, room)));
+      } catch (const Deadline::Expired&) {
+        stopped_by_time = true;
+        break;
+      } catch (const ColumnLimitReached&) {
+        summary.termination = TerminationType::kDeclined;
+        summary.message = fmt::format(
+            "problem too large for the ILP: the columns of {} layers pass {:.0f} (about {:.0f} "
+            "bytes each with CBC's copies), over the memory limit of {:.1f} GiB (--memory-limit)",
+            L, memory_limit / kBytesPerColumn, kBytesPerColumn, memory_limit / (1u << 30));
+        summary.wall_seconds = SecondsSince(start);
+        result.plan.reset();
+        return result;
+      }
+      entry.bound = entry.set.cheap_bound;
+      entry.feasible = std::isfinite(entry.set.cheap_bound);
+      num_columns += entry.set.columns.size();
+      // Keep only the columns that can beat the incumbent so far (what the later Tighten with a
+      // better one keeps is the same: pruning is monotone in the incumbent), so that the many
+      // units of a heterogeneous cluster do not hold every column they built.
+      if (std::isfinite(best)) {
+        Tighten(entry.set, best);
+        entry.set.columns.shrink_to_fit();
+      }
+      num_held_columns += entry.set.columns.size();
+      per_m.push_back(std::move(entry));
+      if (K > 1) {
+        std::optional<Plan> balanced;
+        try {
+          balanced = BalancedRuns(cost_model, space, groups, order, run_tables, m, max_stages,
+                                  deadline);
+        } catch (const Deadline::Expired&) {
+          stopped_by_time = true;
+          break;
+        }
+        if (balanced) {
+          const Estimate estimate = Evaluate(cost_model, *balanced);
+          STRATOS_CHECK(estimate.Fits(), "balanced plan does not fit: {}",
+                        estimate.MemoryViolation());
+          balanced_best = std::min(balanced_best, estimate.iteration_seconds);
+          if (estimate.iteration_seconds < best) improve(*balanced, estimate.iteration_seconds);
+        }
+        continue;
+      }
+      if (std::optional<Plan> uniform =
+              BestUniform(cost_model, space, groups[order[0]], *run_tables[0][0][0], max_stages)) {
+        const Estimate estimate = Evaluate(cost_model, *uniform);
+        STRATOS_CHECK(estimate.Fits(), "uniform plan does not fit: {}",
+                      estimate.MemoryViolation());
+        uniform_best = std::min(uniform_best, estimate.iteration_seconds);
+        if (estimate.iteration_seconds < best) improve(*uniform, estimate.iteration_seconds);
+      }
     }
-    const StageTable table(cost_model, space.configs, m);
-    PerM entry;
-    const double room = memory_limit / kBytesPerColumn - static_cast<double>(num_columns);
-    try {
-      entry.set = BuildColumns(cost_model, space, table, max_stages, deadline,
-                               static_cast<size_t>(std::max(0.0, room)));
-    } catch (const Deadline::Expired&) {
-      stopped_by_time = true;
-      break;
-    } catch (const ColumnLimitReached&) {
-      summary.termination = TerminationType::kDeclined;
-      summary.message = fmt::format(
-          "problem too large for the ILP: the columns of {} layers pass {:.0f} (about {:.0f} "
-          "bytes each with CBC's copies), over the memory limit of {:.1f} GiB (--memory-limit)",
-          L, memory_limit / kBytesPerColumn, kBytesPerColumn, memory_limit / (1u << 30));
-      summary.wall_seconds = SecondsSince(start);
-      result.plan.reset();
-      return result;
-    }
-    entry.bound = entry.set.cheap_bound;
-    entry.feasible = std::isfinite(entry.set.cheap_bound);
-    num_columns += entry.set.columns.size();
-    per_m.push_back(std::move(entry));
-    if (std::optional<Plan> uniform = BestUniform(cost_model, space, table, max_stages)) {
-      const Estimate estimate = Evaluate(cost_model, *uniform);
-      STRATOS_CHECK(estimate.Fits(), "uniform plan does not fit: {}", estimate.MemoryViolation());
-      uniform_best = std::min(uniform_best, estimate.iteration_seconds);
-      if (estimate.iteration_seconds < best) improve(*uniform, estimate.iteration_seconds);
-    }
+    if (stopped_by_time) break;
   }
-  // Drop the columns that cannot beat the incumbent, then solve the counts in order of their
+  // Drop the columns that cannot beat the incumbent, then solve the units in order of their
   // bound (the best-looking first, so the cutoff tightens early).
   for (PerM& entry : per_m) {
     if (std::isfinite(best)) Tighten(entry.set, best);
@@ -792,10 +1239,10 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
 
   int settled_by_bound = 0;
   std::string abandoned;
-  // Solves (or settles by its bound) one microbatch count with at most `seconds` of CBC time.
+  // Solves (or settles by its bound) one unit with at most `seconds` of CBC time.
   auto attempt = [&](PerM& entry, double seconds) {
     if (std::isfinite(best)) Tighten(entry.set, best);
-    // A bound on min(this m's optimum, best): what the lower bound of the search needs.
+    // A bound on min(this unit's optimum, best): what the lower bound of the search needs.
     entry.bound = std::max(entry.bound, std::min(entry.set.cheap_bound, best));
     const ColumnSet& set = entry.set;
     if (!std::isfinite(set.cheap_bound) || set.cheap_bound >= best) {
@@ -805,7 +1252,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
     }
     std::vector<int> mip_start;
     double cutoff = best;
-    if (warm_estimate && ilp_options_.warm_start->num_microbatches == set.m) {
+    if (warm_estimate && ilp_options_.warm_start->num_microbatches == set.m &&
+        RunGroups(*ilp_options_.warm_start) == set.order) {
       mip_start = MapPlanToColumns(set, *ilp_options_.warm_start, *warm_estimate);
       // Let CBC accept the MIP start, whose value is at most the incumbent's.
       if (!mip_start.empty()) cutoff = best * (1.0 + 1e-9);
@@ -823,13 +1271,18 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       int expected_first = 0;
       for (int c : outcome.chosen) {
         const Column& col = set.columns[c];
-        STRATOS_CHECK(col.first_layer == expected_first, "MILP solution for m={} is not a chain",
-                      set.m);
+        STRATOS_CHECK(col.first_layer == expected_first, "MILP solution for {} is not a chain",
+                      describe(set));
         plan.stages.push_back({col.first_layer, col.last_layer, space.configs[col.config]});
         expected_first = col.last_layer;
       }
-      STRATOS_CHECK(expected_first == L, "MILP solution for m={} ends at layer {} of {}", set.m,
-                    expected_first, L);
+      STRATOS_CHECK(expected_first == L, "MILP solution for {} ends at layer {} of {}",
+                    describe(set), expected_first, L);
+      // The runs visit the unit's groups in its order, each within its budget (Evaluate()
+      // checks the budgets; the runs are the search space's rule).
+      STRATOS_CHECK(RunGroups(plan) == set.order && SearchSpace::GroupsInRuns(StageGroups(plan)),
+                    "MILP solution for {} leaves the order of its node groups: {}",
+                    describe(set), plan.Summary());
       const Estimate estimate = Evaluate(cost_model, plan);
       STRATOS_CHECK(estimate.Fits(), "MILP plan does not fit: {}", estimate.MemoryViolation());
       STRATOS_CHECK(std::abs(estimate.iteration_seconds - outcome.objective_seconds) <=
@@ -841,15 +1294,15 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
     entry.bound = std::max(entry.bound, outcome.bound_seconds);
     entry.settled = outcome.proven;
     if (outcome.status.rfind("abandoned", 0) == 0)
-      abandoned = fmt::format("; m={}: CBC {}", set.m, outcome.status);
+      abandoned = fmt::format("; {}: CBC {}", describe(set), outcome.status);
     if (options.progress)
       std::fprintf(stderr,
-                   "[ilp %8.2fs] m=%d: %zu columns, %s, %ld nodes, bound %.6g s, best %.6g s\n",
-                   SecondsSince(start), set.m, set.columns.size(), outcome.status.c_str(),
-                   outcome.nodes, outcome.bound_seconds, best);
+                   "[ilp %8.2fs] %s: %zu columns, %s, %ld nodes, bound %.6g s, best %.6g s\n",
+                   SecondsSince(start), describe(set).c_str(), set.columns.size(),
+                   outcome.status.c_str(), outcome.nodes, outcome.bound_seconds, best);
   };
-  // Pass 1 shares the remaining time fairly among the counts still open, so one hard count does
-  // not starve the others; pass 2 gives the counts CBC did not finish all the time left.
+  // Pass 1 shares the remaining time fairly among the units still open, so one hard unit does
+  // not starve the others; pass 2 gives the units CBC did not finish all the time left.
   for (int pass = 0; pass < 2 && !stopped_by_time && !stopped_by_evaluations; ++pass) {
     std::vector<size_t> open_counts;
     for (size_t k : order)
@@ -880,18 +1333,28 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
     if (entry.settled) ++num_settled;
     lower_bound = std::min(lower_bound, entry.bound);
   }
-  const int num_m = static_cast<int>(space.num_microbatches.size());
-  // Counts whose columns were never built have no bound but 0.
-  if (static_cast<int>(per_m.size()) < num_m) lower_bound = std::min(lower_bound, 0.0);
-  const bool all_settled = num_settled == num_m;
+  // Units whose columns were never built have no bound but 0.
+  if (static_cast<int>(per_m.size()) < num_units) lower_bound = std::min(lower_bound, 0.0);
+  const bool all_settled = num_settled == num_units;
   summary.best_iteration_seconds = best;
   summary.wall_seconds = SecondsSince(start);
+  // What a unit is, in the messages: a microbatch count, or with several groups a pair.
+  const std::string units =
+      heterogeneous ? fmt::format("(microbatch count, node-group order) pairs ({} x {})", num_m,
+                                  orders.size())
+                    : std::string("microbatch counts");
   const std::string work = fmt::format(
-      "{} MILPs over {} microbatch counts ({} settled by their bound), {} columns built, {} in "
-      "the MILPs; best uniform plan {}{}{}",
-      summary.evaluations, num_m, settled_by_bound, num_columns, num_milp_columns,
+      "{} MILPs over {} {} ({} settled by their bound), {} columns built, {} in "
+      "the MILPs; best uniform plan {}{}{}{}",
+      summary.evaluations, num_units, units, settled_by_bound, num_columns, num_milp_columns,
       std::isfinite(uniform_best) ? fmt::format("{:.9g} s", uniform_best) : std::string("none"),
+      heterogeneous ? fmt::format(", best balanced plan over several groups {}",
+                                  std::isfinite(balanced_best)
+                                      ? fmt::format("{:.9g} s", balanced_best)
+                                      : std::string("none"))
+                    : std::string(),
       warm_note, abandoned);
+  const std::string units_short = heterogeneous ? "units" : "microbatch counts";
 
   if (all_settled && result.plan) {
     summary.termination = TerminationType::kOptimal;
@@ -900,7 +1363,13 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                                   best, best, work, result.plan->Summary());
   } else if (all_settled) {
     summary.termination = TerminationType::kInfeasible;
-    summary.message = fmt::format("{}; {}", ExplainNoFeasiblePlan(cost_model, space, max_stages), work);
+    const std::string why =
+        heterogeneous
+            ? fmt::format("no feasible plan: on no order of the {} node groups do {} to {} stages "
+                          "fit in device memory with any microbatch count",
+                          space.group_devices.size(), space.min_stages, max_stages)
+            : ExplainNoFeasiblePlan(cost_model, space, max_stages);
+    summary.message = fmt::format("{}; {}", why, work);
   } else {
     const bool by_time = stopped_by_time || !stopped_by_evaluations;
     summary.termination = by_time ? TerminationType::kTimeLimit
@@ -911,14 +1380,15 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
     if (result.plan) {
       const double gap = best > 0 ? std::max(0.0, (best - lower_bound) / best) : 0.0;
       summary.message = fmt::format(
-          "{} with {} of {} microbatch counts settled: objective {:.9g} s, bound {:.9g} s, gap "
+          "{} with {} of {} {} settled: objective {:.9g} s, bound {:.9g} s, gap "
           "{:.4f} %; {}; {}",
-          why, num_settled, num_m, best, lower_bound, 100.0 * gap, work, result.plan->Summary());
+          why, num_settled, num_units, units_short, best, lower_bound, 100.0 * gap, work,
+          result.plan->Summary());
     } else {
       summary.message = fmt::format(
-          "{} before any feasible plan was found ({} of {} microbatch counts settled, bound "
+          "{} before any feasible plan was found ({} of {} {} settled, bound "
           "{:.9g} s); {}",
-          why, num_settled, num_m, lower_bound, work);
+          why, num_settled, num_units, units_short, lower_bound, work);
     }
   }
   return result;

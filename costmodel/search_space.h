@@ -48,9 +48,10 @@ struct SearchSpace {
   bool Heterogeneous() const { return group_devices.size() > 1; }
   // Whether the stage groups of a plan, in pipeline order, respect the runs rule above.
   static bool GroupsInRuns(const std::vector<int>& stage_groups);
-  // The orders in which a plan's runs may visit the groups: every order of every nonempty subset
-  // of the groups with a budget (group_devices[g] > 0), subsets by ascending bit mask, orders
-  // lexicographic. Empty on a homogeneous cluster.
+  // The orders in which a plan's runs can visit the groups: every order of every nonempty
+  // subset of the groups with a device budget, subsets by ascending bit mask (group g = bit g),
+  // each subset's orders lexicographically. sum_k C(G, k) k! orders for G usable groups (4 for
+  // 2, 15 for 3, 64 for 4); empty on a homogeneous cluster.
   std::vector<std::vector<int>> GroupOrders() const;
 
   // Mesh sizes: 1, 2, 4, ... up to gpus_per_node, then k * gpus_per_node for k = 1, 2, 4, ...

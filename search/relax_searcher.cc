@@ -666,7 +666,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
     declined.summary.termination = TerminationType::kDeclined;
     declined.summary.message = fmt::format(
         "relax takes heterogeneous clusters of at most {} node groups with relax.relaxation = "
-        "smoothed-dp ({} groups, {}); dp, exhaustive, grid and mcmc take any",
+        "smoothed-dp ({} groups, {}); dp, exhaustive, grid, ilp and mcmc take any",
         kMaxRelaxGroups, space.group_devices.size(), RelaxRelaxationName(ro.relaxation));
     declined.summary.wall_seconds = elapsed();
     return declined;

@@ -126,7 +126,7 @@ std::optional<SearchResult> DeclineHeterogeneous(const std::string& algorithm,
   result.summary.termination = TerminationType::kDeclined;
   result.summary.message = fmt::format(
       "{} does not search heterogeneous clusters ({} node groups) yet; dp, exhaustive, grid, "
-      "mcmc and relax do",
+      "ilp, mcmc and relax do",
       algorithm, space.group_devices.size());
   result.summary.wall_seconds = SecondsSince(start);
   return result;

@@ -148,12 +148,14 @@ expect_one_line_error "stages that overfill a group name it" \
   "stages = 16 devices in node group h100: the group has only 8 devices" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-h100-a100 --global-batch 512 \
   --tp 8 --pp 2 --dp 1 --micro-batch 1 --stage-groups h100,h100
-expect "dp searches a heterogeneous cluster, per-group budgets and group order included" 0 \
-  "dp +optimal .* 0.00" -- \
+expect "relax searches a heterogeneous cluster and reaches the DP optimum" 0 \
+  "relax +converged +0\.4423 .* 0\.00" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster dgx-h100-a100 --nodes h100=2,a100=2 --global-batch 256 \
-  --algo dp,relax --output-dir "$WORK/hetero"
+  --algo dp,relax,local --output-dir "$WORK/hetero"
+expect "dp searches it exactly, per-group budgets and group order included" 0 \
+  "optimal over 9 microbatch counts and 4 orders of the node groups" -- cat "$WORK/hetero/summary.json"
 expect "the searchers that do not take one yet say so" 0 \
-  "relax does not search heterogeneous clusters \(2 node groups\) yet; dp, exhaustive, grid and mcmc do" -- \
+  "local does not search heterogeneous clusters \(2 node groups\) yet; dp, exhaustive, grid, ilp, mcmc and relax do" -- \
   cat "$WORK/hetero/summary.json"
 expect "the summary lists the node groups" 0 '"name": "a100"' -- cat "$WORK/hetero/summary.json"
 expect "space.node_groups keeps the stages on the groups it names" 0 \

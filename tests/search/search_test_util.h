@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "costmodel/cluster_io.h"
 #include "costmodel/model_io.h"
+#include "costmodel/plan.h"
 #include "costmodel/problem.h"
 #include "costmodel/zoo.h"
+#include "search/searcher.h"
 
 namespace stratos::testing {
 
@@ -22,6 +25,23 @@ inline Problem ZooProblem(const std::string& model, const std::string& cluster, 
   problem.model = ReadModelFile(ResolveModelPath(model));
   problem.cluster = ReadClusterFile(ResolveClusterPath(cluster)).WithNodes(nodes);
   return problem;
+}
+
+// The space the exhaustive search can cover on MakeRandomSmallHeterogeneousProblem (synthetic.h):
+// at most 3 stages, no ZeRO, recompute none or full.
+inline SearchOptions SmallHeterogeneousSpace() {
+  SearchOptions options;
+  options.space.max_stages = 3;
+  options.space.allow_zero = false;
+  options.space.recompute = {Recompute::kNone, Recompute::kFull};
+  return options;
+}
+
+// The node group of each stage of `plan`, in pipeline order.
+inline std::vector<int> StageGroups(const Plan& plan) {
+  std::vector<int> groups;
+  for (const StagePlan& stage : plan.stages) groups.push_back(stage.config.node_group);
+  return groups;
 }
 
 }  // namespace stratos::testing

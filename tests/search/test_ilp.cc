@@ -1,5 +1,6 @@
 // IlpSearcher (exact MILP with COIN-OR CBC): ILP = exhaustive = DP on the seed cases and on
-// random small problems, time and evaluation limits, infeasibility, warm starts.
+// random small problems, homogeneous and heterogeneous (several node groups), time and
+// evaluation limits, infeasibility, warm starts.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -15,6 +16,7 @@
 #include "baselines/ilp_searcher.h"
 #include "baselines/mcmc_searcher.h"
 #include "costmodel/cluster_io.h"
+#include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/model_io.h"
 #include "costmodel/synthetic.h"
@@ -256,6 +258,181 @@ TEST_CASE("ILP with a warm start returns a plan at least as good as the warm sta
   const SearchResult result = searcher.Search(problem, SearchOptions{});
   CHECK(result.summary.termination == TerminationType::kOptimal);
   CHECK(result.summary.message.find("warm start ignored") != std::string::npos);
+}
+
+TEST_CASE("ILP = DP = exhaustive optimum on 24 random small heterogeneous problems") {
+  if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
+  IlpSearcher ilp;
+  DpSearcher dp;
+  ExhaustiveSearcher exhaustive;
+  int feasible = 0, crossing = 0, three_groups = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    CAPTURE(seed);
+    three_groups += problem.cluster.NumGroups() == 3;
+    const SearchOptions options = testing::SmallHeterogeneousSpace();
+    const SearchResult truth = exhaustive.Search(problem, options);
+    REQUIRE_MESSAGE(truth.summary.termination != TerminationType::kDeclined,
+                    truth.summary.message);
+    const SearchResult by_dp = dp.Search(problem, options);
+    const SearchResult result = ilp.Search(problem, options);
+    INFO("exhaustive: ", truth.summary.BriefReport(), " ", truth.summary.message);
+    INFO("ilp: ", result.summary.BriefReport(), " ", result.summary.message);
+    REQUIRE(truth.plan.has_value() == result.plan.has_value());
+    REQUIRE(by_dp.plan.has_value() == result.plan.has_value());
+    if (!truth.plan) {
+      CHECK(result.summary.termination == TerminationType::kInfeasible);
+      CHECK(result.summary.message.find("no feasible plan") == 0);
+      continue;
+    }
+    ++feasible;
+    CHECK(result.summary.termination == TerminationType::kOptimal);
+    const Estimate estimate = Evaluate(problem, *result.plan);  // validates the group budgets
+    CHECK(estimate.Fits());
+    CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
+    CHECK(testing::RelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
+          1e-9);
+    CHECK(testing::RelativeGap(estimate.iteration_seconds, by_dp.summary.best_iteration_seconds) <=
+          1e-9);
+    REQUIRE(result.summary.lower_bound_seconds.has_value());
+    CHECK(*result.summary.lower_bound_seconds == result.summary.best_iteration_seconds);
+    const std::vector<int> groups = testing::StageGroups(*result.plan);
+    CHECK(SearchSpace::GroupsInRuns(groups));
+    const SearchSpace space = SearchSpace::Build(problem, options.space);
+    std::vector<int> used(space.group_devices.size(), 0);
+    for (const StagePlan& stage : result.plan->stages)
+      used[stage.config.node_group] += stage.config.NumDevices();
+    for (size_t g = 0; g < used.size(); ++g) CHECK(used[g] <= space.group_devices[g]);
+    crossing += groups.front() != groups.back();
+  }
+  MESSAGE(feasible, " of 24 feasible, ", crossing, " optima span two groups or more, ",
+          three_groups, " problems of 3 groups");
+  CHECK(feasible >= 12);
+  CHECK(crossing >= 3);  // the optimum does use several groups: the runs and links are exercised
+  CHECK(three_groups >= 6);
+}
+
+TEST_CASE("ILP: space.node_groups keeps the stages in the groups it names") {
+  if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
+  SearchOptions options = testing::SmallHeterogeneousSpace();
+  options.space.node_groups = {"g1"};
+  int compared = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    CAPTURE(seed);
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    const SearchResult all = IlpSearcher().Search(problem, testing::SmallHeterogeneousSpace());
+    const SearchResult one = IlpSearcher().Search(problem, options);
+    const SearchResult truth = ExhaustiveSearcher().Search(problem, options);
+    INFO("ilp: ", one.summary.message);
+    REQUIRE(one.plan.has_value() == truth.plan.has_value());
+    if (!one.plan) continue;
+    CHECK(one.summary.termination == TerminationType::kOptimal);
+    for (const StagePlan& stage : one.plan->stages) CHECK(stage.config.node_group == 1);
+    CHECK(testing::RelativeGap(one.summary.best_iteration_seconds,
+                               truth.summary.best_iteration_seconds) <= 1e-9);
+    REQUIRE(all.plan.has_value());
+    CHECK(all.summary.best_iteration_seconds <= one.summary.best_iteration_seconds);
+    ++compared;
+  }
+  CHECK(compared >= 4);
+}
+
+TEST_CASE("ILP: a homogeneous cluster split into two identical groups has the same optimum") {
+  if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
+  int compared = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    CAPTURE(seed);
+    Problem whole = MakeRandomSmallProblem(seed);
+    // One node group of two single-GPU nodes, and the same nodes as two groups of one.
+    whole.cluster.node_groups = {{2, 1, whole.cluster.devices[0].name}};
+    Problem split = whole;
+    split.cluster.node_groups = {{1, 1, whole.cluster.devices[0].name, "left"},
+                                 {1, 1, whole.cluster.devices[0].name, "right"}};
+    SearchOptions options;
+    options.space.min_stages = 2;  // no mesh spans both nodes (the split cannot have one)
+    const SearchResult a = IlpSearcher().Search(whole, options);
+    const SearchResult b = IlpSearcher().Search(split, options);
+    INFO("whole: ", a.summary.message);
+    INFO("split: ", b.summary.message);
+    REQUIRE(a.plan.has_value() == b.plan.has_value());
+    if (!a.plan) continue;
+    CHECK(b.summary.termination == TerminationType::kOptimal);
+    CHECK(testing::RelativeGap(b.summary.best_iteration_seconds,
+                               a.summary.best_iteration_seconds) <= 1e-9);
+    const SearchResult by_dp = DpSearcher().Search(split, options);
+    CHECK(testing::RelativeGap(b.summary.best_iteration_seconds,
+                               by_dp.summary.best_iteration_seconds) <= 1e-9);
+    ++compared;
+  }
+  CHECK(compared >= 4);
+}
+
+TEST_CASE("ILP on heterogeneous clusters: warm starts, a time limit, units in the summary") {
+  if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
+  const SearchOptions options = testing::SmallHeterogeneousSpace();
+  int warm_started = 0, out_of_runs = 0;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    CAPTURE(seed);
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    const SearchResult dp = DpSearcher().Search(problem, options);
+    if (!dp.plan) continue;
+    // The DP's optimum as the warm start: used (not ignored), and nothing better exists.
+    IlpOptions ilp_options;
+    ilp_options.warm_start = dp.plan;
+    const SearchResult warm = IlpSearcher(ilp_options).Search(problem, options);
+    INFO("warm: ", warm.summary.message);
+    CHECK(warm.summary.termination == TerminationType::kOptimal);
+    CHECK(warm.summary.message.find("; warm start ") != std::string::npos);
+    CHECK(warm.summary.message.find("warm start ignored") == std::string::npos);
+    CHECK(warm.summary.initial_iteration_seconds == dp.summary.best_iteration_seconds);
+    CHECK(testing::RelativeGap(warm.summary.best_iteration_seconds,
+                               dp.summary.best_iteration_seconds) <= 1e-9);
+    CHECK(warm.summary.message.find("(microbatch count, node-group order) pairs") !=
+          std::string::npos);
+    ++warm_started;
+
+    // A warm start that leaves a group and comes back is outside the space: ignored, with why.
+    const SearchSpace space = SearchSpace::Build(problem, options.space);
+    Plan back_and_forth = *dp.plan;
+    back_and_forth.stages.clear();
+    const int L = problem.NumLayers();
+    for (const StageConfig& first : space.configs) {
+      if (first.NumDevices() * 2 > space.group_devices[first.node_group] || L < 3) continue;
+      for (const StageConfig& middle : space.configs) {
+        if (middle.node_group == first.node_group) continue;
+        Plan plan = *dp.plan;
+        plan.stages = {{0, 1, first}, {1, 2, middle}, {2, L, first}};
+        try {
+          if (!Evaluate(problem, plan).Fits()) continue;
+        } catch (const InputError&) {
+          continue;  // e.g. a configuration invalid for the plan's microbatch count
+        }
+        back_and_forth = plan;
+        break;
+      }
+      if (!back_and_forth.stages.empty()) break;
+    }
+    if (back_and_forth.stages.empty()) continue;
+    ilp_options.warm_start = back_and_forth;
+    const SearchResult ignored = IlpSearcher(ilp_options).Search(problem, options);
+    INFO("back and forth: ", ignored.summary.message);
+    CHECK(ignored.summary.message.find("warm start ignored: its stages do not visit the node "
+                                       "groups in runs") != std::string::npos);
+    CHECK(testing::RelativeGap(ignored.summary.best_iteration_seconds,
+                               dp.summary.best_iteration_seconds) <= 1e-9);
+    ++out_of_runs;
+  }
+  CHECK(warm_started >= 8);
+  MESSAGE(out_of_runs, " warm starts out of runs ignored");
+
+  // Out of time before any MILP: stopped by the time limit, counted in units.
+  SearchOptions instant = options;
+  instant.time_limit_seconds = 1e-9;
+  const SearchResult stopped =
+      IlpSearcher().Search(MakeRandomSmallHeterogeneousProblem(3), instant);
+  CHECK(stopped.summary.termination == TerminationType::kTimeLimit);
+  CHECK(stopped.summary.message.find("stopped by the time limit") == 0);
+  CHECK(stopped.summary.message.find("units settled") != std::string::npos);
 }
 
 // Run explicitly: search_test --no-skip -tc='ILP benchmark*'

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/cluster_io.h"
 #include "costmodel/model_io.h"
 #include "costmodel/plan.h"
 #include "costmodel/problem.h"
+#include "costmodel/synthetic.h"
 #include "costmodel/zoo.h"
 #include "search/searcher.h"
 
@@ -42,6 +44,18 @@ inline std::vector<int> StageGroups(const Plan& plan) {
   std::vector<int> groups;
   for (const StagePlan& stage : plan.stages) groups.push_back(stage.config.node_group);
   return groups;
+}
+
+// MakeRandomSmallProblem(seed) on one node group of two single-GPU nodes (first), and the same
+// nodes as two identical groups of one node, "left" and "right" (second): the split cluster's
+// optimum must be the whole one's (with min_stages >= 2 no mesh spans both nodes).
+inline std::pair<Problem, Problem> WholeAndSplitProblems(std::uint64_t seed) {
+  Problem whole = MakeRandomSmallProblem(seed);
+  whole.cluster.node_groups = {{2, 1, whole.cluster.devices[0].name}};
+  Problem split = whole;
+  split.cluster.node_groups = {{1, 1, whole.cluster.devices[0].name, "left"},
+                               {1, 1, whole.cluster.devices[0].name, "right"}};
+  return {whole, split};
 }
 
 }  // namespace stratos::testing

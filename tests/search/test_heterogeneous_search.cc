@@ -127,15 +127,11 @@ TEST_CASE("space.node_groups keeps the stages in the groups it names") {
                        InputError);
 }
 
-TEST_CASE("a homogeneous cluster split into two identical groups: DP finds the same optimum") {
+TEST_CASE("a homogeneous cluster split into two identical groups: DP finds the same optimum, "
+          "relax the same within 1%") {
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
     CAPTURE(seed);
-    Problem whole = MakeRandomSmallProblem(seed);
-    // One node group of two single-GPU nodes, and the same nodes as two groups of one.
-    whole.cluster.node_groups = {{2, 1, whole.cluster.devices[0].name}};
-    Problem split = whole;
-    split.cluster.node_groups = {{1, 1, whole.cluster.devices[0].name, "left"},
-                                 {1, 1, whole.cluster.devices[0].name, "right"}};
+    const auto [whole, split] = testing::WholeAndSplitProblems(seed);
     SearchOptions options;
     options.space.min_stages = 2;  // no mesh spans both nodes (the split cannot have one)
     const SearchResult a = DpSearcher().Search(whole, options);
@@ -143,6 +139,11 @@ TEST_CASE("a homogeneous cluster split into two identical groups: DP finds the s
     REQUIRE(a.plan.has_value() == b.plan.has_value());
     if (!a.plan) continue;
     CHECK(b.summary.best_iteration_seconds == a.summary.best_iteration_seconds);
+    const SearchResult relax = RelaxSearcher().Search(split, options);
+    INFO("relax: ", relax.summary.message);
+    REQUIRE(relax.plan.has_value());
+    CHECK(relax.summary.best_iteration_seconds >= a.summary.best_iteration_seconds * (1 - 1e-9));
+    CHECK(relax.summary.best_iteration_seconds <= a.summary.best_iteration_seconds * 1.01);
   }
 }
 

@@ -342,12 +342,7 @@ TEST_CASE("ILP: a homogeneous cluster split into two identical groups has the sa
   int compared = 0;
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
     CAPTURE(seed);
-    Problem whole = MakeRandomSmallProblem(seed);
-    // One node group of two single-GPU nodes, and the same nodes as two groups of one.
-    whole.cluster.node_groups = {{2, 1, whole.cluster.devices[0].name}};
-    Problem split = whole;
-    split.cluster.node_groups = {{1, 1, whole.cluster.devices[0].name, "left"},
-                                 {1, 1, whole.cluster.devices[0].name, "right"}};
+    const auto [whole, split] = testing::WholeAndSplitProblems(seed);
     SearchOptions options;
     options.space.min_stages = 2;  // no mesh spans both nodes (the split cannot have one)
     const SearchResult a = IlpSearcher().Search(whole, options);

@@ -54,6 +54,34 @@ DiscretePlan RandomPlan(const RelaxTables& tables, std::mt19937_64& rng) {
   return plan;
 }
 
+// On a heterogeneous cluster: RandomPlan's stages and cuts, the groups of a random order
+// (SearchSpace::GroupOrders) given to consecutive runs of at least one stage each, each stage a
+// config of its group that fits the group's budget shared by its run.
+DiscretePlan RandomHeterogeneousPlan(const RelaxTables& tables,
+                                     const std::vector<std::vector<int>>& orders,
+                                     std::mt19937_64& rng) {
+  DiscretePlan plan = RandomPlan(tables, rng);
+  const int S = plan.NumStages();
+  std::vector<int> order = orders[UniformInt(rng, 0, static_cast<int>(orders.size()) - 1)];
+  if (static_cast<int>(order.size()) > S) order.resize(S);
+  // Run lengths: one stage each, the rest of the stages to random runs.
+  std::vector<int> length(order.size(), 1);
+  for (int s = static_cast<int>(order.size()); s < S; ++s)
+    ++length[UniformInt(rng, 0, static_cast<int>(order.size()) - 1)];
+  int s = 0;
+  for (size_t run = 0; run < order.size(); ++run) {
+    const int g = order[run];
+    std::vector<int> fitting;
+    for (int k = 0; k < tables.num_configs; ++k)
+      if (tables.configs[k].node_group == g &&
+          tables.configs[k].NumDevices() * length[run] <= tables.group_devices[g])
+        fitting.push_back(k);
+    for (int i = 0; i < length[run]; ++i, ++s)
+      if (!fitting.empty()) plan.configs[s] = fitting[UniformInt(rng, 0, fitting.size() - 1)];
+  }
+  return plan;
+}
+
 }  // namespace
 
 SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& options) {
@@ -61,8 +89,7 @@ SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& 
   options.Validate();
   local_options_.Validate();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
-  if (std::optional<SearchResult> declined = DeclineHeterogeneous(Name(), space, options, start))
-    return *declined;
+  const std::vector<std::vector<int>> orders = space.GroupOrders();  // empty: homogeneous
   const CostModel cost_model(problem);
   const RelaxTables tables = BuildRelaxTables(cost_model, space);
   PlanPolisher polisher(tables);
@@ -96,7 +123,8 @@ SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& 
       cut_short = true;
       break;
     }
-    DiscretePlan plan = RandomPlan(tables, rng);
+    DiscretePlan plan =
+        orders.empty() ? RandomPlan(tables, rng) : RandomHeterogeneousPlan(tables, orders, rng);
     ++summary.iterations;
     if (!polisher.Repair(&plan)) continue;
     ++repaired;

@@ -9,7 +9,10 @@
 // A random start draws, with SearchOptions::seed: a stage count uniformly in
 // [min_stages, min(max_stages, layers)], distinct cut positions uniformly, per stage a config
 // uniformly among those whose mesh fits an even share of the devices (any config if none does),
-// and a microbatch count uniformly among the space's options. PlanPolisher::Repair makes it
+// and a microbatch count uniformly among the space's options. On a heterogeneous cluster the
+// start also draws an order of node groups (SearchSpace::GroupOrders), gives each group of it a
+// run of at least one stage (the other stages to runs drawn uniformly) and each stage a config
+// of its group whose mesh fits the group's budget shared by its run. PlanPolisher::Repair makes it
 // valid (device budget, divisibility, memory where a config change can), then Polish() descends
 // with `kicks` kicks. Descents are memoized across starts, as in relax.
 //

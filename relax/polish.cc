@@ -394,13 +394,22 @@ bool PlanPolisher::Repair(DiscretePlan* plan) {
   while (plan->NumStages() > tables_.max_stages) merge_smallest();
   (void)L;
   // Device budget: shrink the largest mesh one size at a time; merge if everything is minimal.
+  // On a heterogeneous cluster, of a group over its own budget.
   for (;;) {
     int devices = 0;
-    for (int k : plan->configs) devices += tables_.configs[k].NumDevices();
-    if (devices <= tables_.num_devices) break;
+    std::vector<int> group_devices(tables_.num_groups, 0);
+    for (int k : plan->configs) {
+      devices += tables_.configs[k].NumDevices();
+      group_devices[tables_.configs[k].node_group] += tables_.configs[k].NumDevices();
+    }
+    int over = -1;  // a group over its budget (-1: none; any group on a homogeneous cluster)
+    for (int g = 0; g < tables_.num_groups && tables_.num_groups > 1 && over < 0; ++g)
+      if (group_devices[g] > tables_.group_devices[g]) over = g;
+    if (devices <= tables_.num_devices && (tables_.num_groups == 1 || over < 0)) break;
     int largest = -1;
     for (int s = 0; s < plan->NumStages(); ++s)
       if (config_mesh_index_[plan->configs[s]] > 0 &&
+          (over < 0 || tables_.configs[plan->configs[s]].node_group == over) &&
           (largest < 0 || tables_.configs[plan->configs[s]].NumDevices() >
                               tables_.configs[plan->configs[largest]].NumDevices()))
         largest = s;

@@ -58,8 +58,8 @@ class PlanPolisher {
   // Exact cost from the tables (counts one evaluation). On a heterogeneous cluster a plan is
   // valid only with each group's budget kept and its groups in runs (SearchSpace::GroupsInRuns);
   // each stage's memory is checked against its group's device. Polish keeps each stage's config
-  // in its group, except the move that gives every stage one stage's config; Repair keeps the
-  // whole cluster's budget only (RelaxSearcher does not call it on such clusters).
+  // in its group, except the move that gives every stage one stage's config; Repair keeps each
+  // stage in its group and each group's budget, but not the runs rule (Cost checks it).
   DiscreteCost Cost(const DiscretePlan& plan);
   long evaluations() const { return evaluations_; }
   bool OutOfBudget(const PolishLimits& limits) const;

@@ -1013,7 +1013,8 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
 double SmoothedStageDp::AroundCost(const SmoothedDpPoint& p, const DiscretePlan& plan) const {
   if (plan.microbatch_option != m_) return kInf;
   std::vector<double> devices(G_, 0.0);
-  for (int k : plan.configs) devices[tables_.configs[k].node_group] += tables_.configs[k].NumDevices();
+  for (int k : plan.configs)
+    devices[tables_.configs[k].node_group] += tables_.configs[k].NumDevices();
   for (int g = 0; g < G_; ++g)
     if (devices[g] > tables_.group_devices[g]) return kInf;
   const SmoothedDpPoint at{p.theta_seconds, p.phi_seconds, {}};

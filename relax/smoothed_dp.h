@@ -144,7 +144,8 @@ class SmoothedStageDp {
   // operator-granularity GPT-3 175B / 16,384 GPUs the windows' frontiers reach down to 8-device
   // meshes (W = 2,049), the pruned ones to 64 to 4,096 (W = 5 to 257, mostly 33 or less; relax's
   // refinement there 2.9 s -> 1.1 s). On a heterogeneous cluster each stage keeps around's
-  // group (its config free within the group) and each run its group's budget. Returns an empty plan when nothing
+  // group (its config free within the group) and each run its group's budget. Returns an empty
+  // plan when nothing
   // there fits within D devices, or when the work S (2 radius + 1)^2 W exceeds max_work. Throws
   // InternalError for a plan that is not a partition of the layers, or radius < 0.
   DiscretePlan DecodeNearPlan(const SmoothedDpPoint& point, const DiscretePlan& around,

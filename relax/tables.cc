@@ -126,7 +126,8 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
   t.layer.assign(static_cast<size_t>(C) * K * M, TermScalars{});
   t.overhead.assign(static_cast<size_t>(K) * M * 4, TermScalars{});
   const size_t G1 = static_cast<size_t>(t.num_groups) + 1;
-  if (t.num_groups > 1) t.cross_overhead.assign(static_cast<size_t>(K) * M * 4 * G1 * G1, TermScalars{});
+  if (t.num_groups > 1)
+    t.cross_overhead.assign(static_cast<size_t>(K) * M * 4 * G1 * G1, TermScalars{});
   double largest_seconds = 0;
   for (int m = 0; m < M; ++m) {
     // The stage terms every searcher prices from (costmodel/stage_table.h).

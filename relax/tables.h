@@ -64,11 +64,11 @@ struct RelaxTables {
   // (K, M, 2 first, 2 last, G + 1 previous, G + 1 next), index 0 = the stage's own group.
   std::vector<TermScalars> cross_overhead;
 
-  // Non-dominated configs (no other config of the same group and mesh size is at least as good in every
-  // entry -- t, e, c and each memory term, compared separately -- of every class, overhead and
-  // microbatch option, and valid wherever it is): the objective is nondecreasing in every stage's
-  // t, e and c and memory only constrains, so the optimum never needs a dominated config.
-  // Ascending indices into configs.
+  // Non-dominated configs (no other config of the same group and mesh size is at least as good
+  // in every entry -- t, e, c and each memory term, compared separately -- of every class,
+  // overhead (with every pair of neighbour groups) and microbatch option, and valid wherever it
+  // is): the objective is nondecreasing in every stage's t, e and c and memory only constrains,
+  // so the optimum never needs a dominated config. Ascending indices into configs.
   std::vector<int> undominated_configs;
 
   bool Valid(int k, int m) const { return valid[static_cast<size_t>(k) * num_microbatch_options + m] != 0; }

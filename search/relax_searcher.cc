@@ -368,7 +368,8 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     const double fraction = ro.iterations > 1 ? static_cast<double>(it) / (ro.iterations - 1) : 1.0;
     const double relative_tau =
         Geometric(ro.initial_gibbs_temperature, ro.final_gibbs_temperature, fraction);
-    // The alive tracks of one unit are evaluated together (one pass over its DP's terms).
+    // The alive tracks of one DP (microbatch option) are evaluated together (one pass over its
+    // terms).
     for (size_t first = 0; first < tracks.size();) {
       size_t last = first + 1;
       while (last < tracks.size() && tracks[last].dp == tracks[first].dp) ++last;
@@ -543,7 +544,8 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     if (!heterogeneous) {
       chosen.emplace_back(false, t.best_seconds, std::vector<int>{});
     } else {
-      for (const auto& [order, best] : t.best_by_order) chosen.emplace_back(false, best.first, order);
+      for (const auto& [order, best] : t.best_by_order)
+        chosen.emplace_back(false, best.first, order);
       for (size_t o = 0; o < orders.size(); ++o)
         if (!t.best_by_order.count(orders[o]) && o < v.order_values.size() &&
             std::isfinite(v.order_values[o]))

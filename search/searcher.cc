@@ -117,21 +117,6 @@ SearchResult StartSearchResult(const std::string& algorithm, const SearchOptions
   return result;
 }
 
-std::optional<SearchResult> DeclineHeterogeneous(const std::string& algorithm,
-                                                 const SearchSpace& space,
-                                                 const SearchOptions& options,
-                                                 SearchClock::time_point start) {
-  if (!space.Heterogeneous()) return std::nullopt;
-  SearchResult result = StartSearchResult(algorithm, options);
-  result.summary.termination = TerminationType::kDeclined;
-  result.summary.message = fmt::format(
-      "{} does not search heterogeneous clusters ({} node groups) yet; dp, exhaustive, grid, "
-      "ilp, mcmc and relax do",
-      algorithm, space.group_devices.size());
-  result.summary.wall_seconds = SecondsSince(start);
-  return result;
-}
-
 IncumbentTracker::IncumbentTracker(const SearchOptions& options, SearchResult& result,
                                    SearchClock::time_point start)
     : options_(options), result_(result), start_(start) {}

@@ -122,12 +122,6 @@ class Deadline {
 // initial seconds start at SearchSummary::kNoPlanSeconds).
 SearchResult StartSearchResult(const std::string& algorithm, const SearchOptions& options);
 
-// For a searcher that does not search heterogeneous clusters yet: a result declining `space`
-// when it spans several node groups (the message names the searchers that do), else nullopt.
-std::optional<SearchResult> DeclineHeterogeneous(const std::string& algorithm,
-                                                 const SearchSpace& space,
-                                                 const SearchOptions& options,
-                                                 SearchClock::time_point start);
 
 class IncumbentTracker {
  public:

@@ -608,7 +608,8 @@ TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at 
     unpriced.lambda_seconds = {};
     auto within_budgets = [&](const DiscretePlan& plan) {
       std::vector<int> used(tables.num_groups, 0);
-      for (int k : plan.configs) used[tables.configs[k].node_group] += tables.configs[k].NumDevices();
+      for (int k : plan.configs)
+        used[tables.configs[k].node_group] += tables.configs[k].NumDevices();
       for (int g = 0; g < tables.num_groups; ++g)
         if (used[g] > tables.group_devices[g]) return false;
       return true;
@@ -620,7 +621,8 @@ TEST_CASE("smoothed DP on heterogeneous clusters: per group order, its value at 
       REQUIRE(ForEachPlan(tables, m, 2'000'000, [&](const DiscretePlan& plan) {
         if (PlanRunOrder(tables, plan) != order) return;
         brute = std::min(brute, dp.PlanValue(plan, point));
-        if (within_budgets(plan)) brute_within = std::min(brute_within, dp.PlanValue(plan, unpriced));
+        if (within_budgets(plan))
+          brute_within = std::min(brute_within, dp.PlanValue(plan, unpriced));
       }));
       const SmoothedDpValue value = dp.Evaluate(point, 0.0, order);
       if (!std::isfinite(brute)) {

@@ -136,6 +136,52 @@ void AppendFrontier(const std::vector<FrontierCandidate>& candidates, int v,
   }
 }
 
+// The edge sets of some orders of node groups: a stage's group, the group it receives from when
+// it opens its run after another group's (else -1) and the group it sends to when it closes its
+// run before another group's (else -1); one set (-1, -1, -1) for the one position of a
+// homogeneous cluster. Orders that share a set (a group with the same neighbours) share its
+// edges.
+struct EdgeSet {
+  int group, from, to;
+  int position;  // of the set in the first order that has it
+};
+struct EdgeSets {
+  std::vector<EdgeSet> sets;
+  // Per order, position j and opens * 2 + closes: the index into sets; -1 where the stage
+  // cannot open (j = 0) or close (the last position) a run next to another group's.
+  std::vector<std::vector<std::array<int, 4>>> index;
+};
+// Whether the stage at position j of J can open / close a run next to another group's: 2 if so.
+inline int OpensVariants(int j) { return j > 0 ? 2 : 1; }
+inline int ClosesVariants(int j, int J) { return j + 1 < J ? 2 : 1; }
+
+// position_lists: each order's groups ({-1} for a homogeneous cluster).
+EdgeSets MakeEdgeSets(const std::vector<std::vector<int>>& position_lists) {
+  EdgeSets out;
+  for (const std::vector<int>& positions : position_lists) {
+    const int J = static_cast<int>(positions.size());
+    std::vector<std::array<int, 4>>& index =
+        out.index.emplace_back(J, std::array<int, 4>{-1, -1, -1, -1});
+    for (int j = 0; j < J; ++j)
+      for (int in = 0; in < OpensVariants(j); ++in)
+        for (int out_ = 0; out_ < ClosesVariants(j, J); ++out_) {
+          const EdgeSet key{positions[j], in ? positions[j - 1] : -1,
+                            out_ ? positions[j + 1] : -1, j};
+          int found = -1;
+          for (size_t e = 0; e < out.sets.size() && found < 0; ++e)
+            if (out.sets[e].group == key.group && out.sets[e].from == key.from &&
+                out.sets[e].to == key.to)
+              found = static_cast<int>(e);
+          if (found < 0) {
+            found = static_cast<int>(out.sets.size());
+            out.sets.push_back(key);
+          }
+          index[j][in * 2 + out_] = found;
+        }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<int> CoarseCutPositions(const RelaxTables& tables, int coarse_layers) {
@@ -488,37 +534,10 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
   const double mc = microbatch_count_;
   if (K == 0 || L == 0 || P == 0) return out;
 
-  // Edge sets, shared by the orders: a stage's group g, the group it receives from when it
-  // opens its run after another group's (else -1), the group it sends to when it closes its run
-  // before another group's (else -1); one set (-1, -1, -1) on a homogeneous cluster. Per order,
-  // position j and (opens, closes), the index of its set.
-  struct EdgeSet {
-    int group, from, to;
-  };
-  std::vector<EdgeSet> sets;
-  std::vector<std::vector<std::array<int, 4>>> set_index(O);
-  auto variants_in = [](int j) { return j > 0 ? 2 : 1; };
-  auto variants_out = [](int j, int J) { return j + 1 < J ? 2 : 1; };
-  for (int o = 0; o < O; ++o) {
-    const std::vector<int>& positions = position_lists[o];
-    const int J = static_cast<int>(positions.size());
-    set_index[o].assign(J, {-1, -1, -1, -1});
-    for (int j = 0; j < J; ++j)
-      for (int in = 0; in < variants_in(j); ++in)
-        for (int out_ = 0; out_ < variants_out(j, J); ++out_) {
-          const EdgeSet key{positions[j], in ? positions[j - 1] : -1,
-                            out_ ? positions[j + 1] : -1};
-          int found = -1;
-          for (size_t e = 0; e < sets.size() && found < 0; ++e)
-            if (sets[e].group == key.group && sets[e].from == key.from && sets[e].to == key.to)
-              found = static_cast<int>(e);
-          if (found < 0) {
-            found = static_cast<int>(sets.size());
-            sets.push_back(key);
-          }
-          set_index[o][j][in * 2 + out_] = found;
-        }
-  }
+  // The orders' edge sets (MakeEdgeSets), each computed once.
+  const EdgeSets edge_sets = MakeEdgeSets(position_lists);
+  const std::vector<EdgeSet>& sets = edge_sets.sets;
+  const std::vector<std::vector<std::array<int, 4>>>& set_index = edge_sets.index;
   const int E = static_cast<int>(sets.size());
 
   // --- Edges: soft-min over configs of every layer range, for every edge set, in-flight level
@@ -580,7 +599,7 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
         // The set's configs: a contiguous run of the terms (sorted by group).
         const RangeTerm* begin = range;
         const RangeTerm* end = range + count;
-        const auto [g, from, to] = sets[e];
+        const auto [g, from, to, position] = sets[e];
         if (g >= 0) {
           begin = std::partition_point(range, end,
                                        [&](const RangeTerm& x) { return group_[x.slot] < g; });
@@ -699,10 +718,10 @@ std::vector<SmoothedDpValue> SmoothedStageDp::EvaluateManyN(
       for (int r = 1; r <= S; ++r) {
         const size_t level = static_cast<size_t>(LevelIndex(r)) * pairs;
         for (int pos = J - 1; pos >= 0; --pos)
-          for (int in = 0; in < variants_in(pos); ++in) {
+          for (int in = 0; in < OpensVariants(pos); ++in) {
             // The edges of this level and the rest of the pipeline, per whether the next stage
             // opens the next group's run.
-            const int outs = variants_out(pos, J);
+            const int outs = ClosesVariants(pos, J);
             const Edge* edges[2];
             const Cell* rests[2];
             for (int opens = 0; opens < outs; ++opens) {
@@ -814,15 +833,10 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
       (G_ == 1 || PlanRunOrder(tables_, *known) == order))
     bound = AroundCost(p, *known);
   const double limit = bound < kInf ? bound * (1 + 1e-9) : kInf;
-  // Edge sets as in EvaluateMany: per position, opens a run after another group's, closes one.
-  auto variants_in = [&](int j) { return j > 0 ? 2 : 1; };
-  auto variants_out = [&](int j) { return j + 1 < J ? 2 : 1; };
-  std::vector<int> set_base(J + 1, 0);
-  for (int j = 0; j < J; ++j) set_base[j + 1] = set_base[j] + variants_in(j) * variants_out(j);
-  const int E = set_base[J];
-  auto set_of = [&](int j, int in, int out_) {
-    return set_base[j] + in * variants_out(j) + out_;
-  };
+  // The order's edge sets, as in EvaluateMany (one per position and opens / closes).
+  const EdgeSets edge_sets = MakeEdgeSets({positions});
+  const int E = static_cast<int>(edge_sets.sets.size());
+  auto set_of = [&](int j, int in, int out_) { return edge_sets.index[0][j][in * 2 + out_]; };
   // Without a bound the unit is known before the edges: decline early when over the work.
   if (!(bound < kInf) &&
       static_cast<double>(S) * E * pair_row_[N_] * (most / DeviceUnit() + 1) > max_work)
@@ -846,37 +860,34 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
       size_t count = 0;
       const RangeTerm* terms = RangeTerms(i, j, &scratch, &count);
       const size_t pair = row[i] + (j - i - 1);
-      for (int pos = 0; pos < J; ++pos) {
-        const int g = positions[pos];
-        for (int in = 0; in < variants_in(pos); ++in)
-          for (int out_ = 0; out_ < variants_out(pos); ++out_) {
-            candidates.clear();
-            const bool reachable = !(pos > 0 && i == 0) && !(out_ == 1 && j == L);
-            for (size_t q = 0; q < count && reachable; ++q) {
-              const RangeTerm& x = terms[q];
-              if (g >= 0 && group_[x.slot] != g) continue;
-              double t = x.t, e = x.e, c = x.c;
-              if (in == 1 || out_ == 1) {
-                const Delta d = CrossDelta(x.slot, i == 0, j == L, in ? positions[pos - 1] : -1,
-                                           out_ ? positions[pos + 1] : -1);
-                t += d.t;
-                e += d.e;
-                c += d.c;
-              }
-              const double a = t + c + (mc - 1) * std::max(0.0, t - p.theta_seconds) +
-                               std::max(0.0, e - p.phi_seconds);
-              if (a <= limit)
-                candidates.push_back({static_cast<int>(devices_[x.slot]), x.slot, x.fits, a});
-            }
-            for (int v = 0; v < V; ++v) {
-              const size_t at = edge_index(set_of(pos, in, out_), v, pair);
-              begin[at] = entries.size();
-              AppendFrontier(candidates, v, &entries);
-              end[at] = entries.size();
-              for (size_t e = begin[at]; e < end[at]; ++e)
-                unit = std::gcd(unit, long{entries[e].units});
-            }
+      for (int set = 0; set < E; ++set) {
+        const auto [g, from, to, position] = edge_sets.sets[set];
+        candidates.clear();
+        // Unreachable: a later position at layer 0, a send to a next group from the end.
+        const bool reachable = !(position > 0 && i == 0) && !(to >= 0 && j == L);
+        for (size_t q = 0; q < count && reachable; ++q) {
+          const RangeTerm& x = terms[q];
+          if (g >= 0 && group_[x.slot] != g) continue;
+          double t = x.t, e = x.e, c = x.c;
+          if (from >= 0 || to >= 0) {
+            const Delta d = CrossDelta(x.slot, i == 0, j == L, from, to);
+            t += d.t;
+            e += d.e;
+            c += d.c;
           }
+          const double a = t + c + (mc - 1) * std::max(0.0, t - p.theta_seconds) +
+                           std::max(0.0, e - p.phi_seconds);
+          if (a <= limit)
+            candidates.push_back({static_cast<int>(devices_[x.slot]), x.slot, x.fits, a});
+        }
+        for (int v = 0; v < V; ++v) {
+          const size_t at = edge_index(set, v, pair);
+          begin[at] = entries.size();
+          AppendFrontier(candidates, v, &entries);
+          end[at] = entries.size();
+          for (size_t e = begin[at]; e < end[at]; ++e)
+            unit = std::gcd(unit, long{entries[e].units});
+        }
       }
       if (count == 0 && j < L - 1) j = L - 1;  // memory grows with j: next j = L
     }
@@ -908,7 +919,7 @@ DiscretePlan SmoothedStageDp::DecodeWithinDevices(const SmoothedDpPoint& p, doub
   for (int r = 1; r <= S; ++r) {
     const int level = LevelIndex(r);
     for (int pos = J - 1; pos >= 0; --pos)
-      for (int in = 0; in < variants_in(pos); ++in)
+      for (int in = 0; in < OpensVariants(pos); ++in)
         for (int i = L - r; i >= 0; --i) {
           const size_t here = cell_at(r, pos, in, i);
           double* out = F(here);

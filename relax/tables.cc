@@ -147,10 +147,13 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
           t.overhead[((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l] = s;
           largest_seconds = std::max(
               largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);
-          // Neighbours in other groups (index 0: the own group, as above).
+          // Neighbours in other groups (index 0: the own group, as above; index own + 1 is
+          // never read: OverheadBetween maps the own group to 0).
+          const size_t own = static_cast<size_t>(space.configs[k].node_group) + 1;
           for (size_t p = 0; p < G1 && t.num_groups > 1; ++p)
             for (size_t n = 0; n < G1; ++n)
-              t.cross_overhead[((((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l) * G1 + p) *
+              if (p != own && n != own)
+                t.cross_overhead[((((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l) * G1 + p) *
                                    G1 +
                                n] =
                   p == 0 && n == 0

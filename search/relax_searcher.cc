@@ -333,7 +333,7 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // every stride-th boundary); the last pass decodes near the best coarse plans at every layer
   // boundary. Levels and prices are in seconds, so they carry over between resolutions.
   const std::vector<int> coarse_cuts = CoarseCutPositions(
-      tables, ph->space.Heterogeneous() ? ro.heterogeneous_coarse_layers : ro.coarse_layers);
+      tables, heterogeneous ? ro.heterogeneous_coarse_layers : ro.coarse_layers);
   std::vector<Track> tracks;
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
     Track track;

@@ -68,7 +68,8 @@ struct SmoothedDpValue {
   // dV/dlambda_g = E_Gibbs[devices in group g] - D_g for the groups of the order (else 0).
   GroupArray d_lambda{};
   GroupArray expected_devices{};
-  // EvaluateOrders: each order's V^tau (+inf where no plan of it fits), in the orders' order.
+  // EvaluateOrders: each order's V^tau (seconds; +inf where no plan of it fits), in the
+  // orders' order; empty for EvaluateMany on a homogeneous cluster.
   std::vector<double> order_values;
   // The Gibbs distribution's mode as decoded (argmin at every soft-min); empty configs if none.
   DiscretePlan decoded;

@@ -1,9 +1,13 @@
 # stratos: `make run` runs the main job on the built-in default problem, `make test` runs every
 # test. Both install missing Debian packages first (apt-get; run as root or with sudo).
+# libopenblas0-pthread: Debian's LibTorch does its CPU GEMMs through the system BLAS, which is
+# otherwise the reference BLAS (gpt-tiny trains about 4x slower there); stratos makes it
+# single-threaded at start (runtime/device.h UseSingleThreadedBlas).
 # `make install [PREFIX=/usr/local] [DESTDIR=...]` installs the binary and the data it reads.
 DEBIAN_PACKAGES := build-essential cmake pkg-config libtorch-dev libgloo-dev libeigen3-dev \
                    libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev doctest-dev \
-                   libfccp-dev coinor-libcbc-dev zlib1g-dev python3-matplotlib clang
+                   libfccp-dev coinor-libcbc-dev zlib1g-dev python3-matplotlib clang \
+                   libopenblas0-pthread
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

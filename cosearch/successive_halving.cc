@@ -32,7 +32,8 @@ int PlateauIndex(const std::vector<double>& losses, int window, double drop) {
 }
 
 HalvingResult SuccessiveHalving(int num_runs, const HalvingOptions& options,
-                                const std::function<double(int run, int steps)>& advance) {
+                                const std::function<double(int run, int steps)>& advance,
+                                const HalvingRoundCallback& after_round) {
   options.Validate();
   if (num_runs < 1) ThrowOptionError("halving.runs", num_runs, "must be >= 1");
   HalvingResult result;
@@ -47,6 +48,7 @@ HalvingResult SuccessiveHalving(int num_runs, const HalvingOptions& options,
       result.curves[run].push_back(advance(run, options.evaluation_steps));
       result.total_steps += options.evaluation_steps;
     }
+    if (after_round) after_round(step, live, result);
   };
   // The first rung: where the live runs' mean loss has left its steep drop.
   std::vector<double> mean;
@@ -86,6 +88,37 @@ HalvingResult SuccessiveHalving(int num_runs, const HalvingOptions& options,
   while (step + options.evaluation_steps <= options.step_budget) round();
   result.stopped_at_step[result.survivor] = step;
   return result;
+}
+
+double StepsToTarget(const std::vector<double>& curve, int evaluation_steps, double target) {
+  for (size_t k = 0; k < curve.size(); ++k) {
+    if (curve[k] > target) continue;
+    const double at = static_cast<double>(k + 1) * evaluation_steps;
+    if (k == 0 || !(curve[k - 1] > curve[k])) return at;
+    return at - evaluation_steps * (target - curve[k]) / (curve[k - 1] - curve[k]);
+  }
+  return -1;
+}
+
+double ComputeSteps(const HalvingResult& result, double step) {
+  double total = 0;
+  for (int stopped : result.stopped_at_step) total += std::min<double>(stopped, step);
+  return total;
+}
+
+double PricedSeconds(const HalvingResult& result, double step,
+                     const std::function<double(int live_runs)>& seconds_per_step) {
+  std::vector<int> ends = result.stopped_at_step;
+  std::sort(ends.begin(), ends.end());
+  double seconds = 0, from = 0;
+  for (size_t k = 0; k < ends.size() && from < step; ++k) {
+    const double to = std::min<double>(ends[k], step);
+    if (to > from) {
+      seconds += (to - from) * seconds_per_step(static_cast<int>(ends.size() - k));
+      from = to;
+    }
+  }
+  return seconds;
 }
 
 }  // namespace stratos

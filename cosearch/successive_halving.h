@@ -44,9 +44,30 @@ struct HalvingResult {
 
 // Runs successive halving over `num_runs` runs. `advance(run, steps)` trains run `run` for `steps`
 // more steps and returns its validation loss after them; it is called in rounds of
-// evaluation_steps, every live run once per round, runs in ascending order. Ties in loss keep the
-// lower run index. Throws InputError for invalid options or num_runs < 1.
+// evaluation_steps, every live run once per round, runs in ascending order. After each round,
+// `after_round(step, live, so_far)` (if set) sees the step every live run has reached, the live
+// runs (ascending) and the result so far (for progress and checkpoints). Ties in loss keep the
+// lower run index. The decisions depend only on the losses, so a caller that resumes can replay
+// the recorded losses of the rounds before its checkpoint. Throws InputError for invalid options
+// or num_runs < 1.
+using HalvingRoundCallback =
+    std::function<void(int step, const std::vector<int>& live, const HalvingResult& so_far)>;
 HalvingResult SuccessiveHalving(int num_runs, const HalvingOptions& options,
-                                const std::function<double(int run, int steps)>& advance);
+                                const std::function<double(int run, int steps)>& advance,
+                                const HalvingRoundCallback& after_round = nullptr);
+
+// Interpolated step at which `curve` (losses after evaluation_steps, 2 x evaluation_steps, ...)
+// first reaches `target` (<=), linear between the evaluation before and the one that reaches it
+// (the first evaluation counts as reached at its step); -1 if it never does.
+double StepsToTarget(const std::vector<double>& curve, int evaluation_steps, double target);
+
+// Steps trained over all runs by the time the survivor has trained `step` steps: the runs train
+// side by side, so each run counts min(its stopped_at_step, step). In units of steps.
+double ComputeSteps(const HalvingResult& result, double step);
+
+// The same in time when a step costs seconds_per_step(n) while n runs are live (n runs sharing a
+// cluster, each on 1/n of it): the integral over [0, step] of seconds_per_step(live runs).
+double PricedSeconds(const HalvingResult& result, double step,
+                     const std::function<double(int live_runs)>& seconds_per_step);
 
 }  // namespace stratos

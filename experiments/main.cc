@@ -13,11 +13,13 @@
 #include "experiments/commands.h"
 #include "experiments/cosearch_command.h"
 #include "experiments/experiment_command.h"
+#include "experiments/init_search_command.h"
 #include "experiments/profile_command.h"
 #include "experiments/run_commands.h"
 #include "experiments/runtime_bench.h"
 #include "experiments/searchers.h"
 #include "interop/interop.h"
+#include "runtime/device.h"
 #include "runtime/device_info.h"
 #include "runtime/kineto_trace.h"
 
@@ -64,6 +66,7 @@ void AddCompressionFlags(CLI::App* command, std::string& name, double& topk_dens
 }  // namespace
 
 int main(int argc, char** argv) {
+  stratos::UseSingleThreadedBlas();
   CLI::App app{"stratos: finds how to parallelize the training of a deep-learning model on a "
                "cluster (differentiable search beside Alpa's DP and Megatron-style grid search)"};
   app.require_subcommand(1);
@@ -257,6 +260,38 @@ int main(int argc, char** argv) {
   cosearch_command->add_flag("--resume", cosearch.resume, "continue from OUTPUT_DIR/checkpoint");
   cosearch_command->add_flag("!--no-progress", cosearch.progress, "no progress lines");
 
+  stratos::InitSearchArgs init;
+  CLI::App* init_command = app.add_subcommand(
+      "init-search", "parallel random initialization: K initializations trained side by side, "
+                     "pruned by successive halving once the steep loss drop is over; compared "
+                     "with one default initialization at equal compute over several seeds");
+  init_command->add_option("--model", init.model, "runtime model trained for real (gpt-tiny or a model file)")->capture_default_str();
+  init_command->add_option("--candidates", init.candidates, "initializations K")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--schemes", init.schemes, "initialization schemes cycled over the candidates: gpt2, normal, xavier, kaiming")->capture_default_str();
+  init_command->add_option("--outer-seeds", init.outer_seeds, "repetitions (data order and candidate seeds)")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--seed", init.seed, "first outer seed")->check(IntAtLeast(0))->capture_default_str();
+  init_command->add_option("--step-budget", init.step_budget, "steps the survivor trains")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--eta", init.eta, "keep 1/eta of the runs at each rung")->check(IntAtLeast(2))->capture_default_str();
+  init_command->add_option("--evaluation-steps", init.evaluation_steps, "steps between validation losses")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--plateau-window", init.plateau_window, "evaluations over which the steep drop must have ended")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--plateau-drop", init.plateau_drop, "relative loss drop per evaluation below which the steep drop is over")->check(NumberInterval(0, 1, "(0, 1)"))->capture_default_str();
+  init_command->add_option("--max-first-rung", init.max_first_rung_steps, "the first rung at the latest here (steps)")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--batch-size", init.batch_size, "sequences per step")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--lr", init.learning_rate, "Adam learning rate")->check(NumberAbove(0))->capture_default_str();
+  init_command->add_option("--validation-windows", init.validation_windows, "validation windows per evaluation")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--target-loss", init.target_loss, "target validation loss (default: the highest final loss of all compared runs)")->check(NumberAbove(0));
+  init_command->add_option("--cluster-model", init.cluster_target.model, "cluster view: target model (zoo name or file)")->capture_default_str();
+  init_command->add_option("--cluster", init.cluster_target.cluster, "cluster view: target cluster (zoo name or file, one node group)")->capture_default_str();
+  init_command->add_option("--nodes", init.cluster_target.nodes, "cluster view: target nodes")->capture_default_str();
+  init_command->add_option("--global-batch", init.cluster_target.global_batch_size, "cluster view: target global batch")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_flag("!--no-cluster-view", init.cluster_view, "skip pricing the search on the target cluster");
+  init_command->add_option("--jobs", init.jobs, "outer seeds trained at once (default: this machine's hardware threads)")->check(IntAtLeast(1));
+  init_command->add_option("--threads", init.threads, "LibTorch intra-op threads per seed")->check(IntAtLeast(1))->capture_default_str();
+  init_command->add_option("--output-dir", init.output_dir)->check(OutputDirectory())->capture_default_str();
+  init_command->add_option("--checkpoint-every", init.checkpoint_every, "rounds of --evaluation-steps between checkpoints (0: none)")->check(IntAtLeast(0))->capture_default_str();
+  init_command->add_flag("--resume", init.resume, "continue from OUTPUT_DIR's checkpoints and finished seeds");
+  init_command->add_flag("!--no-progress", init.progress, "no progress lines");
+
   stratos::ExportArgs export_args;
   CLI::App* export_command = app.add_subcommand(
       "export", "write what Megatron-LM, DeepSpeed, torchtitan or torch.distributed.pipelining "
@@ -365,6 +400,7 @@ int main(int argc, char** argv) {
     if (*runtime_bench) return stratos::RunBenchRuntime(bench_runtime);
     if (*profile_command) return stratos::RunProfile(profile);
     if (*cosearch_command) return stratos::RunCoSearch(cosearch);
+    if (*init_command) return stratos::RunInitSearchCommand(init);
     if (*run_command) return stratos::RunRun(run);
     if (*worker_command) return stratos::RunWorker(worker);
     if (*run_report_command) return stratos::RunRunReport(run_report);

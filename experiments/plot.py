@@ -8,6 +8,10 @@
   experiments/plot.py experiment out/experiments/ablation-relax
       the plots of `stratos experiment report` (written into that directory): gap_vs_size.png,
       wall_vs_size.png, ablation.png, anytime.png
+  experiments/plot.py init-search out/init-search/curves.csv --target 1.9 -o loss.png
+      `stratos init-search`: the first seed's candidates against their steps (halving), and
+      validation loss against compute (steps over all runs), search against the default
+      initialization, every seed
 """
 import argparse
 import csv
@@ -161,18 +165,63 @@ def plot_experiment(directory, _output):
     print(f"wrote the plots into {directory}")
 
 
+def plot_init_search(path, output, target=None):
+    rows = read_rows(path)
+    seeds = sorted({int(r["outer_seed"]) for r in rows})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    first = [r for r in rows if int(r["outer_seed"]) == seeds[0]]
+    for run in sorted({int(r["run"]) for r in first if r["arm"] == "search"}):
+        points = [r for r in first if r["arm"] == "search" and int(r["run"]) == run]
+        survivor = points[0]["survivor"] == "1"
+        left.plot([float(r["step"]) for r in points],
+                  [float(r["validation_loss"]) for r in points],
+                  linewidth=2.2 if survivor else 1.0,
+                  label=f"{points[0]['scheme']}/{points[0]['init_seed']}"
+                  + (" (survivor)" if survivor else ""))
+    left.set_xlabel("steps of the run")
+    left.set_ylabel("validation loss")
+    left.set_title(f"seed {seeds[0]}: candidates, stopped by successive halving")
+    left.legend(fontsize=7)
+    for seed in seeds:
+        for arm, color in (("search", "tab:blue"), ("default", "tab:orange")):
+            points = [r for r in rows if int(r["outer_seed"]) == seed and r["arm"] == arm
+                      and r["survivor"] == "1"]
+            right.plot([float(r["compute_steps"]) for r in points],
+                       [float(r["validation_loss"]) for r in points], color=color,
+                       linewidth=1.0, alpha=0.8,
+                       label=("init-search survivor" if arm == "search"
+                              else "default initialization") if seed == seeds[0] else None)
+    if target:
+        right.axhline(target, color="gray", linestyle="--", linewidth=0.8, label="target")
+    right.set_xlabel("compute (training steps over all runs)")
+    right.set_ylabel("validation loss")
+    right.set_title(f"equal compute, {len(seeds)} seeds")
+    right.legend()
+    for ax in (left, right):
+        losses = [float(r["validation_loss"]) for r in rows]
+        low = min(losses)
+        ax.set_ylim(low - 0.05, low + 1.2)
+    fig.tight_layout()
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["anytime", "ladder", "experiment"])
+    parser.add_argument("kind", choices=["anytime", "ladder", "experiment", "init-search"])
     parser.add_argument("csv", help="CSV file (anytime, ladder) or experiment directory")
     parser.add_argument("-o", "--output", help="image file to write (.png, .svg); not for "
                         "experiment, which writes into its directory")
+    parser.add_argument("--target", type=float, help="init-search: the target validation loss")
     args = parser.parse_args(argv)
     if args.kind != "experiment" and not args.output:
         parser.error("-o/--output is required for " + args.kind)
-    {"anytime": plot_anytime, "ladder": plot_ladder,
-     "experiment": plot_experiment}[args.kind](args.csv, args.output)
+    if args.kind == "init-search":
+        plot_init_search(args.csv, args.output, args.target)
+    else:
+        {"anytime": plot_anytime, "ladder": plot_ladder,
+         "experiment": plot_experiment}[args.kind](args.csv, args.output)
     if args.output:
         print(f"wrote {args.output}")
 

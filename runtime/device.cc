@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -26,6 +27,12 @@ torch::Device RankDevice(const std::string& device, int local_rank) {
   if (!torch::cuda::is_available()) ThrowInputError("run options", "device", "\"cuda\"", NoCudaRule());
   const int count = static_cast<int>(torch::cuda::device_count());
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+}
+
+void UseSingleThreadedBlas() {
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(1);
 }
 
 bool AutocastSupported() { return STRATOS_TORCH_DEVICE_API; }

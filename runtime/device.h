@@ -27,6 +27,13 @@ std::string NoCudaRule();
 // any other name.
 torch::Device RankDevice(const std::string& device, int local_rank);
 
+// Makes an OpenBLAS behind LibTorch's CPU GEMMs single-threaded (openblas_set_num_threads(1),
+// looked up with dlsym; nothing happens with another BLAS). LibTorch parallelizes over its own
+// intra-op threads and the runtime runs one process per rank, so BLAS threads on top
+// oversubscribe the cores: gpt-tiny trained twice as slowly on this project's 2-core machine.
+// Called by `stratos` and every worker process at start.
+void UseSingleThreadedBlas();
+
 // Whether this LibTorch can run bf16 autocast on CUDA (>= 2.4).
 bool AutocastSupported();
 

@@ -14,6 +14,25 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+const char* InitSchemeName(InitScheme scheme) {
+  switch (scheme) {
+    case InitScheme::kGpt2: return "gpt2";
+    case InitScheme::kNormal: return "normal";
+    case InitScheme::kXavier: return "xavier";
+    case InitScheme::kKaiming: return "kaiming";
+  }
+  return "?";
+}
+
+InitScheme ParseInitScheme(const std::string& name, const std::string& where,
+                           const std::string& key) {
+  for (InitScheme scheme :
+       {InitScheme::kGpt2, InitScheme::kNormal, InitScheme::kXavier, InitScheme::kKaiming})
+    if (name == InitSchemeName(scheme)) return scheme;
+  ThrowInputError(where, key, fmt::format("\"{}\"", name),
+                  "must be one of gpt2, normal, xavier, kaiming");
+}
+
 void CheckRuntimeModel(const ModelSpec& model) {
   const std::string where = model.source.empty() ? model.name : model.source;
   if (model.family != "gpt")
@@ -105,6 +124,7 @@ struct ParamSpec {
   Shard shard;
   Init init;
   bool word_embedding = false;
+  bool matrix = false;  // a block's or the untied head's weight matrix (InitScheme applies)
   int seed_layer = -1;  // layer whose seed draws it (-1: its own); the tied LM head copies wte
   std::string seed_name;
 };
@@ -112,6 +132,9 @@ struct ParamSpec {
 ParamSpec Spec(std::string name, std::vector<int64_t> shape, Shard shard, Init init,
                bool word_embedding = false) {
   ParamSpec spec;
+  spec.matrix = !word_embedding && shape.size() == 2 &&
+                (init == Init::kNormal || init == Init::kScaledNormal) &&
+                name.rfind("embedding.", 0) != 0;
   spec.name = std::move(name);
   spec.full_shape = std::move(shape);
   spec.shard = shard;
@@ -368,13 +391,13 @@ uint64_t ParamSeed(uint64_t seed, int layer, const std::string& name) {
 
 GptStage::GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
                    Communicator* tp, uint64_t seed, torch::Device device, bool bf16,
-                   bool fp32_residual)
+                   bool fp32_residual, InitScheme init)
     : GptStage(model, std::vector<std::pair<int, int>>{{first_layer, last_layer}}, recompute, tp,
-               seed, device, bf16, fp32_residual) {}
+               seed, device, bf16, fp32_residual, init) {}
 
 GptStage::GptStage(const ModelSpec& model, const std::vector<std::pair<int, int>>& chunks,
                    Recompute recompute, Communicator* tp, uint64_t seed, torch::Device device,
-                   bool bf16, bool fp32_residual)
+                   bool bf16, bool fp32_residual, InitScheme init)
     : chunks_(chunks),
       num_model_layers_(model.NumLayers()),
       hidden_(model.hidden_size),
@@ -460,12 +483,24 @@ GptStage::GptStage(const ModelSpec& model, const std::vector<std::pair<int, int>
         const int seed_layer = spec.seed_layer >= 0 ? spec.seed_layer : layer->index;
         const std::string& seed_name = spec.seed_name.empty() ? spec.name : spec.seed_name;
         auto generator = at::make_generator<at::CPUGeneratorImpl>(ParamSeed(seed, seed_layer, seed_name));
+        // Weight matrices are (out, in).
+        const double fan_out = static_cast<double>(spec.full_shape[0]);
+        const double fan_in = spec.matrix ? static_cast<double>(spec.full_shape[1]) : 1.0;
+        const InitScheme scheme = spec.matrix ? init : InitScheme::kGpt2;
         switch (spec.init) {
           case Init::kNormal:
-            full = torch::randn(spec.full_shape, generator, torch::kFloat32) * std_normal;
-            break;
           case Init::kScaledNormal:
-            full = torch::randn(spec.full_shape, generator, torch::kFloat32) * std_scaled;
+            if (scheme == InitScheme::kXavier) {
+              const double a = std::sqrt(6.0 / (fan_in + fan_out));
+              full = torch::rand(spec.full_shape, generator, torch::kFloat32) * (2 * a) - a;
+            } else {
+              const double std_dev =
+                  scheme == InitScheme::kKaiming ? std::sqrt(2.0 / fan_in)
+                  : spec.init == Init::kScaledNormal && scheme == InitScheme::kGpt2
+                      ? std_scaled
+                      : std_normal;
+              full = torch::randn(spec.full_shape, generator, torch::kFloat32) * std_dev;
+            }
             break;
           case Init::kZeros: full = torch::zeros(spec.full_shape); break;
           case Init::kOnes: full = torch::ones(spec.full_shape); break;

@@ -39,6 +39,23 @@
 
 namespace stratos {
 
+// How the weight matrices of the blocks (Q, K, V, the attention output projection, fc1, fc2) and
+// an untied LM head are drawn; embeddings are normal(0, 0.02), biases 0 and layer norms 1 / 0 in
+// every scheme. fan_in / fan_out are the full (unsharded) matrix's input / output sizes.
+//   kGpt2:   normal(0, 0.02), the residual projections (attention output, fc2) with std
+//            0.02 / sqrt(2 L) for L blocks (GPT-2, Radford et al. 2019, §2.3; the runtime's
+//            default: "scaled residual" init);
+//   kNormal: normal(0, 0.02) for every matrix (GPT, Radford et al. 2018, §4.1);
+//   kXavier: uniform(-a, a), a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, AISTATS 2010,
+//            eq. 16);
+//   kKaiming: normal(0, sqrt(2 / fan_in)) (He et al., ICCV 2015, eq. 10).
+enum class InitScheme { kGpt2, kNormal, kXavier, kKaiming };
+// "gpt2" | "normal" | "xavier" | "kaiming"
+const char* InitSchemeName(InitScheme scheme);
+// The scheme named `name`; throws InputError naming `where`, `key` and the names it accepts.
+InitScheme ParseInitScheme(const std::string& name, const std::string& where,
+                           const std::string& key);
+
 // Checks that the runtime can build `model`: family "gpt", kv heads == heads, positive sizes.
 // Throws InputError naming the model and the rule otherwise.
 void CheckRuntimeModel(const ModelSpec& model);
@@ -64,21 +81,21 @@ struct ParameterInfo {
 class GptStage {
  public:
   // Builds layers [first_layer, last_layer) of `model` for TP rank tp->Rank() of tp->Size(),
-  // with its parameters on `device` (initialized on the CPU, so equal on every device) and, if
-  // `bf16`, a bf16-autocast forward (CUDA only) whose residual stream is bf16, or fp32 with
-  // `fp32_residual`. Throws InputError if the model is not supported
+  // with its parameters on `device` (initialized on the CPU by `init`, so equal on every device)
+  // and, if `bf16`, a bf16-autocast forward (CUDA only) whose residual stream is bf16, or fp32
+  // with `fp32_residual`. Throws InputError if the model is not supported
   // (CheckRuntimeModel) or TP does not divide the heads, the ffn size or the vocabulary, and
   // std::runtime_error for bf16 on a CPU device or on a LibTorch without autocast (< 2.4).
   GptStage(const ModelSpec& model, int first_layer, int last_layer, Recompute recompute,
            Communicator* tp, uint64_t seed, torch::Device device = torch::Device(torch::kCPU),
-           bool bf16 = false, bool fp32_residual = false);
+           bool bf16 = false, bool fp32_residual = false, InitScheme init = InitScheme::kGpt2);
   // A stage of several model chunks (interleaved 1F1B's virtual stages on one pipeline rank):
   // `chunks` are [first, last) layer ranges in model order, not overlapping; their parameters
   // share one flat buffer, in chunk order. Throws as the constructor above.
   GptStage(const ModelSpec& model, const std::vector<std::pair<int, int>>& chunks,
            Recompute recompute, Communicator* tp, uint64_t seed,
            torch::Device device = torch::Device(torch::kCPU), bool bf16 = false,
-           bool fp32_residual = false);
+           bool fp32_residual = false, InitScheme init = InitScheme::kGpt2);
   ~GptStage();
   GptStage(const GptStage&) = delete;
   GptStage& operator=(const GptStage&) = delete;

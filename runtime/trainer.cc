@@ -702,6 +702,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
 
 int RunWorkerProcess(const TrainOptions& options, const RendezvousOptions& rendezvous) {
   SetUpWorkerProcess();
+  UseSingleThreadedBlas();
   std::string message;
   try {
     RendezvousOptions r = rendezvous;

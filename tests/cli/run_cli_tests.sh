@@ -496,6 +496,35 @@ expect_one_line_error "cosearch: compressions must start with none" \
 expect_one_line_error "cosearch: a rule over two flags names both" \
   "command line: --warmup-steps = 10: must be < --search-steps = 10" -- \
   "$STRATOS" cosearch --search-steps 10 --warmup-steps 10 --output-dir "$WORK/cosearch-bad"
+# init-search: a small run end to end, resumed, and its input rules.
+INIT_FLAGS=(--outer-seeds 2 --candidates 4 --step-budget 40 --max-first-rung 20 --evaluation-steps 5
+            --plateau-window 1 --batch-size 2 --validation-windows 4 --threads 1
+            --nodes 2 --global-batch 64 --cluster-model gpt3-1.3b)
+expect "init-search runs end to end and prints the comparison" 0 "compute to target: search" -- \
+  "$STRATOS" init-search "${INIT_FLAGS[@]}" --output-dir "$WORK/init"
+expect "init-search prices the search on the target cluster" 0 '"search_seconds_to_target"' -- \
+  cat "$WORK/init/summary.json"
+expect "init-search writes every candidate's curve" 0 "^2,search,3,kaiming," -- cat "$WORK/init/curves.csv"
+expect "init-search writes the default initialization's curve" 0 "^1,default,0,gpt2," -- \
+  cat "$WORK/init/curves.csv"
+cp "$WORK/init/summary.json" "$WORK/init-summary-before.json"
+expect "init-search --resume keeps finished seeds" 0 "seed 2 \(2/2\): kept from" -- \
+  "$STRATOS" init-search "${INIT_FLAGS[@]}" --output-dir "$WORK/init" --resume
+expect "a resumed init-search reports the same seeds" 0 "" -- \
+  cmp <(grep -v train_seconds "$WORK/init/summary.json") \
+      <(grep -v train_seconds "$WORK/init-summary-before.json")
+expect_one_line_error "init-search: an unknown scheme" \
+  "command line: --schemes = \"he\": must be one of gpt2, normal, xavier, kaiming" -- \
+  "$STRATOS" init-search --schemes gpt2,he --output-dir "$WORK/init-bad"
+expect_one_line_error "init-search: a rule over two flags names both" \
+  "command line: --step-budget = 100: must be >= --max-first-rung = 200" -- \
+  "$STRATOS" init-search --step-budget 100 --output-dir "$WORK/init-bad"
+expect_one_line_error "init-search: eta below 2" "command line: --eta = 1: must be >= 2" -- \
+  "$STRATOS" init-search --eta 1 --output-dir "$WORK/init-bad"
+echo "corrupt" > "$WORK/init/seed_1/result.json"
+expect_one_line_error "init-search: a corrupt seed result names the file" \
+  "seed_1/result.json: not JSON" -- \
+  "$STRATOS" init-search "${INIT_FLAGS[@]}" --output-dir "$WORK/init" --resume
 expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
   --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"

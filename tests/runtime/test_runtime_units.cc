@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
 #include "runtime/data.h"
+#include "runtime/device.h"
 #include "runtime/gpt.h"
 #include "runtime/launcher.h"
 #include "runtime/trainer.h"
@@ -20,6 +22,19 @@
 
 namespace stratos {
 namespace {
+
+// As `stratos` and every worker process do at start.
+[[maybe_unused]] const bool kSingleThreadedBlas = (UseSingleThreadedBlas(), true);
+
+TEST_CASE("an OpenBLAS behind LibTorch runs single-threaded") {
+  UseSingleThreadedBlas();
+  using GetThreads = int (*)();
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (get == nullptr) return;  // another BLAS: nothing to check
+  CHECK(get() == 1);
+  const torch::Tensor a = torch::randn({64, 64});
+  CHECK(torch::allclose(torch::mm(a, torch::eye(64)), a));
+}
 
 TEST_CASE("tinyshakespeare has 65 characters and batches depend only on (seed, step)") {
   const CharDataset data(DefaultDataPath(), 16);

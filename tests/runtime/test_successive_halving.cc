@@ -99,6 +99,52 @@ TEST_CASE("successive halving: without a plateau the first rung is at the cap; o
   CHECK(single.total_steps == 100);
 }
 
+TEST_CASE("successive halving reports every round with the live runs") {
+  Table table{{1.3, 1.1, 1.2}, {10.0, 10.0, 10.0}, {0, 0, 0}};
+  HalvingOptions options;
+  options.plateau_drop = 0.5;
+  options.plateau_window = 1;
+  options.max_first_rung_steps = 20;
+  options.step_budget = 60;
+  std::vector<std::pair<int, size_t>> rounds;  // (step, live runs)
+  const HalvingResult result = SuccessiveHalving(
+      3, options, [&](int run, int steps) { return table.Advance(run, steps); },
+      [&](int step, const std::vector<int>& live, const HalvingResult& so_far) {
+        rounds.emplace_back(step, live.size());
+        long trained = 0;
+        for (const auto& curve : so_far.curves) trained += 10 * static_cast<long>(curve.size());
+        CHECK(so_far.total_steps == trained);
+      });
+  REQUIRE(rounds.size() == 6);  // steps 10 .. 60
+  CHECK(rounds.front() == std::make_pair(10, size_t{3}));
+  CHECK(rounds.back() == std::make_pair(60, size_t{1}));
+  CHECK(result.survivor == 1);
+}
+
+TEST_CASE("steps to a target loss, compute and priced time of a halving run") {
+  // Losses after 10, 20, 30 steps.
+  CHECK(StepsToTarget({2.0, 1.5, 1.0}, 10, 1.5) == doctest::Approx(20));
+  CHECK(StepsToTarget({2.0, 1.5, 1.0}, 10, 1.25) == doctest::Approx(25));
+  CHECK(StepsToTarget({2.0, 1.5, 1.0}, 10, 3.0) == doctest::Approx(10));
+  CHECK(StepsToTarget({2.0, 1.5, 1.0}, 10, 0.5) == -1);
+  CHECK(StepsToTarget({2.0, 2.5, 1.0}, 10, 1.5) == doctest::Approx(30 - 10 * 0.5 / 1.5));
+
+  // Four runs: two stopped at 20, one at 40, the survivor at 100.
+  HalvingResult result;
+  result.survivor = 3;
+  result.stopped_at_step = {20, 40, 20, 100};
+  CHECK(ComputeSteps(result, 10) == doctest::Approx(40));
+  CHECK(ComputeSteps(result, 30) == doctest::Approx(20 + 30 + 20 + 30));
+  CHECK(ComputeSteps(result, 100) == doctest::Approx(180));
+  // A step costs n seconds with n runs live (each on 1/n of the cluster).
+  const auto per_step = [](int live) { return static_cast<double>(live); };
+  CHECK(PricedSeconds(result, 10, per_step) == doctest::Approx(40));
+  CHECK(PricedSeconds(result, 30, per_step) == doctest::Approx(20 * 4 + 10 * 2));
+  CHECK(PricedSeconds(result, 100, per_step) == doctest::Approx(80 + 20 * 2 + 60));
+  // n runs on 1/n of the cluster with perfect scaling cost the same as the compute.
+  CHECK(PricedSeconds(result, 100, per_step) == doctest::Approx(ComputeSteps(result, 100)));
+}
+
 TEST_CASE("successive halving options are checked by name") {
   HalvingOptions options;
   options.eta = 1;

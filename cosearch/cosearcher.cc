@@ -5,14 +5,18 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "costmodel/error.h"
 #include "runtime/communicator.h"
 #include "runtime/compression.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
+#include "runtime/launcher.h"
 #include "runtime/trainer.h"
 
 namespace stratos {
@@ -22,6 +26,11 @@ using torch::Tensor;
 void CoSearchOptions::Validate() const {
   const std::string where = "co-search options";
   if (batch_size < 1) ThrowInputError(where, "batch_size", batch_size, "must be >= 1");
+  if (dp_replicas < 1 || dp_replicas > 8)
+    ThrowInputError(where, "dp_replicas", dp_replicas, "must be in [1, 8]");
+  if (batch_size % dp_replicas != 0)
+    ThrowInputError(where, "batch_size", batch_size,
+                    fmt::format("must be divisible by dp_replicas = {}", dp_replicas));
   if (!(learning_rate > 0)) ThrowInputError(where, "learning_rate", learning_rate, "must be > 0");
   if (search_steps < 1) ThrowInputError(where, "search_steps", search_steps, "must be >= 1");
   if (warmup_steps < 1 || warmup_steps >= search_steps)
@@ -94,7 +103,10 @@ struct Proxy {
   std::unique_ptr<Communicator> self;
   std::unique_ptr<GptStage> stage;
   Tensor element_stage;  // (num_parameters,) int64: target stage of each element of theta
-  std::vector<std::unique_ptr<GradientCompressor>> compressors;  // [option], null for none
+  // [replica][option], null for none: each replica's own compressor state.
+  std::vector<std::vector<std::unique_ptr<GradientCompressor>>> compressors;
+  // With several replicas: replica r's rank r of one Gloo group in this process.
+  std::vector<std::unique_ptr<ProcessGroups>> groups;
   FlatAdam adam;
 
   Proxy(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate,
@@ -122,10 +134,101 @@ struct Proxy {
     }
     CompressorOptions compressor_options;
     compressor_options.seed = options.seed;
-    for (const CompressionSpec& spec : surrogate.Options())
-      compressors.push_back(spec.kind == GradCompression::kNone
-                                ? nullptr
-                                : GradientCompressor::Create(spec, shapes, compressor_options));
+    const int replicas = options.dp_replicas;
+    compressors.resize(replicas);
+    for (auto& replica : compressors)
+      for (const CompressionSpec& spec : surrogate.Options())
+        replica.push_back(spec.kind == GradCompression::kNone
+                              ? nullptr
+                              : GradientCompressor::Create(spec, shapes, compressor_options));
+    if (replicas > 1) {
+      // The ranks rendezvous together: one thread per rank.
+      groups.resize(replicas);
+      const int port = FreeTcpPort();
+      OnReplicas(replicas, [&](int r) {
+        RendezvousOptions rendezvous;
+        rendezvous.rank = r;
+        rendezvous.world_size = replicas;
+        rendezvous.local_rank = r;
+        rendezvous.master_port = port;
+        rendezvous.backend = "gloo";
+        groups[r] = std::make_unique<ProcessGroups>(rendezvous);
+      });
+    }
+  }
+
+  int Replicas() const { return static_cast<int>(compressors.size()); }
+
+  // Runs body(r) for r = 0 .. n - 1 on a thread each; rethrows the first exception.
+  static void OnReplicas(int n, const std::function<void(int)>& body) {
+    std::vector<std::exception_ptr> errors(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          body(r);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+  // Each replica's gradient at theta on its 1/R of the step's batch (the samples of DP rank r),
+  // and in *loss the mean loss over the whole batch.
+  std::vector<Tensor> ReplicaGradients(uint64_t seed, int64_t step, int batch_size,
+                                       double* loss) {
+    const int R = Replicas(), share = batch_size / R;
+    std::vector<Tensor> grads;
+    *loss = 0;
+    for (int r = 0; r < R; ++r) {
+      double replica_loss = 0;
+      grads.push_back(Gradient(data->TrainBatch(seed, step, batch_size, r * share, share),
+                               &replica_loss));
+      *loss += replica_loss / R;
+    }
+    return grads;
+  }
+
+  // V_k for each option k with needed[k]: the mean over the replicas of their gradients after
+  // option k's compression and exchange (undefined where not needed). One replica: the round
+  // trip of a group of one.
+  std::vector<Tensor> Variants(const std::vector<Tensor>& grads, const std::vector<bool>& needed) {
+    const int R = Replicas(), K = static_cast<int>(needed.size());
+    std::vector<Tensor> variants(K);
+    if (R == 1) {
+      for (int k = 0; k < K; ++k)
+        if (needed[k]) variants[k] = RoundTrip(k, grads[0]);
+      return variants;
+    }
+    const int num_params = static_cast<int>(stage->Parameters().size());
+    std::vector<int> params(num_params);
+    for (int p = 0; p < num_params; ++p) params[p] = p;
+    OnReplicas(R, [&](int r) {
+      for (int k = 0; k < K; ++k) {
+        if (!needed[k]) continue;
+        if (!compressors[r][k]) {  // none: the plain mean (an all-reduce's)
+          if (r == 0) {
+            variants[k] = grads[0].clone();
+            for (int q = 1; q < R; ++q) variants[k].add_(grads[q]);
+            variants[k].div_(R);
+          }
+          continue;
+        }
+        Tensor buffer = grads[r].clone();
+        std::vector<Tensor> views;
+        for (int p = 0; p < num_params; ++p) {
+          const ParameterInfo& info = stage->ParameterInfos()[p];
+          views.push_back(buffer.narrow(0, info.offset, info.numel).view(
+              stage->Parameters()[p].sizes()));
+        }
+        compressors[r][k]->Reduce(params, views, groups[r]->World());
+        if (r == 0) variants[k] = buffer;
+      }
+    });
+    return variants;
   }
 
   Tensor Theta() const { return stage->FlatParameters(); }
@@ -170,13 +273,13 @@ struct Proxy {
 
   // Round trip of g through option k's compressor, parameter by parameter.
   Tensor RoundTrip(int k, const Tensor& g) {
-    if (!compressors[k]) return g;
+    if (!compressors[0][k]) return g;
     Tensor out = torch::empty_like(g);
     for (size_t p = 0; p < stage->Parameters().size(); ++p) {
       const ParameterInfo& info = stage->ParameterInfos()[p];
       const Tensor grad = g.narrow(0, info.offset, info.numel).view(stage->Parameters()[p].sizes());
       out.narrow(0, info.offset, info.numel)
-          .copy_(compressors[k]->RoundTrip(static_cast<int>(p), grad).reshape(-1));
+          .copy_(compressors[0][k]->RoundTrip(static_cast<int>(p), grad).reshape(-1));
     }
     return out;
   }
@@ -289,11 +392,10 @@ void CoSearcher::Step() {
   const int S = surrogate.NumStages(), K = surrogate.NumOptions();
   Proxy& proxy = x.proxy;
 
-  const CharDataset::Batch batch =
-      proxy.data->TrainBatch(o.seed, step_, o.batch_size, 0, o.batch_size);
-  const Tensor g = proxy.Gradient(batch, &last_train_loss_);
-  std::vector<Tensor> variants;
-  for (int k = 0; k < K; ++k) variants.push_back(proxy.RoundTrip(k, g));
+  const std::vector<Tensor> grads =
+      proxy.ReplicaGradients(o.seed, step_, o.batch_size, &last_train_loss_);
+  const Tensor& g = grads[0];
+  const std::vector<Tensor> variants = proxy.Variants(grads, std::vector<bool>(K, true));
 
   if (step_ >= o.warmup_steps) {
     const double temperature = Temperature();
@@ -378,9 +480,10 @@ void CoSearcher::SaveCheckpoint() const {
   std::filesystem::create_directories(dir);
   std::vector<Tensor> tensors = {alpha_, x.alpha_m, x.alpha_v, x.proxy.Theta(), x.proxy.adam.m,
                                  x.proxy.adam.v};
-  for (const auto& compressor : x.proxy.compressors)
-    if (compressor)
-      for (const Tensor& t : compressor->State()) tensors.push_back(t);
+  for (const auto& replica : x.proxy.compressors)
+    for (const auto& compressor : replica)
+      if (compressor)
+        for (const Tensor& t : compressor->State()) tensors.push_back(t);
   torch::save(tensors, dir + "/cosearch.pt.tmp");
   nlohmann::json meta = {{"schema", "stratos.cosearch_checkpoint/1"},
                          {"step", step_},
@@ -431,13 +534,14 @@ void CoSearcher::LoadCheckpoint() {
   x.proxy.adam.m.copy_(tensors[4]);
   x.proxy.adam.v.copy_(tensors[5]);
   size_t next = 6;
-  for (const auto& compressor : x.proxy.compressors) {
-    if (!compressor) continue;
-    const size_t count = compressor->State().size();
-    compressor->LoadState(std::vector<Tensor>(tensors.begin() + next,
-                                              tensors.begin() + next + count));
-    next += count;
-  }
+  for (const auto& replica : x.proxy.compressors)
+    for (const auto& compressor : replica) {
+      if (!compressor) continue;
+      const size_t count = compressor->State().size();
+      compressor->LoadState(std::vector<Tensor>(tensors.begin() + next,
+                                                tensors.begin() + next + count));
+      next += count;
+    }
   step_ = meta.at("step").get<int>();
   lambda_ = meta.at("lambda").get<double>();
   x.alpha_steps = meta.at("alpha_steps").get<int64_t>();
@@ -460,16 +564,16 @@ std::vector<CurvePoint> TrainFixedPlan(const CoSearchOptions& options,
     if (step % eval_every == 0 || step == steps)
       curve.push_back({step, proxy.LossAt(proxy.Theta(), validation)});
     if (step == steps) break;
-    const CharDataset::Batch batch =
-        proxy.data->TrainBatch(options.seed, step, options.batch_size, 0, options.batch_size);
     double loss = 0;
-    const Tensor g = proxy.Gradient(batch, &loss);
-    Tensor update = torch::zeros_like(g);
-    for (int k = 0; k < K; ++k) {
-      const Tensor weight = proxy.ElementWeights(pt, k);
-      if (weight.sum().item<double>() == 0) continue;  // no stage uses option k
-      update.add_(weight * proxy.RoundTrip(k, g));
-    }
+    const std::vector<Tensor> grads =
+        proxy.ReplicaGradients(options.seed, step, options.batch_size, &loss);
+    std::vector<bool> needed(K);
+    for (int k = 0; k < K; ++k)  // options no stage uses are not computed
+      needed[k] = proxy.ElementWeights(pt, k).sum().item<double>() > 0;
+    const std::vector<Tensor> variants = proxy.Variants(grads, needed);
+    Tensor update = torch::zeros_like(grads[0]);
+    for (int k = 0; k < K; ++k)
+      if (needed[k]) update.add_(proxy.ElementWeights(pt, k) * variants[k]);
     proxy.adam.Step(proxy.Theta(), update);
   }
   return curve;

@@ -34,9 +34,15 @@
 //   3. Inner: Adam step on theta with the mixed gradient sum_k p_k V_k (p after the outer step).
 // The temperature anneals geometrically; Discretize() takes the argmax per stage.
 //
-// The choices that do not touch the math of training (the layout of the base plan) are fixed;
-// a single process stands in for each stage's DP group (the compressor round trip of a group
-// of one), so the averaging of compressed gradients across replicas is not simulated.
+// The choices that do not touch the math of training (the layout of the base plan) are fixed.
+// With dp_replicas = R > 1 the inner loop trains R data-parallel replicas: replica r computes
+// the gradient of its 1/R of the step's batch (the samples the runtime's DP rank r would get),
+// each replica has its own compressor state per option (its own error feedback), and each
+// option's V_k is the mean over the replicas that the compressor's real exchange produces,
+// over a Gloo group of R ranks in this process (one thread per rank; PowerSGD's two
+// all-reduces, top-k's all-gather, ...). The replicas' parameters stay equal (they all apply
+// the same mean), so one copy of theta serves them all. With R = 1 a group of one stands in
+// (the compressor round trip).
 #include <torch/torch.h>
 
 #include <memory>
@@ -53,7 +59,8 @@ struct CoSearchOptions {
   std::string model = "gpt-tiny";
   int seq_length = 0;          // 0: the model's
   std::string data_path;       // "": DefaultDataPath()
-  int batch_size = 8;          // sequences per step
+  int batch_size = 8;          // sequences per step (over all replicas)
+  int dp_replicas = 1;         // data-parallel replicas, in [1, 8], dividing batch_size
   double learning_rate = 1e-3; // Adam on theta (beta 0.9, 0.95 as the runtime)
   uint64_t seed = 1234;
   // Outer loop.

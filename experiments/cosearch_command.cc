@@ -56,6 +56,10 @@ int RunCoSearch(const CoSearchArgs& args) {
   CoSearchOptions options;
   options.model = args.proxy_model;
   options.batch_size = args.batch_size;
+  options.dp_replicas = args.dp_replicas;
+  if (args.batch_size % args.dp_replicas != 0)  // one rule over two flags
+    ThrowInputError("command line", "--batch-size", args.batch_size,
+                    fmt::format("must be divisible by --dp-replicas = {}", args.dp_replicas));
   options.learning_rate = args.learning_rate;
   options.alpha_learning_rate = args.alpha_learning_rate;
   options.seed = static_cast<uint64_t>(args.seed);
@@ -269,6 +273,7 @@ int RunCoSearch(const CoSearchArgs& args) {
         {"eval_steps", args.eval_steps},
         {"lambda", args.lambda},
         {"second_order", !args.first_order},
+        {"dp_replicas", args.dp_replicas},
         {"seed", args.seed}}}};
   WriteJsonAtomically(args.output_dir + "/summary.json", summary);
   fmt::print("wrote {0}/summary.json, {0}/curves.csv, {0}/alpha.csv\n", args.output_dir);

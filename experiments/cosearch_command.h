@@ -18,6 +18,7 @@ struct CoSearchArgs {
   int search_steps = 250;
   int warmup_steps = 50;
   int batch_size = 8;
+  int dp_replicas = 2;              // data-parallel replicas of the proxy (Gloo ranks in-process)
   double learning_rate = 1e-3;
   double alpha_learning_rate = 0.05;
   std::string lambda = "auto";      // "auto" or a number >= 0

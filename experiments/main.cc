@@ -245,6 +245,7 @@ int main(int argc, char** argv) {
   cosearch_command->add_option("--search-steps", cosearch.search_steps, "co-search steps")->check(IntAtLeast(2))->capture_default_str();
   cosearch_command->add_option("--warmup-steps", cosearch.warmup_steps, "steps before alpha moves (< --search-steps)")->check(IntAtLeast(1))->capture_default_str();
   cosearch_command->add_option("--batch-size", cosearch.batch_size, "proxy sequences per step")->check(IntAtLeast(1))->capture_default_str();
+  cosearch_command->add_option("--dp-replicas", cosearch.dp_replicas, "data-parallel replicas of the proxy, each compressing its own gradient (Gloo ranks in this process)")->check(IntIn(1, 8))->capture_default_str();
   cosearch_command->add_option("--lr", cosearch.learning_rate, "proxy Adam learning rate")->check(NumberAbove(0))->capture_default_str();
   cosearch_command->add_option("--alpha-lr", cosearch.alpha_learning_rate, "Adam learning rate on alpha")->check(NumberAbove(0))->capture_default_str();
   cosearch_command->add_option("--lambda", cosearch.lambda, "weight of predicted time: auto or a number >= 0")->capture_default_str();

@@ -525,6 +525,9 @@ echo "corrupt" > "$WORK/init/seed_1/result.json"
 expect_one_line_error "init-search: a corrupt seed result names the file" \
   "seed_1/result.json: not JSON" -- \
   "$STRATOS" init-search "${INIT_FLAGS[@]}" --output-dir "$WORK/init" --resume
+expect_one_line_error "cosearch: the batch splits over the DP replicas" \
+  "command line: --batch-size = 3: must be divisible by --dp-replicas = 2" -- \
+  "$STRATOS" cosearch --batch-size 3 --output-dir "$WORK/cosearch-bad"
 expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
   --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"

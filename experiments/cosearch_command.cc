@@ -276,7 +276,13 @@ int RunCoSearch(const CoSearchArgs& args) {
         {"dp_replicas", args.dp_replicas},
         {"seed", args.seed}}}};
   WriteJsonAtomically(args.output_dir + "/summary.json", summary);
-  fmt::print("wrote {0}/summary.json, {0}/curves.csv, {0}/alpha.csv\n", args.output_dir);
+  const bool plotted = RunPlotScript(
+      fmt::format("cosearch '{0}/curves.csv' --target {1} -o '{0}/loss_vs_time.png'",
+                  args.output_dir, target),
+      args.output_dir + "/plot.log");
+  fmt::print("wrote {0}/summary.json, {0}/curves.csv, {0}/alpha.csv{1}\n", args.output_dir,
+             plotted ? fmt::format(", {}/loss_vs_time.png", args.output_dir)
+                     : " (no plot: see plot.log)");
   return kExitSuccess;
 }
 

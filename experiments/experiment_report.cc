@@ -10,7 +10,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
@@ -242,17 +241,8 @@ int RunExperimentReport(const ExperimentReportOptions& options) {
                                              {"summary", summary}});
 
   if (options.plots) {
-    const std::string script = DataPath("experiments/plot.py");
-    // The first python3 on PATH may lack matplotlib (a pyenv or venv); Debian's has it.
-    bool plotted = false;
-    for (const char* python : {"python3", "/usr/bin/python3"}) {
-      const std::string command = fmt::format("{} '{}' experiment '{}' > '{}/plot.log' 2>&1",
-                                              python, script, dir, dir);
-      if (fs::exists(script) && std::system(command.c_str()) == 0) {
-        plotted = true;
-        break;
-      }
-    }
+    const bool plotted =
+        RunPlotScript(fmt::format("experiment '{}'", dir), dir + "/plot.log");
     if (plotted) {
       md += "Plots: `gap_vs_size.png` (gap to the best known plan against devices), "
             "`wall_vs_size.png` (search wall seconds against devices, log-log), `ablation.png` "

@@ -11,7 +11,6 @@
 #include <mutex>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -21,7 +20,6 @@
 #include <thread>
 
 #include "cosearch/init_search.h"
-#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
@@ -496,19 +494,12 @@ int RunInitSearchCommand(const InitSearchArgs& args) {
                        {"cluster_view", cluster_json},
                        {"verdict", verdict},
                        {"train_seconds", train_seconds}});
-  std::string plotted = "";
-  const std::string script = DataPath("experiments/plot.py");
-  for (const char* python : {"python3", "/usr/bin/python3"}) {
-    const std::string command =
-        fmt::format("{} '{}' init-search '{}/curves.csv' --target {} -o '{}/loss_vs_compute.png' "
-                    "> '{}/plot.log' 2>&1",
-                    python, script, args.output_dir, target, args.output_dir, args.output_dir);
-    if (fs::exists(script) && std::system(command.c_str()) == 0) {
-      plotted = ", loss_vs_compute.png";
-      break;
-    }
-  }
-  fmt::print("wrote {}/summary.json, curves.csv{}\n", args.output_dir, plotted);
+  const bool plotted = RunPlotScript(
+      fmt::format("init-search '{0}/curves.csv' --target {1} -o '{0}/loss_vs_compute.png'",
+                  args.output_dir, target),
+      args.output_dir + "/plot.log");
+  fmt::print("wrote {}/summary.json, curves.csv{}\n", args.output_dir,
+             plotted ? ", loss_vs_compute.png" : " (no plot: see plot.log)");
   return kExitSuccess;
 }
 

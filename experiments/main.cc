@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
 
   stratos::BenchRuntimeArgs bench_runtime;
   CLI::App* runtime_bench = bench_command->add_subcommand(
-      "runtime", "runtime acceptance: measured vs predicted iteration time of 6 plans (MAPE) and "
+      "runtime", "runtime acceptance: measured vs predicted iteration time of 9 plans (MAPE, Spearman) and "
                  "overhead against plain single-process LibTorch training");
   runtime_bench->add_option("--output-dir", bench_runtime.output_dir)->check(OutputDirectory())->capture_default_str();
   runtime_bench->add_option("--steps", bench_runtime.steps, "steps per run (first is warm-up)")

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/data_dir.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/pipeline_sim.h"
@@ -103,6 +104,17 @@ void WritePlanTrace(const std::string& path, const Estimate& estimate, const Pla
   const SimResult sim =
       SimulatePipeline(SimStagesFromEstimate(estimate), plan.num_microbatches, plan.schedule);
   WriteJsonAtomically(path, ChromeTrace(sim, process_name, StageGroupNotes(estimate)));
+}
+
+bool RunPlotScript(const std::string& arguments, const std::string& log_path) {
+  const std::string script = DataPath("experiments/plot.py");
+  if (!std::filesystem::exists(script)) return false;
+  for (const char* python : {"python3", "/usr/bin/python3"}) {
+    const std::string command =
+        fmt::format("{} '{}' {} > '{}' 2>&1", python, script, arguments, log_path);
+    if (std::system(command.c_str()) == 0) return true;
+  }
+  return false;
 }
 
 }  // namespace stratos

@@ -48,6 +48,11 @@ class OutputSet {
   bool committed_ = false;
 };
 
+// Runs experiments/plot.py (matplotlib) with `arguments` (already quoted for the shell), its
+// output into `log_path`; tries the first python3 on PATH, then Debian's (a pyenv or venv
+// python3 may lack matplotlib). Returns whether it succeeded; never throws for a failed plot.
+bool RunPlotScript(const std::string& arguments, const std::string& log_path);
+
 // The whole file. Throws InputError "<path>: cannot open" if it cannot be read.
 std::string ReadTextFile(const std::string& path);
 // The file parsed as JSON. Throws InputError naming the file for a missing file or bad JSON.

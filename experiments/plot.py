@@ -8,6 +8,8 @@
   experiments/plot.py experiment out/experiments/ablation-relax
       the plots of `stratos experiment report` (written into that directory): gap_vs_size.png,
       wall_vs_size.png, ablation.png, anytime.png
+  experiments/plot.py cosearch out/cosearch/curves.csv --target 3.2 -o loss.png
+      `stratos cosearch`: validation loss against simulated time, one line per compared plan
   experiments/plot.py init-search out/init-search/curves.csv --target 1.9 -o loss.png
       `stratos init-search`: the first seed's candidates against their steps (halving), and
       validation loss against compute (steps over all runs), search against the default
@@ -165,6 +167,24 @@ def plot_experiment(directory, _output):
     print(f"wrote the plots into {directory}")
 
 
+def plot_cosearch(path, output, target=None):
+    rows = read_rows(path)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for plan in dict.fromkeys(r["plan"] for r in rows):
+        points = [r for r in rows if r["plan"] == plan]
+        ax.plot([float(r["simulated_seconds"]) for r in points],
+                [float(r["validation_loss"]) for r in points], marker=".",
+                linewidth=2.2 if plan == "cosearch" else 1.0, label=plan)
+    if target:
+        ax.axhline(target, color="gray", linestyle="--", linewidth=0.8, label="target")
+    ax.set_xlabel("simulated time on the target cluster (s)")
+    ax.set_ylabel("validation loss (real)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+
+
 def plot_init_search(path, output, target=None):
     rows = read_rows(path)
     seeds = sorted({int(r["outer_seed"]) for r in rows})
@@ -209,16 +229,19 @@ def plot_init_search(path, output, target=None):
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["anytime", "ladder", "experiment", "init-search"])
+    parser.add_argument("kind", choices=["anytime", "ladder", "experiment", "cosearch",
+                                         "init-search"])
     parser.add_argument("csv", help="CSV file (anytime, ladder) or experiment directory")
     parser.add_argument("-o", "--output", help="image file to write (.png, .svg); not for "
                         "experiment, which writes into its directory")
-    parser.add_argument("--target", type=float, help="init-search: the target validation loss")
+    parser.add_argument("--target", type=float,
+                        help="cosearch, init-search: the target validation loss")
     args = parser.parse_args(argv)
     if args.kind != "experiment" and not args.output:
         parser.error("-o/--output is required for " + args.kind)
-    if args.kind == "init-search":
-        plot_init_search(args.csv, args.output, args.target)
+    if args.kind in ("cosearch", "init-search"):
+        {"cosearch": plot_cosearch, "init-search": plot_init_search}[args.kind](
+            args.csv, args.output, args.target)
     else:
         {"anytime": plot_anytime, "ladder": plot_ladder,
          "experiment": plot_experiment}[args.kind](args.csv, args.output)

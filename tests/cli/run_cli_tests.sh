@@ -490,6 +490,7 @@ expect "cosearch runs end to end and prints the comparison" 0 "time to target" -
   --output-dir "$WORK/cosearch"
 expect "cosearch writes curves for every plan" 0 "^throughput-only,10," -- cat "$WORK/cosearch/curves.csv"
 expect "cosearch says its time axis is simulated" 0 "simulated" -- cat "$WORK/cosearch/summary.json"
+expect "cosearch plots loss against simulated time" 0 "PNG" -- head -c 8 "$WORK/cosearch/loss_vs_time.png"
 expect_one_line_error "cosearch: compressions must start with none" \
   "--grad-compressions = \"?powersgd,none\"?: must start with none" -- \
   "$STRATOS" cosearch --grad-compressions powersgd,none --output-dir "$WORK/cosearch-bad"
@@ -505,6 +506,7 @@ expect "init-search runs end to end and prints the comparison" 0 "compute to tar
 expect "init-search prices the search on the target cluster" 0 '"search_seconds_to_target"' -- \
   cat "$WORK/init/summary.json"
 expect "init-search writes every candidate's curve" 0 "^2,search,3,kaiming," -- cat "$WORK/init/curves.csv"
+expect "init-search plots loss against compute" 0 "PNG" -- head -c 8 "$WORK/init/loss_vs_compute.png"
 expect "init-search writes the default initialization's curve" 0 "^1,default,0,gpt2," -- \
   cat "$WORK/init/curves.csv"
 cp "$WORK/init/summary.json" "$WORK/init-summary-before.json"

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "costmodel/error.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
+#include "costmodel/evaluate.h"
 #include "search/relax_searcher.h"
 
 namespace stratos {
@@ -47,6 +49,26 @@ struct FixedPlanResult {
   double steps_to_target = -1;  // interpolated between evaluations; -1: not reached
   double seconds_to_target = 0;
 };
+
+// One stage over every device, TP 1, ZeRO 0, no recomputation (DDP as most jobs run it), with the
+// fewest microbatches that fit; nullopt if the per-device batch does not split or nothing fits.
+std::optional<Plan> DataParallelPlan(const Problem& problem) {
+  const int devices = problem.cluster.NumDevices();
+  const int batch = problem.training.global_batch_size;
+  if (problem.cluster.node_groups.size() != 1 || batch % devices != 0) return std::nullopt;
+  StageConfig config;
+  config.data_parallel = devices;
+  if (!SetMeshForDevices(config, devices, problem.cluster.GpusPerNode())) return std::nullopt;
+  Plan plan;
+  plan.global_batch_size = batch;
+  plan.stages.push_back({0, problem.model.NumLayers(), config});
+  for (int m = 1; m <= batch / devices; ++m) {
+    if (batch / devices % m != 0) continue;
+    plan.num_microbatches = m;
+    if (Evaluate(problem, plan).Fits()) return plan;
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -85,23 +107,44 @@ int RunCoSearch(const CoSearchArgs& args) {
   const std::vector<CompressionSpec> compressions = ParseCompressions(args.grad_compressions);
   EnsureDirectory(args.output_dir);
 
-  // 1. The base plan: throughput only, no compression.
+  // 1. The base plan: relax's (throughput only, no compression), pure data parallelism, or a
+  // plan file.
   const Problem problem = LoadProblem(args.target);
-  SearchOptions search_options;
-  search_options.time_limit_seconds = 30;
-  search_options.seed = args.seed;
-  RelaxSearcher relax;
-  const SearchResult base = relax.Search(problem, search_options);
-  if (!base.plan) {
-    fmt::print(stderr, "stratos cosearch: the target problem has no feasible plan: {}\n",
-               base.summary.message);
-    return kExitNoResult;
+  std::optional<Plan> base_plan;
+  std::string base_name = args.base_plan;
+  if (args.base_plan == "relax") {
+    SearchOptions search_options;
+    search_options.time_limit_seconds = 30;
+    search_options.seed = args.seed;
+    const SearchResult found = RelaxSearcher().Search(problem, search_options);
+    if (!found.plan) {
+      fmt::print(stderr, "stratos cosearch: the target problem has no feasible plan: {}\n",
+                 found.summary.message);
+      return kExitNoResult;
+    }
+    base_plan = found.plan;
+    base_name = "relax, throughput only";
+  } else if (args.base_plan == "data-parallel") {
+    base_plan = DataParallelPlan(problem);
+    if (!base_plan) {
+      fmt::print(stderr, "stratos cosearch: no data-parallel plan of {} fits on {}\n",
+                 problem.model.name, problem.cluster.name);
+      return kExitNoResult;
+    }
+    base_name = "data parallel over every device";
+  } else {
+    base_plan = ReadPlanFile(args.base_plan);
+    const Estimate estimate = Evaluate(problem, *base_plan);
+    if (!estimate.Fits())
+      throw InputError(fmt::format("{}: the base plan does not fit in memory: {}", args.base_plan,
+                                   estimate.MemoryViolation()));
   }
-  const CompressionTimeSurrogate surrogate(problem, *base.plan, compressions);
+  const std::optional<Plan> base = base_plan;
+  const CompressionTimeSurrogate surrogate(problem, *base, compressions);
   fmt::print("target: {} on {} ({} devices), global batch {}\n", problem.model.name,
              problem.cluster.name, problem.cluster.NumDevices(),
              problem.training.global_batch_size);
-  fmt::print("base plan (relax, throughput only): {}\n", base.plan->Summary());
+  fmt::print("base plan ({}): {}\n", base_name, base->Summary());
   fmt::print("predicted iteration without compression: {:.4f} s\n", surrogate.BaseSeconds());
   for (int s = 0; s < surrogate.NumStages(); ++s) {
     std::string row = fmt::format("  stage {} predicted s/iteration by option:", s);
@@ -259,7 +302,8 @@ int RunCoSearch(const CoSearchArgs& args) {
         {"cluster", problem.cluster.name},
         {"devices", problem.cluster.NumDevices()},
         {"global_batch_size", problem.training.global_batch_size}}},
-      {"base_plan", PlanToJson(*base.plan)},
+      {"base_plan", PlanToJson(*base)},
+      {"base_plan_source", base_name},
       {"cosearched_plan", PlanToJson(surrogate.PlanFor(cosearched))},
       {"time_axis", "simulated: steps x predicted iteration seconds on the target cluster"},
       {"target_validation_loss", target},

@@ -9,9 +9,13 @@
 namespace stratos {
 
 struct CoSearchArgs {
-  // The target problem whose iteration time is predicted: GPT-3 2.7B on 16 p3.16xlarge nodes
-  // (128 V100, 25 Gb/s between nodes: data-parallel communication matters).
-  ProblemArgs target = {"gpt3-2.7b", "p3.16xlarge-calibrated", "16", 512};
+  // The target problem whose iteration time is predicted, communication-bound by default: GPT-2
+  // trained data-parallel (DDP) on 8 p3.8xlarge nodes (32 V100, 10 Gb/s between nodes: AMP's
+  // p3.8xlarge bandwidths), where the gradient all-reduce is most of the iteration.
+  ProblemArgs target = {"gpt2", "p3.8xlarge", "8", 512};
+  // The target's plan whose stages choose a compression: "relax" (its throughput-only plan
+  // without compression), "data-parallel" (one stage over every device, DDP-style) or a plan file.
+  std::string base_plan = "data-parallel";
   std::string proxy_model = "gpt-tiny";
   // Gradient compression options of every stage (DESIGN.md §1), a comma list starting with none.
   std::string grad_compressions = "none,bf16,powersgd,topk,terngrad,sign";

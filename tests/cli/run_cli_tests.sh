@@ -485,12 +485,20 @@ expect "validate alpa-comm writes its figures" 0 '"held_out_2x8_group_16"' -- ca
 
 # Co-search: a few steps end to end (the full default run takes ~12 minutes).
 expect "cosearch runs end to end and prints the comparison" 0 "time to target" -- \
-  "$STRATOS" cosearch --model gpt3-1.3b --nodes 2 --global-batch 64 --search-steps 6 \
+  "$STRATOS" cosearch --model gpt2 --nodes 2 --global-batch 64 --search-steps 6 \
   --warmup-steps 2 --batch-size 2 --eval-steps 10 --eval-every 5 --eval-windows 8 \
   --output-dir "$WORK/cosearch"
 expect "cosearch writes curves for every plan" 0 "^throughput-only,10," -- cat "$WORK/cosearch/curves.csv"
 expect "cosearch says its time axis is simulated" 0 "simulated" -- cat "$WORK/cosearch/summary.json"
 expect "cosearch plots loss against simulated time" 0 "PNG" -- head -c 8 "$WORK/cosearch/loss_vs_time.png"
+expect "cosearch's default base plan is data parallel over every device" 0 '"base_plan_source": "data parallel' -- \
+  cat "$WORK/cosearch/summary.json"
+expect "cosearch: no data-parallel plan fits is a result, not a crash" 1 "no data-parallel plan of gpt3-2.7b fits" -- \
+  "$STRATOS" cosearch --model gpt3-2.7b --nodes 2 --global-batch 64 --output-dir "$WORK/cosearch-bad"
+expect "cosearch takes relax's plan as the base" 0 "base plan \(relax, throughput only\)" -- \
+  "$STRATOS" cosearch --model gpt3-1.3b --cluster p3.16xlarge-calibrated --nodes 2 --global-batch 64 \
+  --base-plan relax --search-steps 3 --warmup-steps 1 --batch-size 2 --eval-steps 2 --eval-every 1 \
+  --eval-windows 4 --output-dir "$WORK/cosearch-relax"
 expect_one_line_error "cosearch: compressions must start with none" \
   "--grad-compressions = \"?powersgd,none\"?: must start with none" -- \
   "$STRATOS" cosearch --grad-compressions powersgd,none --output-dir "$WORK/cosearch-bad"

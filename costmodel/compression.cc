@@ -1,10 +1,10 @@
 #include "costmodel/compression.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 #include "costmodel/error.h"
 #include "costmodel/model.h"
@@ -242,14 +242,91 @@ std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
   return shapes;
 }
 
+namespace {
+
+std::string Trim(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+// Splits at the commas outside parentheses; `unbalanced` is set if a parenthesis is left open
+// or closed without one open.
+std::vector<std::string> SplitTopLevel(const std::string& text, bool* unbalanced) {
+  std::vector<std::string> items(1);
+  int depth = 0;
+  *unbalanced = false;
+  for (char c : text) {
+    if (c == '(') ++depth;
+    if (c == ')' && --depth < 0) *unbalanced = true;
+    if (c == ',' && depth == 0) {
+      items.emplace_back();
+    } else {
+      items.back() += c;
+    }
+  }
+  if (depth != 0) *unbalanced = true;
+  return items;
+}
+
+}  // namespace
+
 std::vector<CompressionSpec> ParseCompressionList(const std::string& text, const std::string& where,
                                                   const std::string& key) {
   std::vector<CompressionSpec> specs;
-  std::stringstream stream(text);
-  std::string name;
-  while (std::getline(stream, name, ',')) {
+  bool unbalanced = false;
+  const std::vector<std::string> items = SplitTopLevel(text, &unbalanced);
+  if (unbalanced) ThrowInputError(where, key, text, "has unbalanced parentheses");
+  for (const std::string& raw : items) {
+    const std::string item = Trim(raw);
+    if (item.empty()) continue;
+    const size_t open = item.find('(');
     CompressionSpec spec;
-    spec.kind = ParseGradCompression(name, where, key);
+    spec.kind = ParseGradCompression(Trim(item.substr(0, open)), where, key);
+    if (open != std::string::npos) {
+      if (item.back() != ')')
+        ThrowInputError(where, key, fmt::format("\"{}\"", item),
+                        "must end with ')' after its parameters");
+      bool ignored = false;
+      for (const std::string& raw_parameter :
+           SplitTopLevel(item.substr(open + 1, item.size() - open - 2), &ignored)) {
+        const std::string parameter = Trim(raw_parameter);
+        const size_t equals = parameter.find('=');
+        const std::string name = Trim(parameter.substr(0, equals));
+        const std::string value_text =
+            equals == std::string::npos ? "" : Trim(parameter.substr(equals + 1));
+        const std::vector<std::string> allowed =
+            spec.kind == GradCompression::kTopK       ? std::vector<std::string>{"density", "momentum"}
+            : spec.kind == GradCompression::kPowerSgd ? std::vector<std::string>{"rank"}
+                                                      : std::vector<std::string>{};
+        if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
+          ThrowInputError(where, key, fmt::format("\"{}\"", item),
+                          allowed.empty()
+                              ? fmt::format("{} takes no parameters", GradCompressionName(spec.kind))
+                              : fmt::format("{} takes {}=VALUE", GradCompressionName(spec.kind),
+                                            fmt::join(allowed, "=VALUE, ")));
+        size_t used = 0;
+        double value = 0;
+        try {
+          value = std::stod(value_text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value_text.size())
+          ThrowInputError(where, key, fmt::format("\"{}\"", item),
+                          fmt::format("{} must be a number", name));
+        if (name == "density") spec.topk_density = value;
+        if (name == "momentum") spec.topk_momentum = value;
+        if (name == "rank") {
+          if (value != std::floor(value) || value < 1 || value > 1e6)
+            ThrowInputError(where, key, fmt::format("\"{}\"", item),
+                            "rank must be an integer >= 1");
+          spec.powersgd_rank = static_cast<int>(value);
+        }
+      }
+    }
+    const std::string rule = CheckCompressionSpec(spec);
+    if (!rule.empty()) ThrowInputError(where, key, fmt::format("\"{}\"", item), rule);
     specs.push_back(spec);
   }
   if (specs.empty()) ThrowInputError(where, key, text, "must list at least one compression");

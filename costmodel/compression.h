@@ -70,8 +70,11 @@ std::string CheckCompressionSpec(const CompressionSpec& spec);
 // rank, so ZeRO stages 2 and 3 (sharded gradients) are refused.
 std::string CheckStageCompression(const CompressionSpec& spec, int zero_stage);
 
-// A comma list of names ("none,bf16,powersgd"), each with its kind's default parameters.
-// Throws InputError naming where, key and the bad name; an empty list is an error too.
+// A comma list of compressions, each a name with its kind's default parameters ("none,bf16,
+// powersgd") or a name with parameters in the spelling Label() prints ("topk(density=0.1)",
+// "topk(density=0.01, momentum=0.9)", "powersgd(rank=1)"). Throws InputError naming where, key
+// and the bad item: an unknown name or parameter, a value that is not a number, a rule of
+// CheckCompressionSpec, unbalanced parentheses, or an empty list.
 std::vector<CompressionSpec> ParseCompressionList(const std::string& text, const std::string& where,
                                                   const std::string& key);
 

@@ -18,7 +18,7 @@ struct CoSearchArgs {
   std::string base_plan = "data-parallel";
   std::string proxy_model = "gpt-tiny";
   // Gradient compression options of every stage (DESIGN.md §1), a comma list starting with none.
-  std::string grad_compressions = "none,bf16,powersgd,topk,terngrad,sign";
+  std::string grad_compressions = "none,bf16,powersgd(rank=1),powersgd(rank=4),topk,terngrad,sign";
   int search_steps = 250;
   int warmup_steps = 50;
   int batch_size = 8;

@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
   cosearch_command->add_option("--global-batch", cosearch.target.global_batch_size, "target global batch")->check(IntAtLeast(1))->capture_default_str();
   cosearch_command->add_option("--base-plan", cosearch.base_plan, "the target plan whose stages choose a compression: relax, data-parallel or a plan file")->capture_default_str();
   cosearch_command->add_option("--proxy-model", cosearch.proxy_model, "model trained for real (gpt-tiny or a model file)")->capture_default_str();
-  cosearch_command->add_option("--grad-compressions", cosearch.grad_compressions, "gradient compression options per stage, comma list starting with none")->capture_default_str();
+  cosearch_command->add_option("--grad-compressions", cosearch.grad_compressions, "gradient compression options per stage, comma list starting with none; parameters as labels print them, e.g. powersgd(rank=1), topk(density=0.1)")->capture_default_str();
   cosearch_command->add_option("--search-steps", cosearch.search_steps, "co-search steps")->check(IntAtLeast(2))->capture_default_str();
   cosearch_command->add_option("--warmup-steps", cosearch.warmup_steps, "steps before alpha moves (< --search-steps)")->check(IntAtLeast(1))->capture_default_str();
   cosearch_command->add_option("--batch-size", cosearch.batch_size, "proxy sequences per step")->check(IntAtLeast(1))->capture_default_str();

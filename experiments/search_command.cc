@@ -95,8 +95,9 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
       ->check(cli::IntAtLeast(1));
   command
       ->add_option("--grad-compressions", args.grad_compressions,
-                   "per-stage gradient compression options, e.g. none,bf16,powersgd (changes the "
-                   "math of training; see stratos cosearch)")
+                   "per-stage gradient compression options, e.g. none,bf16,powersgd or with "
+                   "parameters none,powersgd(rank=1),topk(density=0.1) (changes the math of "
+                   "training; see stratos cosearch)")
       ->capture_default_str();
   command
       ->add_option("--export", args.export_target,

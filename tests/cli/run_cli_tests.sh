@@ -499,6 +499,9 @@ expect "cosearch takes relax's plan as the base" 0 "base plan \(relax, throughpu
   "$STRATOS" cosearch --model gpt3-1.3b --cluster p3.16xlarge-calibrated --nodes 2 --global-batch 64 \
   --base-plan relax --search-steps 3 --warmup-steps 1 --batch-size 2 --eval-steps 2 --eval-every 1 \
   --eval-windows 4 --output-dir "$WORK/cosearch-relax"
+expect_one_line_error "cosearch: a compression's parameter is checked by name" \
+  "command line: --grad-compressions = \"powersgd\(rank=0\)\": rank must be an integer >= 1" -- \
+  "$STRATOS" cosearch --grad-compressions "none,powersgd(rank=0)" --output-dir "$WORK/cosearch-bad"
 expect_one_line_error "cosearch: compressions must start with none" \
   "--grad-compressions = \"?powersgd,none\"?: must start with none" -- \
   "$STRATOS" cosearch --grad-compressions powersgd,none --output-dir "$WORK/cosearch-bad"

@@ -45,6 +45,37 @@ TEST_CASE("compression names round-trip and a bad name lists the allowed set") {
     CHECK(message.find(fmt::format("\"{}\"", name)) != std::string::npos);
 }
 
+TEST_CASE("compression lists take parameters in the spelling labels print") {
+  const std::vector<CompressionSpec> specs = ParseCompressionList(
+      "none, topk(density=0.1), powersgd(rank=1),topk(density=0.01, momentum=0.9),sign", "x",
+      "--grad-compressions");
+  REQUIRE(specs.size() == 5);
+  CHECK(specs[1].kind == GradCompression::kTopK);
+  CHECK(specs[1].topk_density == 0.1);
+  CHECK(specs[2].powersgd_rank == 1);
+  CHECK(specs[3].topk_momentum == 0.9);
+  for (const CompressionSpec& spec : specs)  // a label parses back to its spec
+    CHECK(ParseCompressionList(spec.Label(), "x", "k").front() == spec);
+  CHECK(ParseCompressionList("powersgd", "x", "k").front().powersgd_rank == 4);  // the default
+  const auto error = [](const std::string& text) {
+    return InputErrorOf([&] { ParseCompressionList(text, "command line", "--grad-compressions"); });
+  };
+  CHECK(error("none,topk(rank=2)") ==
+        "command line: --grad-compressions = \"topk(rank=2)\": topk takes density=VALUE, "
+        "momentum=VALUE");
+  CHECK(error("bf16(x=1)") ==
+        "command line: --grad-compressions = \"bf16(x=1)\": bf16 takes no parameters");
+  CHECK(error("topk(density=2)").find("\"topk(density=2)\": topk_density 2 must be in (0, 1]") !=
+        std::string::npos);
+  CHECK(error("topk(density=a)") ==
+        "command line: --grad-compressions = \"topk(density=a)\": density must be a number");
+  CHECK(error("powersgd(rank=1.5)") ==
+        "command line: --grad-compressions = \"powersgd(rank=1.5)\": rank must be an integer >= 1");
+  CHECK(error("none,topk(density=0.1") ==
+        "command line: --grad-compressions = none,topk(density=0.1: has unbalanced parentheses");
+  CHECK(error(" , ") == "command line: --grad-compressions =  , : must list at least one compression");
+}
+
 TEST_CASE("top-k keeps max(1, ceil(density x elements)) entries") {
   CHECK(TopKCount(0.01, int64_t{100}) == 1);  // not 2: 0.01 x 100 rounds to 1 exactly
   CHECK(TopKCount(0.01, int64_t{101}) == 2);

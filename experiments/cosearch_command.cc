@@ -110,7 +110,7 @@ int RunCoSearch(const CoSearchArgs& args) {
   // 1. The base plan: relax's (throughput only, no compression), pure data parallelism, or a
   // plan file.
   const Problem problem = LoadProblem(args.target);
-  std::optional<Plan> base_plan;
+  std::optional<Plan> base;
   std::string base_name = args.base_plan;
   if (args.base_plan == "relax") {
     SearchOptions search_options;
@@ -122,24 +122,23 @@ int RunCoSearch(const CoSearchArgs& args) {
                  found.summary.message);
       return kExitNoResult;
     }
-    base_plan = found.plan;
+    base = found.plan;
     base_name = "relax, throughput only";
   } else if (args.base_plan == "data-parallel") {
-    base_plan = DataParallelPlan(problem);
-    if (!base_plan) {
+    base = DataParallelPlan(problem);
+    if (!base) {
       fmt::print(stderr, "stratos cosearch: no data-parallel plan of {} fits on {}\n",
                  problem.model.name, problem.cluster.name);
       return kExitNoResult;
     }
     base_name = "data parallel over every device";
   } else {
-    base_plan = ReadPlanFile(args.base_plan);
-    const Estimate estimate = Evaluate(problem, *base_plan);
+    base = ReadPlanFile(args.base_plan);
+    const Estimate estimate = Evaluate(problem, *base);
     if (!estimate.Fits())
       throw InputError(fmt::format("{}: the base plan does not fit in memory: {}", args.base_plan,
                                    estimate.MemoryViolation()));
   }
-  const std::optional<Plan> base = base_plan;
   const CompressionTimeSurrogate surrogate(problem, *base, compressions);
   fmt::print("target: {} on {} ({} devices), global batch {}\n", problem.model.name,
              problem.cluster.name, problem.cluster.NumDevices(),

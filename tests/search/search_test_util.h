@@ -1,11 +1,15 @@
 #pragma once
 // Helpers shared by the searcher tests.
+#include <doctest/doctest.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "baselines/exhaustive_searcher.h"
 #include "costmodel/cluster_io.h"
 #include "costmodel/model_io.h"
 #include "costmodel/plan.h"
@@ -56,6 +60,34 @@ inline std::pair<Problem, Problem> WholeAndSplitProblems(std::uint64_t seed) {
   split.cluster.node_groups = {{1, 1, whole.cluster.devices[0].name, "left"},
                                {1, 1, whole.cluster.devices[0].name, "right"}};
   return {whole, split};
+}
+
+// Over MakeRandomSmallHeterogeneousProblem(1 .. 8) in SmallHeterogeneousSpace(): `searcher` with
+// space.node_groups = {"g1"} keeps every stage in group 1, proves the optimum the exhaustive
+// search finds under the same restriction, and is never better than itself without it. Returns
+// how many problems had a plan to compare.
+inline int CheckNodeGroupRestriction(Searcher& searcher) {
+  SearchOptions options = SmallHeterogeneousSpace();
+  options.space.node_groups = {"g1"};
+  int compared = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    CAPTURE(seed);
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    const SearchResult all = searcher.Search(problem, SmallHeterogeneousSpace());
+    const SearchResult one = searcher.Search(problem, options);
+    const SearchResult truth = ExhaustiveSearcher().Search(problem, options);
+    INFO(searcher.Name(), ": ", one.summary.message);
+    REQUIRE(one.plan.has_value() == truth.plan.has_value());
+    if (!one.plan) continue;
+    CHECK(one.summary.termination == TerminationType::kOptimal);
+    for (const StagePlan& stage : one.plan->stages) CHECK(stage.config.node_group == 1);
+    CHECK(RelativeGap(one.summary.best_iteration_seconds, truth.summary.best_iteration_seconds) <=
+          1e-9);
+    REQUIRE(all.plan.has_value());
+    CHECK(all.summary.best_iteration_seconds <= one.summary.best_iteration_seconds);
+    ++compared;
+  }
+  return compared;
 }
 
 }  // namespace stratos::testing

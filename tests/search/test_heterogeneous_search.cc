@@ -23,6 +23,20 @@ namespace {
 
 // The space the exhaustive search can cover on the random heterogeneous problems.
 SearchOptions SmallSpace() { return testing::SmallHeterogeneousSpace(); }
+
+// Checks a heuristic's plan in `result` on `problem` against the DP's: it fits, Evaluate() gives
+// the reported time, its groups form runs, and it is never better than the DP optimum. Returns
+// whether it is optimal.
+bool CheckHeuristicPlan(const Problem& problem, const SearchResult& result,
+                        const SearchResult& dp) {
+  const Estimate estimate = Evaluate(problem, *result.plan);  // validates the group budgets
+  CHECK(estimate.Fits());
+  CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
+  CHECK(SearchSpace::GroupsInRuns(testing::StageGroups(*result.plan)));
+  CHECK(estimate.iteration_seconds >= dp.summary.best_iteration_seconds * (1 - 1e-9));
+  return testing::RelativeGap(estimate.iteration_seconds, dp.summary.best_iteration_seconds) <=
+         1e-9;
+}
 using testing::StageGroups;
 
 }  // namespace
@@ -104,23 +118,8 @@ TEST_CASE("space.node_groups keeps the stages in the groups it names") {
   CHECK(space.group_devices[1] == problem.cluster.GroupDevices(1));
   CHECK(space.num_devices == problem.cluster.GroupDevices(1));
   for (const StageConfig& config : space.configs) CHECK(config.node_group == 1);
-  int compared = 0;
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-    CAPTURE(seed);
-    const Problem p = MakeRandomSmallHeterogeneousProblem(seed);
-    const SearchResult all = DpSearcher().Search(p, SmallSpace());
-    const SearchResult one = DpSearcher().Search(p, options);
-    const SearchResult truth = ExhaustiveSearcher().Search(p, options);
-    REQUIRE(one.plan.has_value() == truth.plan.has_value());
-    if (!one.plan) continue;
-    for (const StagePlan& stage : one.plan->stages) CHECK(stage.config.node_group == 1);
-    CHECK(testing::RelativeGap(one.summary.best_iteration_seconds,
-                               truth.summary.best_iteration_seconds) <= 1e-9);
-    REQUIRE(all.plan.has_value());
-    CHECK(all.summary.best_iteration_seconds <= one.summary.best_iteration_seconds);
-    ++compared;
-  }
-  CHECK(compared >= 4);
+  DpSearcher dp;
+  CHECK(testing::CheckNodeGroupRestriction(dp) >= 4);
   options.space.node_groups = {"g7"};
   CHECK_THROWS_WITH_AS(SearchSpace::Build(problem, options.space),
                        doctest::Contains("space.node_groups = g7: names no node group of cluster "),
@@ -186,13 +185,7 @@ TEST_CASE("mcmc: plans within each group's budget and in runs, mostly the DP's o
     if (!dp.plan) CHECK_FALSE(mcmc.plan.has_value());
     if (!mcmc.plan) continue;  // a heuristic may miss a plan the DP finds (counted below)
     ++plans;
-    const Estimate estimate = Evaluate(problem, *mcmc.plan);  // validates the group budgets
-    CHECK(estimate.Fits());
-    CHECK(estimate.iteration_seconds == mcmc.summary.best_iteration_seconds);
-    CHECK(SearchSpace::GroupsInRuns(StageGroups(*mcmc.plan)));
-    CHECK(estimate.iteration_seconds >= dp.summary.best_iteration_seconds * (1 - 1e-9));
-    optimal += testing::RelativeGap(estimate.iteration_seconds,
-                                    dp.summary.best_iteration_seconds) <= 1e-9;
+    optimal += CheckHeuristicPlan(problem, mcmc, dp);
   }
   MESSAGE(optimal, " of ", plans, " mcmc plans optimal (of 12 problems)");
   CHECK(plans >= 8);
@@ -224,13 +217,7 @@ TEST_CASE("local: random starts on the group orders, polished within the groups,
     if (!local.plan) continue;
     ++plans;
     REQUIRE(dp.plan.has_value());
-    const Estimate estimate = Evaluate(problem, *local.plan);
-    CHECK(estimate.Fits());
-    CHECK(estimate.iteration_seconds == local.summary.best_iteration_seconds);
-    CHECK(SearchSpace::GroupsInRuns(StageGroups(*local.plan)));
-    CHECK(estimate.iteration_seconds >= dp.summary.best_iteration_seconds * (1 - 1e-9));
-    optimal += testing::RelativeGap(estimate.iteration_seconds,
-                                    dp.summary.best_iteration_seconds) <= 1e-9;
+    optimal += CheckHeuristicPlan(problem, local, dp);
   }
   // Six random starts over up to 15 group orders: a baseline, weaker than relax here (4 of 9).
   MESSAGE(optimal, " of ", plans, " local plans optimal (of 12 problems)");

@@ -80,6 +80,37 @@ TEST_CASE("ILP = DP = exhaustive optimum on every seed pipeline-partition case")
   CHECK(cross_checked >= 6);
 }
 
+namespace {
+
+// Checks the ILP's `result` on `problem` against the exhaustive search (`truth`) and the DP:
+// the same feasibility; when feasible, a proven optimum equal to both whose Evaluate() estimate
+// fits and matches the reported time. Returns whether the problem is feasible.
+bool CheckIlpAgainstExact(const Problem& problem, const SearchResult& truth,
+                          const SearchResult& by_dp, const SearchResult& result) {
+  INFO("exhaustive: ", truth.summary.BriefReport(), " ", truth.summary.message);
+  INFO("ilp: ", result.summary.BriefReport(), " ", result.summary.message);
+  REQUIRE(truth.plan.has_value() == result.plan.has_value());
+  REQUIRE(by_dp.plan.has_value() == result.plan.has_value());
+  if (!truth.plan) {
+    CHECK(result.summary.termination == TerminationType::kInfeasible);
+    CHECK(result.summary.message.find("no feasible plan") == 0);
+    return false;
+  }
+  CHECK(result.summary.termination == TerminationType::kOptimal);
+  const Estimate estimate = Evaluate(problem, *result.plan);  // validates the group budgets
+  CHECK(estimate.Fits());
+  CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
+  CHECK(testing::RelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
+        1e-9);
+  CHECK(testing::RelativeGap(estimate.iteration_seconds, by_dp.summary.best_iteration_seconds) <=
+        1e-9);
+  REQUIRE(result.summary.lower_bound_seconds.has_value());
+  CHECK(*result.summary.lower_bound_seconds == result.summary.best_iteration_seconds);
+  return true;
+}
+
+}  // namespace
+
 TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems") {
   if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
   IlpSearcher ilp;
@@ -94,26 +125,8 @@ TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems") {
                     truth.summary.message);
     const SearchResult by_dp = dp.Search(problem, SearchOptions{});
     const SearchResult result = ilp.Search(problem, SearchOptions{});
-    INFO("exhaustive: ", truth.summary.message);
-    INFO("ilp: ", result.summary.message);
-    REQUIRE(truth.plan.has_value() == result.plan.has_value());
-    REQUIRE(by_dp.plan.has_value() == result.plan.has_value());
-    if (!truth.plan) {
-      CHECK(result.summary.termination == TerminationType::kInfeasible);
-      CHECK(result.summary.message.find("no feasible plan") == 0);
-      continue;
-    }
+    if (!CheckIlpAgainstExact(problem, truth, by_dp, result)) continue;
     ++feasible;
-    CHECK(result.summary.termination == TerminationType::kOptimal);
-    const Estimate estimate = Evaluate(problem, *result.plan);
-    CHECK(estimate.Fits());
-    CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
-    CHECK(testing::RelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
-          1e-9);
-    CHECK(testing::RelativeGap(estimate.iteration_seconds, by_dp.summary.best_iteration_seconds) <=
-          1e-9);
-    REQUIRE(result.summary.lower_bound_seconds.has_value());
-    CHECK(*result.summary.lower_bound_seconds == result.summary.best_iteration_seconds);
     CHECK(result.summary.message.find("optimal: objective") == 0);
     CHECK_FALSE(result.summary.anytime.empty());
   }
@@ -276,26 +289,8 @@ TEST_CASE("ILP = DP = exhaustive optimum on 24 random small heterogeneous proble
                     truth.summary.message);
     const SearchResult by_dp = dp.Search(problem, options);
     const SearchResult result = ilp.Search(problem, options);
-    INFO("exhaustive: ", truth.summary.BriefReport(), " ", truth.summary.message);
-    INFO("ilp: ", result.summary.BriefReport(), " ", result.summary.message);
-    REQUIRE(truth.plan.has_value() == result.plan.has_value());
-    REQUIRE(by_dp.plan.has_value() == result.plan.has_value());
-    if (!truth.plan) {
-      CHECK(result.summary.termination == TerminationType::kInfeasible);
-      CHECK(result.summary.message.find("no feasible plan") == 0);
-      continue;
-    }
+    if (!CheckIlpAgainstExact(problem, truth, by_dp, result)) continue;
     ++feasible;
-    CHECK(result.summary.termination == TerminationType::kOptimal);
-    const Estimate estimate = Evaluate(problem, *result.plan);  // validates the group budgets
-    CHECK(estimate.Fits());
-    CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
-    CHECK(testing::RelativeGap(estimate.iteration_seconds, truth.summary.best_iteration_seconds) <=
-          1e-9);
-    CHECK(testing::RelativeGap(estimate.iteration_seconds, by_dp.summary.best_iteration_seconds) <=
-          1e-9);
-    REQUIRE(result.summary.lower_bound_seconds.has_value());
-    CHECK(*result.summary.lower_bound_seconds == result.summary.best_iteration_seconds);
     const std::vector<int> groups = testing::StageGroups(*result.plan);
     CHECK(SearchSpace::GroupsInRuns(groups));
     const SearchSpace space = SearchSpace::Build(problem, options.space);
@@ -314,27 +309,8 @@ TEST_CASE("ILP = DP = exhaustive optimum on 24 random small heterogeneous proble
 
 TEST_CASE("ILP: space.node_groups keeps the stages in the groups it names") {
   if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
-  SearchOptions options = testing::SmallHeterogeneousSpace();
-  options.space.node_groups = {"g1"};
-  int compared = 0;
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-    CAPTURE(seed);
-    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
-    const SearchResult all = IlpSearcher().Search(problem, testing::SmallHeterogeneousSpace());
-    const SearchResult one = IlpSearcher().Search(problem, options);
-    const SearchResult truth = ExhaustiveSearcher().Search(problem, options);
-    INFO("ilp: ", one.summary.message);
-    REQUIRE(one.plan.has_value() == truth.plan.has_value());
-    if (!one.plan) continue;
-    CHECK(one.summary.termination == TerminationType::kOptimal);
-    for (const StagePlan& stage : one.plan->stages) CHECK(stage.config.node_group == 1);
-    CHECK(testing::RelativeGap(one.summary.best_iteration_seconds,
-                               truth.summary.best_iteration_seconds) <= 1e-9);
-    REQUIRE(all.plan.has_value());
-    CHECK(all.summary.best_iteration_seconds <= one.summary.best_iteration_seconds);
-    ++compared;
-  }
-  CHECK(compared >= 4);
+  IlpSearcher ilp;
+  CHECK(testing::CheckNodeGroupRestriction(ilp) >= 4);
 }
 
 TEST_CASE("ILP: a homogeneous cluster split into two identical groups has the same optimum") {

@@ -103,14 +103,15 @@ struct Proxy {
   std::unique_ptr<Communicator> self;
   std::unique_ptr<GptStage> stage;
   Tensor element_stage;  // (num_parameters,) int64: target stage of each element of theta
-  // [replica][option], null for none: each replica's own compressor state.
-  std::vector<std::vector<std::unique_ptr<GradientCompressor>>> compressors;
+  // [replica][batch option][compression option], null for none: each replica's own compressor
+  // state for each batch option's gradient stream.
+  std::vector<std::vector<std::vector<std::unique_ptr<GradientCompressor>>>> compressors;
   // With several replicas: replica r's rank r of one Gloo group in this process.
   std::vector<std::unique_ptr<ProcessGroups>> groups;
   FlatAdam adam;
 
   Proxy(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate,
-        const Plan& target_plan, int target_layers)
+        int num_batch_options, const Plan& target_plan, int target_layers)
       : model(LoadRuntimeModel(options.model, options.seq_length)),
         adam(torch::zeros({1}), options.learning_rate, 0.9, 0.95) {
     data = std::make_unique<CharDataset>(
@@ -136,11 +137,14 @@ struct Proxy {
     compressor_options.seed = options.seed;
     const int replicas = options.dp_replicas;
     compressors.resize(replicas);
-    for (auto& replica : compressors)
-      for (const CompressionSpec& spec : surrogate.Options())
-        replica.push_back(spec.kind == GradCompression::kNone
+    for (auto& replica : compressors) {
+      replica.resize(num_batch_options);
+      for (auto& batch : replica)
+        for (const CompressionSpec& spec : surrogate.Options())
+          batch.push_back(spec.kind == GradCompression::kNone
                               ? nullptr
                               : GradientCompressor::Create(spec, shapes, compressor_options));
+    }
     if (replicas > 1) {
       // The ranks rendezvous together: one thread per rank.
       groups.resize(replicas);
@@ -176,31 +180,62 @@ struct Proxy {
       if (e) std::rethrow_exception(e);
   }
 
-  // Each replica's gradient at theta on its 1/R of the step's batch (the samples of DP rank r),
-  // and in *loss the mean loss over the whole batch.
-  std::vector<Tensor> ReplicaGradients(uint64_t seed, int64_t step, int batch_size,
-                                       double* loss) {
-    const int R = Replicas(), share = batch_size / R;
-    std::vector<Tensor> grads;
+  // grads[b][r]: replica r's gradient at theta on its share of batch option b, and in *loss the
+  // mean loss over the largest batch. The step draws the largest batch B (the samples of DP rank
+  // r are [r B / R, (r + 1) B / R)); batch b takes the first b / R of each replica's samples.
+  // Nested batches cost one forward and backward per chunk between consecutive sizes, and
+  // g_b = sum of the chunks' mean gradients weighted by their share of b / R (one chunk: its
+  // gradient as it is, so one batch option is the runtime's DP step exactly).
+  std::vector<std::vector<Tensor>> ReplicaGradients(uint64_t seed, int64_t step,
+                                                    const std::vector<int>& batch_sizes,
+                                                    double* loss) {
+    const int R = Replicas(), B = static_cast<int>(batch_sizes.size());
+    const int largest = *std::max_element(batch_sizes.begin(), batch_sizes.end());
+    std::vector<int> ends;  // chunk ends per replica, ascending
+    for (int b : batch_sizes) ends.push_back(b / R);
+    std::sort(ends.begin(), ends.end());
+    ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+    std::vector<std::vector<Tensor>> grads(B, std::vector<Tensor>(R));
     *loss = 0;
     for (int r = 0; r < R; ++r) {
+      const int first = r * (largest / R);
+      std::vector<Tensor> chunk_grads;
+      std::vector<double> chunk_losses;
+      for (size_t c = 0; c < ends.size(); ++c) {
+        const int begin = c ? ends[c - 1] : 0;
+        double chunk_loss = 0;
+        chunk_grads.push_back(Gradient(
+            data->TrainBatch(seed, step, largest, first + begin, ends[c] - begin), &chunk_loss));
+        chunk_losses.push_back(chunk_loss);
+      }
+      for (int b = 0; b < B; ++b) {
+        const int count = batch_sizes[b] / R;
+        for (size_t c = 0; c < ends.size() && ends[c] <= count; ++c) {
+          const double weight = static_cast<double>(ends[c] - (c ? ends[c - 1] : 0)) / count;
+          if (c == 0)
+            grads[b][r] = weight == 1.0 ? chunk_grads[0] : chunk_grads[0] * weight;
+          else
+            grads[b][r] = grads[b][r] + chunk_grads[c] * weight;
+        }
+      }
       double replica_loss = 0;
-      grads.push_back(Gradient(data->TrainBatch(seed, step, batch_size, r * share, share),
-                               &replica_loss));
+      for (size_t c = 0; c < ends.size(); ++c)
+        replica_loss += chunk_losses[c] * (ends[c] - (c ? ends[c - 1] : 0)) / ends.back();
       *loss += replica_loss / R;
     }
     return grads;
   }
 
-  // V_k for each option k with needed[k]: the mean over the replicas of their gradients after
-  // option k's compression and exchange (undefined where not needed). One replica: the round
-  // trip of a group of one.
-  std::vector<Tensor> Variants(const std::vector<Tensor>& grads, const std::vector<bool>& needed) {
+  // V_k for each option k with needed[k]: the mean over the replicas of their gradients on
+  // batch option b after option k's compression and exchange (undefined where not needed). One
+  // replica: the round trip of a group of one.
+  std::vector<Tensor> Variants(int b, const std::vector<Tensor>& grads,
+                               const std::vector<bool>& needed) {
     const int R = Replicas(), K = static_cast<int>(needed.size());
     std::vector<Tensor> variants(K);
     if (R == 1) {
       for (int k = 0; k < K; ++k)
-        if (needed[k]) variants[k] = RoundTrip(k, grads[0]);
+        if (needed[k]) variants[k] = RoundTrip(b, k, grads[0]);
       return variants;
     }
     const int num_params = static_cast<int>(stage->Parameters().size());
@@ -209,7 +244,7 @@ struct Proxy {
     OnReplicas(R, [&](int r) {
       for (int k = 0; k < K; ++k) {
         if (!needed[k]) continue;
-        if (!compressors[r][k]) {  // none: the plain mean (an all-reduce's)
+        if (!compressors[r][b][k]) {  // none: the plain mean (an all-reduce's)
           if (r == 0) {
             variants[k] = grads[0].clone();
             for (int q = 1; q < R; ++q) variants[k].add_(grads[q]);
@@ -224,7 +259,7 @@ struct Proxy {
           views.push_back(buffer.narrow(0, info.offset, info.numel).view(
               stage->Parameters()[p].sizes()));
         }
-        compressors[r][k]->Reduce(params, views, groups[r]->World());
+        compressors[r][b][k]->Reduce(params, views, groups[r]->World());
         if (r == 0) variants[k] = buffer;
       }
     });
@@ -271,15 +306,15 @@ struct Proxy {
     return loss;
   }
 
-  // Round trip of g through option k's compressor, parameter by parameter.
-  Tensor RoundTrip(int k, const Tensor& g) {
-    if (!compressors[0][k]) return g;
+  // Round trip of g through batch option b's compressor of option k, parameter by parameter.
+  Tensor RoundTrip(int b, int k, const Tensor& g) {
+    if (!compressors[0][b][k]) return g;
     Tensor out = torch::empty_like(g);
     for (size_t p = 0; p < stage->Parameters().size(); ++p) {
       const ParameterInfo& info = stage->ParameterInfos()[p];
       const Tensor grad = g.narrow(0, info.offset, info.numel).view(stage->Parameters()[p].sizes());
       out.narrow(0, info.offset, info.numel)
-          .copy_(compressors[0][k]->RoundTrip(static_cast<int>(p), grad).reshape(-1));
+          .copy_(compressors[0][b][k]->RoundTrip(static_cast<int>(p), grad).reshape(-1));
     }
     return out;
   }
@@ -308,24 +343,49 @@ Tensor ProbabilitiesTensor(const std::vector<std::vector<double>>& p) {
 
 struct CoSearcher::Impl {
   CoSearchOptions options;
-  const CompressionTimeSurrogate& surrogate;
+  std::vector<BatchOption> batches;
+  std::vector<int> batch_sizes;  // proxy batch size of each option
+  const CompressionTimeSurrogate& surrogate;  // the first option's: stages, options, masks
   Proxy proxy;
   CharDataset::Batch validation;  // validation_windows fixed windows
-  Tensor alpha_m, alpha_v;
-  int64_t alpha_steps = 0;
+  Tensor alpha_m, alpha_v, beta_m, beta_v;
+  int64_t alpha_steps = 0;  // Adam steps on (alpha, beta)
   // The last outer update, frozen for the tests.
   struct Frozen {
-    std::vector<Tensor> updates;  // the one-step inner update of each option
+    std::vector<std::vector<Tensor>> updates;  // [b][k]: the one-step inner update
     Tensor theta;
     CharDataset::Batch batch;
-    double lambda = 0, temperature = 1;
-    Tensor gradient;  // dJ/dalpha at alpha
-    Tensor alpha;
+    double lambda = 0, temperature = 1, time_scale = 1;
+    Tensor gradient, batch_gradient;  // dJ/dalpha, dJ/dbeta
+    Tensor alpha, beta;
     bool valid = false;
   } frozen;
 
-  Impl(const CoSearchOptions& o, const CompressionTimeSurrogate& s, const Plan& base)
-      : options(o), surrogate(s), proxy(o, s, base, base.stages.back().last_layer) {}
+  Impl(const CoSearchOptions& o, std::vector<BatchOption> b, const Plan& base)
+      : options(o), batches(std::move(b)), surrogate(*batches.front().surrogate),
+        proxy(o, surrogate, static_cast<int>(batches.size()), base,
+              base.stages.back().last_layer) {
+    for (const BatchOption& option : batches) batch_sizes.push_back(option.proxy_batch_size);
+  }
+
+  // T(p, q) = sum_b q_b T_b(p) with the smooth maxima; dT/dp into *dp, dT/dq_b = T_b into *dq.
+  double Seconds(const std::vector<std::vector<double>>& p, const std::vector<double>& q,
+                 std::vector<std::vector<double>>* dp, std::vector<double>* dq) const {
+    const double tau = options.smoothmax_tau * surrogate.BaseSeconds();
+    double total = 0;
+    if (dp) dp->assign(p.size(), std::vector<double>(p[0].size(), 0.0));
+    if (dq) dq->assign(q.size(), 0.0);
+    for (size_t b = 0; b < batches.size(); ++b) {
+      std::vector<std::vector<double>> gradient;
+      const double seconds = batches[b].surrogate->Seconds(p, tau, dp ? &gradient : nullptr);
+      total += q[b] * seconds;
+      if (dq) (*dq)[b] = seconds;
+      if (dp)
+        for (size_t s = 0; s < p.size(); ++s)
+          for (size_t k = 0; k < p[s].size(); ++k) (*dp)[s][k] += q[b] * gradient[s][k];
+    }
+    return total;
+  }
 };
 
 namespace {
@@ -347,18 +407,55 @@ std::vector<std::vector<double>> SoftmaxRows(const Tensor& alpha, double tempera
   return p;
 }
 
+// softmax(beta / temperature).
+std::vector<double> SoftmaxVector(const Tensor& beta, double temperature) {
+  const Tensor q = torch::softmax(beta / temperature, 0);
+  return std::vector<double>(q.data_ptr<double>(), q.data_ptr<double>() + q.numel());
+}
+
+// Throws InputError unless the batch options are usable together.
+void CheckBatchOptions(const CoSearchOptions& options, const std::vector<BatchOption>& batches) {
+  const std::string where = "co-search options";
+  if (batches.empty()) throw InputError("co-search: no batch options");
+  const CompressionTimeSurrogate& first = *batches.front().surrogate;
+  for (const BatchOption& b : batches) {
+    if (b.proxy_batch_size < 1 || b.proxy_batch_size % options.dp_replicas != 0)
+      ThrowInputError(where, "batch size", b.proxy_batch_size,
+                      fmt::format("must be >= 1 and divisible by dp_replicas = {}",
+                                  options.dp_replicas));
+    const CompressionTimeSurrogate& s = *b.surrogate;
+    bool same = s.NumStages() == first.NumStages() && s.NumOptions() == first.NumOptions();
+    for (int st = 0; same && st < s.NumStages(); ++st)
+      for (int k = 0; same && k < s.NumOptions(); ++k)
+        same = s.Allowed(st, k) == first.Allowed(st, k) &&
+               s.Options()[k].Label() == first.Options()[k].Label();
+    if (!same)
+      ThrowInputError(where, "batch size", b.proxy_batch_size,
+                      "its target plan must have the first batch option's stages and options");
+  }
+}
+
 }  // namespace
 
-CoSearcher::CoSearcher(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate) {
+CoSearcher::CoSearcher(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate)
+    : CoSearcher(options, std::vector<BatchOption>{{options.batch_size, &surrogate}}) {}
+
+CoSearcher::CoSearcher(const CoSearchOptions& options, std::vector<BatchOption> batches) {
   options.Validate();
+  CheckBatchOptions(options, batches);
   // The proxy maps its layers by relative depth onto the base plan's stages; the plan's layer
   // count is its last stage's end.
+  const CompressionTimeSurrogate& surrogate = *batches.front().surrogate;
   const Plan base = surrogate.PlanFor(std::vector<int>(surrogate.NumStages(), 0));
-  impl_ = std::make_unique<Impl>(options, surrogate, base);
+  const int B = static_cast<int>(batches.size());
+  impl_ = std::make_unique<Impl>(options, std::move(batches), base);
   impl_->validation = impl_->proxy.data->ValidationBatch(options.validation_windows);
   alpha_ = torch::zeros({surrogate.NumStages(), surrogate.NumOptions()}, torch::kFloat64);
+  beta_ = torch::zeros({B}, torch::kFloat64);
   impl_->alpha_m = torch::zeros_like(alpha_);
   impl_->alpha_v = torch::zeros_like(alpha_);
+  impl_->beta_m = torch::zeros_like(beta_);
+  impl_->beta_v = torch::zeros_like(beta_);
   if (options.resume) LoadCheckpoint();
 }
 
@@ -383,31 +480,43 @@ std::vector<int> CoSearcher::Discretize() const {
   return choice;
 }
 
+int CoSearcher::NumBatchOptions() const { return static_cast<int>(impl_->batches.size()); }
+
+std::vector<double> CoSearcher::BatchProbabilities() const {
+  return SoftmaxVector(beta_, Temperature());
+}
+
+int CoSearcher::DiscretizeBatch() const {
+  const std::vector<double> q = BatchProbabilities();
+  return static_cast<int>(std::max_element(q.begin(), q.end()) - q.begin());
+}
+
 Tensor CoSearcher::FlatParameters() const { return impl_->proxy.Theta(); }
 
 void CoSearcher::Step() {
   Impl& x = *impl_;
   const CoSearchOptions& o = x.options;
-  const CompressionTimeSurrogate& surrogate = x.surrogate;
-  const int S = surrogate.NumStages(), K = surrogate.NumOptions();
+  const int S = x.surrogate.NumStages(), K = x.surrogate.NumOptions(), B = NumBatchOptions();
   Proxy& proxy = x.proxy;
 
-  const std::vector<Tensor> grads =
-      proxy.ReplicaGradients(o.seed, step_, o.batch_size, &last_train_loss_);
-  const Tensor& g = grads[0];
-  const std::vector<Tensor> variants = proxy.Variants(grads, std::vector<bool>(K, true));
+  const std::vector<std::vector<Tensor>> grads =
+      proxy.ReplicaGradients(o.seed, step_, x.batch_sizes, &last_train_loss_);
+  std::vector<std::vector<Tensor>> variants;  // [b][k]
+  for (int b = 0; b < B; ++b) variants.push_back(proxy.Variants(b, grads[b], std::vector<bool>(K, true)));
 
   if (step_ >= o.warmup_steps) {
     const double temperature = Temperature();
     const auto p = Probabilities();
+    const std::vector<double> q = BatchProbabilities();
     const Tensor pt = ProbabilitiesTensor(p);
-    // The one-step inner update of each option alone, and their mixture.
-    std::vector<Tensor> updates;
-    Tensor mixed_update = torch::zeros_like(g);
-    for (int k = 0; k < K; ++k) {
-      updates.push_back(proxy.adam.Update(variants[k]));
-      mixed_update.add_(proxy.ElementWeights(pt, k) * updates[k]);
-    }
+    // The one-step inner update of each (batch, compression) pair alone, and their mixture.
+    std::vector<std::vector<Tensor>> updates(B);
+    Tensor mixed_update = torch::zeros_like(grads[0][0]);
+    for (int b = 0; b < B; ++b)
+      for (int k = 0; k < K; ++k) {
+        updates[b].push_back(proxy.adam.Update(variants[b][k]));
+        mixed_update.add_(proxy.ElementWeights(pt, k) * updates[b][k] * q[b]);
+      }
     const Tensor theta = proxy.Theta().clone();
     const Tensor look_ahead = o.second_order ? theta + mixed_update : theta;
     // Validation windows cycle through the fixed set.
@@ -416,52 +525,74 @@ void CoSearcher::Step() {
     CharDataset::Batch vb{x.validation.inputs.narrow(0, first, o.validation_batch),
                           x.validation.targets.narrow(0, first, o.validation_batch)};
     const Tensor val_grad = proxy.GradientAt(look_ahead, vb, &last_validation_loss_);
-    // a[s][k] = <grad L_val, update_k> over stage s's elements = dL_val(theta') / dp[s][k].
-    Tensor a = torch::zeros({S, K}, torch::kFloat64);
-    for (int k = 0; k < K; ++k) a.select(1, k).copy_(proxy.StageSums(val_grad * updates[k], S));
-    const double progress = -(a * pt).sum().item<double>();
+    // a[b][s][k] = <grad L_val, u_{b,k}> over stage s's elements: dL_val(theta')/dp[s][k] is
+    // sum_b q_b a[b][s][k], dL_val(theta')/dq_b is sum_{s,k} p[s][k] a[b][s][k].
+    Tensor dp = torch::zeros({S, K}, torch::kFloat64);
+    Tensor dq = torch::zeros({B}, torch::kFloat64);
+    for (int b = 0; b < B; ++b) {
+      Tensor a = torch::zeros({S, K}, torch::kFloat64);
+      for (int k = 0; k < K; ++k)
+        a.select(1, k).copy_(proxy.StageSums(val_grad * updates[b][k], S));
+      dp.add_(a * q[b]);
+      dq[b] = (a * pt).sum();
+    }
+    const Tensor qt = torch::tensor(q, torch::kFloat64);
+    const double progress = -(dq * qt).sum().item<double>();
     if (o.lambda >= 0) {
       lambda_ = o.lambda;
     } else {
       const double sample = std::max(0.0, progress);
       lambda_ = step_ == o.warmup_steps ? sample : 0.9 * lambda_ + 0.1 * sample;
     }
-    std::vector<std::vector<double>> dt;
-    surrogate.Seconds(p, o.smoothmax_tau * surrogate.BaseSeconds(), &dt);
-    Tensor dp = a + lambda_ / surrogate.BaseSeconds() * ProbabilitiesTensor(dt);
+    std::vector<std::vector<double>> dt_dp;
+    std::vector<double> dt_dq;
+    const double time_scale = x.Seconds(p, q, &dt_dp, &dt_dq);  // T_now
+    dp.add_(ProbabilitiesTensor(dt_dp) * (lambda_ / time_scale));
+    dq.add_(torch::tensor(dt_dq, torch::kFloat64) * (lambda_ / time_scale));
     // Softmax with temperature: dalpha_sk = p_sk (dp_sk - sum_j p_sj dp_sj) / temperature.
-    Tensor dalpha = pt * (dp - (pt * dp).sum(1, true)) / temperature;
-    x.frozen = {updates, theta, vb, lambda_, temperature, dalpha, alpha_.clone(), o.second_order};
-    // Adam on alpha.
+    const Tensor dalpha = pt * (dp - (pt * dp).sum(1, true)) / temperature;
+    const Tensor dbeta = qt * (dq - (qt * dq).sum()) / temperature;
+    x.frozen = {updates, theta,  vb,           lambda_,       temperature, time_scale,
+                dalpha,  dbeta,  alpha_.clone(), beta_.clone(), o.second_order};
+    // Adam on (alpha, beta).
     ++x.alpha_steps;
-    x.alpha_m.mul_(0.9).add_(dalpha, 0.1);
-    x.alpha_v.mul_(0.999).addcmul_(dalpha, dalpha, 0.001);
-    const Tensor denom = (x.alpha_v / (1 - std::pow(0.999, x.alpha_steps))).sqrt_().add_(1e-12);
-    alpha_.addcdiv_(x.alpha_m, denom, -o.alpha_learning_rate / (1 - std::pow(0.9, x.alpha_steps)));
+    const double bias1 = 1 - std::pow(0.9, x.alpha_steps), bias2 = 1 - std::pow(0.999, x.alpha_steps);
+    auto adam = [&](Tensor& logits, Tensor& m, Tensor& v, const Tensor& grad) {
+      m.mul_(0.9).add_(grad, 0.1);
+      v.mul_(0.999).addcmul_(grad, grad, 0.001);
+      logits.addcdiv_(m, (v / bias2).sqrt_().add_(1e-12), -o.alpha_learning_rate / bias1);
+    };
+    adam(alpha_, x.alpha_m, x.alpha_v, dalpha);
+    adam(beta_, x.beta_m, x.beta_v, dbeta);
   }
 
   // Inner: Adam on theta with the mixed gradient.
   const Tensor pt = ProbabilitiesTensor(Probabilities());
-  Tensor mixed = torch::zeros_like(g);
-  for (int k = 0; k < K; ++k) mixed.add_(proxy.ElementWeights(pt, k) * variants[k]);
+  const std::vector<double> q = BatchProbabilities();
+  Tensor mixed = torch::zeros_like(grads[0][0]);
+  for (int b = 0; b < B; ++b)
+    for (int k = 0; k < K; ++k) {
+      Tensor term = proxy.ElementWeights(pt, k) * variants[b][k];
+      mixed.add_(B == 1 ? term : term * q[b]);
+    }
   proxy.adam.Step(proxy.Theta(), mixed);
   ++step_;
   if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && step_ % o.checkpoint_every == 0)
     SaveCheckpoint();
 }
 
-double CoSearcher::FrozenOuterObjective(const Tensor& alpha) const {
+double CoSearcher::FrozenOuterObjective(const Tensor& alpha, const Tensor& beta) const {
   const Impl& x = *impl_;
   STRATOS_CHECK(x.frozen.valid, "no second-order outer step has run yet");
   const auto p = SoftmaxRows(alpha, x.frozen.temperature, x.surrogate);
+  const std::vector<double> q = SoftmaxVector(beta, x.frozen.temperature);
   const Tensor pt = ProbabilitiesTensor(p);
   Tensor look_ahead = x.frozen.theta.clone();
-  for (int k = 0; k < x.surrogate.NumOptions(); ++k)
-    look_ahead.add_(x.proxy.ElementWeights(pt, k) * x.frozen.updates[k]);
+  for (int b = 0; b < NumBatchOptions(); ++b)
+    for (int k = 0; k < x.surrogate.NumOptions(); ++k)
+      look_ahead.add_(x.proxy.ElementWeights(pt, k) * x.frozen.updates[b][k] * q[b]);
   const double loss = const_cast<Proxy&>(x.proxy).LossAt(look_ahead, x.frozen.batch);
-  const double seconds =
-      x.surrogate.Seconds(p, x.options.smoothmax_tau * x.surrogate.BaseSeconds(), nullptr);
-  return loss + x.frozen.lambda * seconds / x.surrogate.BaseSeconds();
+  return loss + x.frozen.lambda * x.Seconds(p, q, nullptr, nullptr) / x.frozen.time_scale;
 }
 
 Tensor CoSearcher::FrozenAlpha() const {
@@ -469,23 +600,35 @@ Tensor CoSearcher::FrozenAlpha() const {
   return impl_->frozen.alpha;
 }
 
+Tensor CoSearcher::FrozenBatchLogits() const {
+  STRATOS_CHECK(impl_->frozen.valid, "no second-order outer step has run yet");
+  return impl_->frozen.beta;
+}
+
 Tensor CoSearcher::FrozenOuterGradient() const {
   STRATOS_CHECK(impl_->frozen.valid, "no second-order outer step has run yet");
   return impl_->frozen.gradient;
+}
+
+Tensor CoSearcher::FrozenBatchGradient() const {
+  STRATOS_CHECK(impl_->frozen.valid, "no second-order outer step has run yet");
+  return impl_->frozen.batch_gradient;
 }
 
 void CoSearcher::SaveCheckpoint() const {
   const Impl& x = *impl_;
   const std::string dir = x.options.checkpoint_dir;
   std::filesystem::create_directories(dir);
-  std::vector<Tensor> tensors = {alpha_, x.alpha_m, x.alpha_v, x.proxy.Theta(), x.proxy.adam.m,
-                                 x.proxy.adam.v};
+  std::vector<Tensor> tensors = {alpha_,         x.alpha_m,      x.alpha_v, beta_, x.beta_m,
+                                 x.beta_v,       x.proxy.Theta(), x.proxy.adam.m, x.proxy.adam.v};
   for (const auto& replica : x.proxy.compressors)
-    for (const auto& compressor : replica)
-      if (compressor)
-        for (const Tensor& t : compressor->State()) tensors.push_back(t);
+    for (const auto& batch : replica)
+      for (const auto& compressor : batch)
+        if (compressor)
+          for (const Tensor& t : compressor->State()) tensors.push_back(t);
   torch::save(tensors, dir + "/cosearch.pt.tmp");
-  nlohmann::json meta = {{"schema", "stratos.cosearch_checkpoint/1"},
+  nlohmann::json meta = {{"schema", "stratos.cosearch_checkpoint/2"},
+                         {"batch_options", NumBatchOptions()},
                          {"step", step_},
                          {"lambda", lambda_},
                          {"alpha_steps", x.alpha_steps},
@@ -520,6 +663,7 @@ void CoSearcher::LoadCheckpoint() {
       ThrowInputError(json_path, key, meta.value(key, nlohmann::json()).dump(),
                       fmt::format("this co-search has {}", value));
   };
+  expect("batch_options", NumBatchOptions());
   expect("stages", x.surrogate.NumStages());
   expect("options", x.surrogate.NumOptions());
   expect("parameters", x.proxy.Theta().numel());
@@ -527,21 +671,21 @@ void CoSearcher::LoadCheckpoint() {
   torch::load(tensors, dir + "/cosearch.pt");
   expect("tensors", static_cast<int64_t>(tensors.size()));
   torch::NoGradGuard no_grad;
-  alpha_.copy_(tensors[0]);
-  x.alpha_m.copy_(tensors[1]);
-  x.alpha_v.copy_(tensors[2]);
-  x.proxy.Theta().copy_(tensors[3]);
-  x.proxy.adam.m.copy_(tensors[4]);
-  x.proxy.adam.v.copy_(tensors[5]);
-  size_t next = 6;
+  size_t next = 0;
+  for (Tensor* t : {&alpha_, &x.alpha_m, &x.alpha_v, &beta_, &x.beta_m, &x.beta_v})
+    t->copy_(tensors[next++]);
+  x.proxy.Theta().copy_(tensors[next++]);
+  x.proxy.adam.m.copy_(tensors[next++]);
+  x.proxy.adam.v.copy_(tensors[next++]);
   for (const auto& replica : x.proxy.compressors)
-    for (const auto& compressor : replica) {
-      if (!compressor) continue;
-      const size_t count = compressor->State().size();
-      compressor->LoadState(std::vector<Tensor>(tensors.begin() + next,
-                                                tensors.begin() + next + count));
-      next += count;
-    }
+    for (const auto& batch : replica)
+      for (const auto& compressor : batch) {
+        if (!compressor) continue;
+        const size_t count = compressor->State().size();
+        compressor->LoadState(std::vector<Tensor>(tensors.begin() + next,
+                                                  tensors.begin() + next + count));
+        next += count;
+      }
   step_ = meta.at("step").get<int>();
   lambda_ = meta.at("lambda").get<double>();
   x.alpha_steps = meta.at("alpha_steps").get<int64_t>();
@@ -554,7 +698,7 @@ std::vector<CurvePoint> TrainFixedPlan(const CoSearchOptions& options,
                                        int eval_windows) {
   options.Validate();
   const Plan plan = surrogate.PlanFor(choice);
-  Proxy proxy(options, surrogate, plan, plan.stages.back().last_layer);
+  Proxy proxy(options, surrogate, 1, plan, plan.stages.back().last_layer);
   const CharDataset::Batch validation = proxy.data->ValidationBatch(eval_windows);
   std::vector<CurvePoint> curve;
   const int S = surrogate.NumStages(), K = surrogate.NumOptions();
@@ -566,11 +710,11 @@ std::vector<CurvePoint> TrainFixedPlan(const CoSearchOptions& options,
     if (step == steps) break;
     double loss = 0;
     const std::vector<Tensor> grads =
-        proxy.ReplicaGradients(options.seed, step, options.batch_size, &loss);
+        proxy.ReplicaGradients(options.seed, step, {options.batch_size}, &loss)[0];
     std::vector<bool> needed(K);
     for (int k = 0; k < K; ++k)  // options no stage uses are not computed
       needed[k] = proxy.ElementWeights(pt, k).sum().item<double>() > 0;
-    const std::vector<Tensor> variants = proxy.Variants(grads, needed);
+    const std::vector<Tensor> variants = proxy.Variants(0, grads, needed);
     Tensor update = torch::zeros_like(grads[0]);
     for (int k = 0; k < K; ++k)
       if (needed[k]) update.add_(proxy.ElementWeights(pt, k) * variants[k]);

@@ -34,6 +34,15 @@
 //   3. Inner: Adam step on theta with the mixed gradient sum_k p_k V_k (p after the outer step).
 // The temperature anneals geometrically; Discretize() takes the argmax per stage.
 //
+// The global batch size is co-searched the same way (issue 17): each BatchOption b pairs a proxy
+// batch size with the surrogate of the target plan at the corresponding global batch; a second
+// softmax q = softmax(beta / temperature) over the options mixes the gradients g_b of the
+// proxy's batches (nested: batch b's samples are the first ones of the largest batch's draw, per
+// replica), so the look-ahead is theta' = theta + sum_b q_b sum_k p_k u_{b,k} (u_{b,k} = Adam's
+// step with C_k(g_b)), still linear in each of p and q, T(p, q) = sum_b q_b T_b(p), and
+//   dJ/dq_b = sum_{s,k} p_{s,k} <grad L_val(theta'), u_{b,k}>_s + lambda / T_now T_b(p).
+// T_now is T at the current mixture, held constant: with lambda the running loss decrease per
+// step, dJ = 0 is then exactly the stationarity of the loss decrease per predicted second.
 // The choices that do not touch the math of training (the layout of the base plan) are fixed.
 // With dp_replicas = R > 1 the inner loop trains R data-parallel replicas: replica r computes
 // the gradient of its 1/R of the step's batch (the samples the runtime's DP rank r would get),
@@ -59,7 +68,7 @@ struct CoSearchOptions {
   std::string model = "gpt-tiny";
   int seq_length = 0;          // 0: the model's
   std::string data_path;       // "": DefaultDataPath()
-  int batch_size = 8;          // sequences per step (over all replicas)
+  int batch_size = 8;          // sequences per step (over all replicas), one batch option
   int dp_replicas = 1;         // data-parallel replicas, in [1, 8], dividing batch_size
   double learning_rate = 1e-3; // Adam on theta (beta 0.9, 0.95 as the runtime)
   uint64_t seed = 1234;
@@ -85,14 +94,26 @@ struct CoSearchOptions {
 
 // Target stage of each proxy layer (proxy layer l at relative depth (l + 0.5) / L_proxy goes to
 // the stage holding the target layer at the same relative depth).
+// One global batch size the co-search may choose: the proxy's sequences per step (over all
+// replicas) and the time surrogate of the target plan at the corresponding global batch. The
+// surrogates of a search's options share the stages and the compression options.
+struct BatchOption {
+  int proxy_batch_size = 0;
+  const CompressionTimeSurrogate* surrogate = nullptr;
+};
+
 std::vector<int> ProxyStageOfLayer(int proxy_layers, const Plan& target_plan,
                                    int target_layers);
 
 class CoSearcher {
  public:
-  // Builds the proxy model and data, one compressor per option (over the proxy's parameter
-  // shapes) and alpha = 0. `surrogate` must outlive this object. Throws InputError for bad
-  // options, data or model.
+  // Builds the proxy model and data, one compressor per replica, batch and compression option
+  // (over the proxy's parameter shapes), alpha = 0 and beta = 0. The surrogates must outlive
+  // this object. Throws InputError for bad options, data or model, for no batch options, a
+  // proxy batch size not divisible by dp_replicas, or surrogates that differ in stages, options
+  // or the options each stage allows.
+  CoSearcher(const CoSearchOptions& options, std::vector<BatchOption> batches);
+  // One batch option: options.batch_size with `surrogate`.
   CoSearcher(const CoSearchOptions& options, const CompressionTimeSurrogate& surrogate);
   ~CoSearcher();
 
@@ -101,6 +122,7 @@ class CoSearcher {
   int StepCount() const { return step_; }
   double Temperature() const;
   double Lambda() const { return lambda_; }
+  // The mean training loss over the last step's samples (those of the largest batch option).
   double LastTrainLoss() const { return last_train_loss_; }
   double LastValidationLoss() const { return last_validation_loss_; }
 
@@ -108,26 +130,34 @@ class CoSearcher {
   // softmax(alpha_s / temperature) over the allowed options of each stage, 0 elsewhere.
   std::vector<std::vector<double>> Probabilities() const;
   std::vector<int> Discretize() const;
+  int NumBatchOptions() const;
+  torch::Tensor BatchLogits() const { return beta_; }  // (batch options,), float64
+  std::vector<double> BatchProbabilities() const;       // softmax(beta / temperature)
+  int DiscretizeBatch() const;                          // argmax of BatchProbabilities()
   torch::Tensor FlatParameters() const;  // theta, (num_parameters,) float32
 
-  // Checkpoint: alpha, theta, both Adam states, every compressor's state, lambda, the step.
+  // Checkpoint: alpha, beta, theta, the Adam states, every compressor's state, lambda, the step.
   // Save writes checkpoint_dir/cosearch.pt + .json via a temporary name; Load throws
   // InputError if the file is missing or does not match this search (options, shapes).
   void SaveCheckpoint() const;
   void LoadCheckpoint();
 
-  // For tests: the outer objective J at `alpha` with everything else frozen at the state of the
-  // last Step()'s outer update (V, D, theta, the validation windows, lambda), and its gradient.
-  // FrozenOuterGradient is dJ/dalpha at FrozenAlpha(), alpha before that update.
-  double FrozenOuterObjective(const torch::Tensor& alpha) const;
+  // For tests: the outer objective J at (alpha, beta) with everything else frozen at the state
+  // of the last Step()'s outer update (the updates u, theta, the validation windows, lambda,
+  // T_now), and its gradients. FrozenOuterGradient / FrozenBatchGradient are dJ/dalpha and
+  // dJ/dbeta at FrozenAlpha() / FrozenBatchLogits(), the logits before that update.
+  double FrozenOuterObjective(const torch::Tensor& alpha, const torch::Tensor& beta) const;
   torch::Tensor FrozenOuterGradient() const;
+  torch::Tensor FrozenBatchGradient() const;
   torch::Tensor FrozenAlpha() const;
+  torch::Tensor FrozenBatchLogits() const;
 
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
   torch::Tensor alpha_;
+  torch::Tensor beta_;
   int step_ = 0;
   double lambda_ = 0;
   double last_train_loss_ = 0;

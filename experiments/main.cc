@@ -240,12 +240,13 @@ int main(int argc, char** argv) {
   cosearch_command->add_option("--cluster", cosearch.target.cluster, "target cluster: zoo name or file")->capture_default_str();
   cosearch_command->add_option("--nodes", cosearch.target.nodes, "target nodes")->capture_default_str();
   cosearch_command->add_option("--global-batch", cosearch.target.global_batch_size, "target global batch")->check(IntAtLeast(1))->capture_default_str();
-  cosearch_command->add_option("--base-plan", cosearch.base_plan, "the target plan whose stages choose a compression: relax, data-parallel or a plan file")->capture_default_str();
+  cosearch_command->add_option("--base-plan", cosearch.base_plan, "the target plan whose stages choose a compression: relax, data-parallel (on several node groups: one stage per group, data parallel inside it) or a plan file")->capture_default_str();
   cosearch_command->add_option("--proxy-model", cosearch.proxy_model, "model trained for real (gpt-tiny or a model file)")->capture_default_str();
   cosearch_command->add_option("--grad-compressions", cosearch.grad_compressions, "gradient compression options per stage, comma list starting with none; parameters as labels print them, e.g. powersgd(rank=1), topk(density=0.1)")->capture_default_str();
   cosearch_command->add_option("--search-steps", cosearch.search_steps, "co-search steps")->check(IntAtLeast(2))->capture_default_str();
   cosearch_command->add_option("--warmup-steps", cosearch.warmup_steps, "steps before alpha moves (< --search-steps)")->check(IntAtLeast(1))->capture_default_str();
-  cosearch_command->add_option("--batch-size", cosearch.batch_size, "proxy sequences per step")->check(IntAtLeast(1))->capture_default_str();
+  cosearch_command->add_option("--batch-sizes", cosearch.batch_sizes, "global batch options as proxy sequences per step (comma list); --batch-size among them is the target's --global-batch, the others scale it")->delimiter(',')->check(IntAtLeast(1))->capture_default_str();
+  cosearch_command->add_option("--batch-size", cosearch.batch_size, "proxy sequences per step that correspond to the target's --global-batch (one of --batch-sizes)")->check(IntAtLeast(1))->capture_default_str();
   cosearch_command->add_option("--dp-replicas", cosearch.dp_replicas, "data-parallel replicas of the proxy, each compressing its own gradient (Gloo ranks in this process)")->check(IntIn(1, 8))->capture_default_str();
   cosearch_command->add_option("--lr", cosearch.learning_rate, "proxy Adam learning rate")->check(NumberAbove(0))->capture_default_str();
   cosearch_command->add_option("--alpha-lr", cosearch.alpha_learning_rate, "Adam learning rate on alpha")->check(NumberAbove(0))->capture_default_str();

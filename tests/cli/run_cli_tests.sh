@@ -486,9 +486,14 @@ expect "validate alpa-comm writes its figures" 0 '"held_out_2x8_group_16"' -- ca
 # Co-search: a few steps end to end (the full default run takes ~12 minutes).
 expect "cosearch runs end to end and prints the comparison" 0 "time to target" -- \
   "$STRATOS" cosearch --model gpt2 --nodes 2 --global-batch 64 --search-steps 6 \
-  --warmup-steps 2 --batch-size 2 --eval-steps 10 --eval-every 5 --eval-windows 8 \
+  --warmup-steps 2 --batch-sizes 2,4 --batch-size 2 --eval-steps 10 --eval-every 5 --eval-windows 8 \
   --output-dir "$WORK/cosearch"
 expect "cosearch writes curves for every plan" 0 "^throughput-only,10," -- cat "$WORK/cosearch/curves.csv"
+expect "cosearch's curves say each plan's global batch" 0 "^no-compression,10,[0-9.e+-]+,[0-9.]+,64$" -- \
+  cat "$WORK/cosearch/curves.csv"
+expect "cosearch prices every global batch option" 0 '"global_batch": 128' -- \
+  cat "$WORK/cosearch/summary.json"
+expect "cosearch logs the batch logits" 0 "^6,batch,128," -- cat "$WORK/cosearch/alpha.csv"
 expect "cosearch says its time axis is simulated" 0 "simulated" -- cat "$WORK/cosearch/summary.json"
 expect "cosearch plots loss against simulated time" 0 "PNG" -- head -c 8 "$WORK/cosearch/loss_vs_time.png"
 expect "cosearch's default base plan is data parallel over every device" 0 '"base_plan_source": "data parallel' -- \
@@ -497,7 +502,7 @@ expect "cosearch: no data-parallel plan fits is a result, not a crash" 1 "no dat
   "$STRATOS" cosearch --model gpt3-2.7b --nodes 2 --global-batch 64 --output-dir "$WORK/cosearch-bad"
 expect "cosearch takes relax's plan as the base" 0 "base plan \(relax, throughput only\)" -- \
   "$STRATOS" cosearch --model gpt3-1.3b --cluster p3.16xlarge-calibrated --nodes 2 --global-batch 64 \
-  --base-plan relax --search-steps 3 --warmup-steps 1 --batch-size 2 --eval-steps 2 --eval-every 1 \
+  --base-plan relax --search-steps 3 --warmup-steps 1 --batch-sizes 2 --batch-size 2 --eval-steps 2 --eval-every 1 \
   --eval-windows 4 --output-dir "$WORK/cosearch-relax"
 expect_one_line_error "cosearch: a compression's parameter is checked by name" \
   "command line: --grad-compressions = \"powersgd\(rank=0\)\": rank must be an integer >= 1" -- \
@@ -539,8 +544,25 @@ expect_one_line_error "init-search: a corrupt seed result names the file" \
   "seed_1/result.json: not JSON" -- \
   "$STRATOS" init-search "${INIT_FLAGS[@]}" --output-dir "$WORK/init" --resume
 expect_one_line_error "cosearch: the batch splits over the DP replicas" \
-  "command line: --batch-size = 3: must be divisible by --dp-replicas = 2" -- \
-  "$STRATOS" cosearch --batch-size 3 --output-dir "$WORK/cosearch-bad"
+  "command line: --batch-sizes = 3: must be divisible by --dp-replicas = 2" -- \
+  "$STRATOS" cosearch --batch-sizes 3,6 --batch-size 3 --output-dir "$WORK/cosearch-bad"
+expect_one_line_error "cosearch: the reference batch is one of the options" \
+  "command line: --batch-size = 6: must be one of --batch-sizes" -- \
+  "$STRATOS" cosearch --batch-size 6 --output-dir "$WORK/cosearch-bad"
+expect_one_line_error "cosearch: a batch option is listed once" \
+  "command line: --batch-sizes = 8: is listed twice" -- \
+  "$STRATOS" cosearch --batch-sizes 8,4,8 --output-dir "$WORK/cosearch-bad"
+expect_one_line_error "cosearch: a batch option makes a whole target batch" \
+  "command line: --batch-sizes = 6: must make a whole target batch: --global-batch 99 x 6 / --batch-size 8" -- \
+  "$STRATOS" cosearch --global-batch 99 --batch-sizes 6,8 --output-dir "$WORK/cosearch-bad"
+expect_one_line_error "cosearch: a batch option must split over the base plan's data parallelism" \
+  "command line: --batch-sizes = 2: no number of microbatches splits global batch 16 over" -- \
+  "$STRATOS" cosearch --global-batch 64 --batch-sizes 2,8 --output-dir "$WORK/cosearch-bad"
+expect "cosearch on two sites: data parallel inside each site, pipelined over the WAN" 0 \
+  "base plan \(data parallel inside each node group, one pipeline stage per group\): 2 stages" -- \
+  "$STRATOS" cosearch --cluster two-site-v100 --nodes ohio=4,virginia=4 --global-batch 64 --search-steps 3 \
+  --warmup-steps 1 --batch-sizes 2 --batch-size 2 --eval-steps 2 --eval-every 1 --eval-windows 4 \
+  --output-dir "$WORK/cosearch-two-site"
 expect "search with --grad-compressions may pick PowerSGD" 0 "powersgd" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 16 --global-batch 512 \
   --algo dp --grad-compressions none,powersgd --no-progress --output-dir "$WORK/search-compressed"

@@ -23,14 +23,14 @@ struct TargetCase {
   Plan plan;
 };
 
-TargetCase SmallTarget(int zero_stage_of_stage_1 = 1) {
+TargetCase SmallTarget(int zero_stage_of_stage_1 = 1, int global_batch = 64) {
   TargetCase target;
   target.problem.model = ReadModelFile(ResolveModelPath("gpt3-1.3b"), 0);
   target.problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(2);
-  target.problem.training.global_batch_size = 64;
+  target.problem.training.global_batch_size = global_batch;
   Plan& plan = target.plan;
-  plan.global_batch_size = 64;
-  plan.num_microbatches = 8;
+  plan.global_batch_size = global_batch;
+  plan.num_microbatches = global_batch / 8;
   const int L = target.problem.model.NumLayers();
   StageConfig c;
   c.mesh_nodes = 1;
@@ -125,33 +125,85 @@ TEST_CASE("co-search maps proxy layers onto target stages by relative depth") {
   CHECK(stage == std::vector<int>{0, 0, 0, 1, 1, 1});
 }
 
-TEST_CASE("co-search outer gradient with respect to alpha equals finite differences") {
-  const TargetCase target = SmallTarget();
+TEST_CASE("co-search outer gradient with respect to alpha and beta equals finite differences") {
+  // Two batch options (proxy 2 and 4 sequences; target global batch 64 and 128).
+  const TargetCase target = SmallTarget(), doubled = SmallTarget(1, 128);
   const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
+  const CompressionTimeSurrogate surrogate_doubled(doubled.problem, doubled.plan, AllOptions());
+  REQUIRE(surrogate_doubled.BaseSeconds() > surrogate.BaseSeconds());
   CoSearchOptions options = TinySearch();
   options.lambda = 0.5;         // a fixed weight: both terms of J matter
   options.learning_rate = 0.03;  // large steps: loss differences far above fp32 rounding
-  CoSearcher search(options, surrogate);
+  CoSearcher search(options, {{2, &surrogate}, {4, &surrogate_doubled}});
+  REQUIRE(search.NumBatchOptions() == 2);
   for (int i = 0; i < 4; ++i) search.Step();  // two outer steps after the warm-up
-  const torch::Tensor alpha = search.FrozenAlpha().clone();
+  const torch::Tensor alpha = search.FrozenAlpha().clone(), beta = search.FrozenBatchLogits();
   const torch::Tensor gradient = search.FrozenOuterGradient();
+  const torch::Tensor batch_gradient = search.FrozenBatchGradient();
   const double h = 1e-2;
-  double largest = 0;
-  for (int s = 0; s < surrogate.NumStages(); ++s)
-    for (int k = 0; k < surrogate.NumOptions(); ++k)
-      largest = std::max(largest, std::abs(gradient[s][k].item<double>()));
+  const double largest = std::max(gradient.abs().max().item<double>(),
+                                  batch_gradient.abs().max().item<double>());
   REQUIRE(largest > 0);
+  CHECK(batch_gradient.abs().max().item<double>() > 0);
+  // The validation loss is fp32: differences carry ~1e-6 / h of rounding.
   for (int s = 0; s < surrogate.NumStages(); ++s)
     for (int k = 0; k < surrogate.NumOptions(); ++k) {
       torch::Tensor plus = alpha.clone(), minus = alpha.clone();
       plus[s][k] += h;
       minus[s][k] -= h;
-      const double numeric =
-          (search.FrozenOuterObjective(plus) - search.FrozenOuterObjective(minus)) / (2 * h);
+      const double numeric = (search.FrozenOuterObjective(plus, beta) -
+                              search.FrozenOuterObjective(minus, beta)) / (2 * h);
       INFO("stage ", s, " option ", k);
-      // The validation loss is fp32: differences carry ~1e-6 / h of rounding.
       CHECK(gradient[s][k].item<double>() == doctest::Approx(numeric).epsilon(5e-3).scale(largest));
     }
+  for (int b = 0; b < 2; ++b) {
+    torch::Tensor plus = beta.clone(), minus = beta.clone();
+    plus[b] += h;
+    minus[b] -= h;
+    const double numeric = (search.FrozenOuterObjective(alpha, plus) -
+                            search.FrozenOuterObjective(alpha, minus)) / (2 * h);
+    INFO("batch option ", b);
+    CHECK(batch_gradient[b].item<double>() == doctest::Approx(numeric).epsilon(5e-3).scale(largest));
+  }
+}
+
+TEST_CASE("co-search batch options: nested batches, the mixture's time, and their rules") {
+  const TargetCase target = SmallTarget(), doubled = SmallTarget(1, 128);
+  const CompressionTimeSurrogate surrogate(target.problem, target.plan, AllOptions());
+  const CompressionTimeSurrogate surrogate_doubled(doubled.problem, doubled.plan, AllOptions());
+  CoSearchOptions options = TinySearch();
+  options.warmup_steps = 7;  // theta only: both searches train the same mixture
+  // Two options with the same proxy batch and target: the mixture's gradient is that batch's
+  // (weights 1/2 + 1/2), so the run equals the single option's up to rounding.
+  CoSearcher single(options, surrogate);
+  CoSearcher twice(options, {{2, &surrogate}, {2, &surrogate}});
+  for (int i = 0; i < 3; ++i) single.Step(), twice.Step();
+  CHECK(single.LastTrainLoss() == doctest::Approx(twice.LastTrainLoss()).epsilon(1e-6));
+  // Adam divides by sqrt(v): where gradients are near 0 it magnifies rounding, so parameters
+  // agree to 1% of one step (lr 1e-3), not to fp32 epsilon.
+  CHECK((single.FlatParameters() - twice.FlatParameters()).abs().max().item<double>() < 1e-5);
+  CHECK(twice.BatchProbabilities() == std::vector<double>{0.5, 0.5});
+  // The loss reported is over the largest batch (its first samples are the smaller batch's).
+  CoSearcher nested(options, {{2, &surrogate}, {4, &surrogate_doubled}});
+  options.batch_size = 4;
+  CoSearcher large4(options, surrogate_doubled);
+  nested.Step();
+  large4.Step();
+  CHECK(nested.LastTrainLoss() == doctest::Approx(large4.LastTrainLoss()).epsilon(1e-6));
+  // Rules: a batch that does not split over the replicas, options that differ in stages.
+  options.batch_size = 2;
+  options.dp_replicas = 2;
+  CHECK_THROWS_WITH_AS(CoSearcher(options, {{2, &surrogate}, {3, &surrogate_doubled}}),
+                       "co-search options: batch size = 3: must be >= 1 and divisible by "
+                       "dp_replicas = 2",
+                       InputError);
+  CompressionSpec none;
+  const CompressionTimeSurrogate only_none(target.problem, target.plan, {none});
+  CHECK_THROWS_WITH_AS(CoSearcher(options, {{2, &surrogate}, {4, &only_none}}),
+                       "co-search options: batch size = 4: its target plan must have the first "
+                       "batch option's stages and options",
+                       InputError);
+  CHECK_THROWS_AS(CoSearcher(options, std::vector<BatchOption>{}), InputError);
 }
 
 TEST_CASE("co-search resumed from a checkpoint equals the uninterrupted search") {

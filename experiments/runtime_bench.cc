@@ -28,6 +28,8 @@
 #include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
+#include "runtime/profiler.h"
+#include "runtime/runtime_plan.h"
 #include "runtime/trainer.h"
 #include "validate/rank_correlation.h"
 
@@ -57,6 +59,8 @@ struct PlanRow {
   double error_percent = 0;  // (measured - predicted) / measured * 100
   double calibrated_seconds = 0;        // predicted on the calibrated cluster description
   double calibrated_error_percent = 0;
+  double compute_seconds = 0;           // ... whose compute is calibrated too
+  double compute_error_percent = 0;
   nlohmann::json measurement;
   std::vector<double> losses;
 };
@@ -151,6 +155,52 @@ double CalibratedPrediction(const nlohmann::json& measurement, const ClusterSpec
   return Evaluate(problem, plan).iteration_seconds;
 }
 
+// The same on a description whose compute is calibrated too: the device's GEMM curve and block
+// curve fitted on GEMMs and blocks of gpt-tiny's shapes (not the run's single large GEMM), every
+// compute term slowed by the share of a hardware thread each worker gets.
+double ComputeCalibratedPrediction(const nlohmann::json& measurement,
+                                   const ClusterSpec& calibrated) {
+  const Plan plan = PlanFromJson(measurement.at("plan"), "measurement.json");
+  const ModelSpec model = LoadRuntimeModel(measurement.at("model").get<std::string>(), 0);
+  const int workers = measurement.at("world_size").get<int>();
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  const double slowdown = std::max(1.0, workers / threads);
+  DeviceSpec device = calibrated.devices.front();
+  device.peak_flops /= slowdown;
+  device.hbm_bytes_per_second /= slowdown;
+  if (device.matmul_curve) device.matmul_curve->overhead_seconds *= slowdown;
+  if (device.layer_curve) {
+    device.layer_curve->forward_floor_seconds *= slowdown;
+    device.layer_curve->backward_floor_seconds *= slowdown;
+  }
+  Problem problem = RuntimeProblem(model, plan, workers, device.peak_flops);
+  device.memory_bytes = problem.cluster.devices.front().memory_bytes;
+  device.name = problem.cluster.devices.front().name;
+  problem.cluster.devices.front() = device;
+  problem.cluster.networks = calibrated.networks;
+  return Evaluate(problem, plan).iteration_seconds;
+}
+
+// GEMMs and transformer blocks of the shapes gpt-tiny trains (hidden 64, 4 heads, sequence 64,
+// microbatches of 1-4 samples, TP 1 and 2; and hidden 128), timed in this process on one thread.
+Profile ProfileModelShapes() {
+  ProfileOptions options;
+  options.gemm_sizes = {16, 32, 64, 128, 256, 512};
+  options.layer_hiddens = {64, 128};
+  options.layer_head_dims = {16};
+  options.layer_seq_lens = {64};
+  options.layer_micro_batches = {1, 2, 4};
+  options.layer_tensor_parallel = {1, 2};
+  options.Validate();
+  const int saved_threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  Profile profile;
+  profile.matmuls = ProfileMatmuls(options);
+  profile.layers = ProfileLayers(options);
+  torch::set_num_threads(saved_threads);
+  return profile;
+}
+
 struct PlainResult {
   double iteration_seconds = 0;  // mean over steps 1 .. steps - 1
   std::vector<double> losses;
@@ -227,7 +277,7 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
 
   // (0) The local cluster description calibrated from measurements that are not the bench's
   // runs: a collective profile over 4 worker processes (stratos profile), fitted by calibrate/.
-  std::optional<ClusterSpec> calibrated;
+  std::optional<ClusterSpec> calibrated, compute_calibrated;
   std::string calibration_error;
   try {
     ProfileArgs profile_args;
@@ -244,9 +294,30 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
     if (rc != 0) throw std::runtime_error("stratos profile failed (see " + dir + "/profile/logs)");
     CalibrateOptions options;
     options.source = "stratos bench runtime: collective profile of 4 local Gloo workers";
-    calibrated = Calibrate(LocalCpuCluster(4, 1e10), ReadProfileDir(profile_args.output_dir),
-                           options)
-                     .cluster;
+    Profile profile = ReadProfileDir(profile_args.output_dir);
+    calibrated = Calibrate(LocalCpuCluster(4, 1e10), profile, options).cluster;
+    // (0b) and its compute: GEMMs and blocks of the model's shapes, measured apart from the runs.
+    fmt::print("profiling GEMMs and blocks of gpt-tiny's shapes for the compute calibration ...\n");
+    std::fflush(stdout);
+    const Profile shapes = ProfileModelShapes();
+    profile.matmuls = shapes.matmuls;
+    profile.layers = shapes.layers;
+    WriteProfileDir(profile, dir + "/profile-compute");
+    double best_flops = 0;  // the peak must not cap the fitted curve
+    for (const MatmulRow& row : profile.matmuls)
+      best_flops = std::max(best_flops, row.flops / row.seconds);
+    options.matmul_dtype = "f32";
+    options.source = "stratos bench runtime: collective profile of 4 local Gloo workers, GEMMs "
+                     "and blocks of gpt-tiny's shapes on one thread";
+    const CalibrationResult result =
+        Calibrate(LocalCpuCluster(4, 1.25 * best_flops), profile, options);
+    compute_calibrated = result.cluster;
+    if (result.layer)
+      fmt::print("  block curve fitted on {} blocks: power {}, floors {:.0f} / {:.0f} us "
+                 "(forward / backward)\n",
+                 result.layer->choice.rows, result.layer->choice.curve.power,
+                 1e6 * result.layer->choice.curve.forward_floor_seconds,
+                 1e6 * result.layer->choice.curve.backward_floor_seconds);
   } catch (const std::exception& e) {
     calibration_error = e.what();
     fmt::print(stderr, "calibration failed: {}\n", calibration_error);
@@ -264,22 +335,31 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
       row.calibrated_error_percent =
           (row.measured_seconds - row.calibrated_seconds) / row.measured_seconds * 100.0;
     }
+    if (compute_calibrated && rows.back().status == "ok") {
+      PlanRow& row = rows.back();
+      row.compute_seconds = ComputeCalibratedPrediction(row.measurement, *compute_calibrated);
+      row.compute_error_percent =
+          (row.measured_seconds - row.compute_seconds) / row.measured_seconds * 100.0;
+    }
     if (rows.back().status != "ok")
       fmt::print(stderr, "  {} failed: {}\n", plan.Name(), rows.back().error);
   }
 
-  fmt::print("\n{:<8} {:>7} {:>12} {:>12} {:>9} {:>13} {:>9}\n", "PPxDPxTP", "workers",
-             "measured s", "predicted s", "error %", "calibrated s", "error %");
-  double ape_sum = 0, calibrated_ape_sum = 0;
+  fmt::print("\n{:<8} {:>7} {:>12} {:>12} {:>9} {:>13} {:>9} {:>13} {:>9}\n", "PPxDPxTP",
+             "workers", "measured s", "predicted s", "error %", "calibrated s", "error %",
+             "+compute s", "error %");
+  double ape_sum = 0, calibrated_ape_sum = 0, compute_ape_sum = 0;
   int ok = 0;
   for (const PlanRow& row : rows) {
     if (row.status == "ok") {
-      fmt::print("{:<8} {:>7} {:>12.5f} {:>12.5f} {:>+9.1f} {:>13.5f} {:>+9.1f}\n",
+      fmt::print("{:<8} {:>7} {:>12.5f} {:>12.5f} {:>+9.1f} {:>13.5f} {:>+9.1f} {:>13.5f} "
+                 "{:>+9.1f}\n",
                  row.plan.Name(), row.plan.pp * row.plan.dp * row.plan.tp, row.measured_seconds,
                  row.predicted_seconds, row.error_percent, row.calibrated_seconds,
-                 row.calibrated_error_percent);
+                 row.calibrated_error_percent, row.compute_seconds, row.compute_error_percent);
       ape_sum += std::abs(row.error_percent);
       calibrated_ape_sum += std::abs(row.calibrated_error_percent);
+      compute_ape_sum += std::abs(row.compute_error_percent);
       ++ok;
     } else {
       fmt::print("{:<8} {:>7} {:>12} {:>12} {:>9}\n", row.plan.Name(),
@@ -293,15 +373,21 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
     fmt::print("MAPE with the calibrated description (loopback network fitted on a separate "
                "collective profile; workers share the {} hardware threads): {:.1f}%\n",
                std::thread::hardware_concurrency(), calibrated_mape);
+  const double compute_mape = ok > 0 && compute_calibrated ? compute_ape_sum / ok : 0.0;
+  if (compute_calibrated)
+    fmt::print("MAPE with the compute calibrated too (GEMM and block curves fitted on gpt-tiny's "
+               "shapes, profiled apart from the runs): {:.1f}%\n",
+               compute_mape);
 
   // The ranking a planner needs: Spearman's rho of predicted against measured times over the
   // plans that ran, and how the plan predicted fastest fares against the fastest measured.
-  std::vector<double> measured_ok, predicted_ok, calibrated_ok;
+  std::vector<double> measured_ok, predicted_ok, calibrated_ok, compute_ok;
   for (const PlanRow& row : rows)
     if (row.status == "ok") {
       measured_ok.push_back(row.measured_seconds);
       predicted_ok.push_back(row.predicted_seconds);
       calibrated_ok.push_back(row.calibrated_seconds);
+      compute_ok.push_back(row.compute_seconds);
     }
   nlohmann::json ranking = nlohmann::json::object();
   auto rank_report = [&](const std::vector<double>& predicted, const std::string& which) {
@@ -322,6 +408,7 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
   };
   rank_report(predicted_ok, "assumed");
   if (calibrated) rank_report(calibrated_ok, "calibrated");
+  if (compute_calibrated) rank_report(compute_ok, "compute-calibrated");
 
   const PlanRow& base = rows.front();  // 1x1x1
   double overhead = 0;
@@ -366,6 +453,8 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
                          {"error_percent", row.error_percent},
                          {"calibrated_predicted_iteration_seconds", row.calibrated_seconds},
                          {"calibrated_error_percent", row.calibrated_error_percent},
+                         {"compute_calibrated_predicted_iteration_seconds", row.compute_seconds},
+                         {"compute_calibrated_error_percent", row.compute_error_percent},
                          {"run_dir", "plans/" + p.Name()}});
   }
   csv += fmt::format("plain,1,1,1,1,{},{:.6f},,\n", plain_error.empty() ? "ok" : "failed",
@@ -382,6 +471,8 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
       {"plans_ok", ok},
       {"mape_percent", mape},
       {"calibrated_mape_percent", calibrated ? nlohmann::json(calibrated_mape) : nlohmann::json()},
+      {"compute_calibrated_mape_percent",
+       compute_calibrated ? nlohmann::json(compute_mape) : nlohmann::json()},
       {"calibration_error", calibration_error},
       {"ranking", ranking},
       {"plain",

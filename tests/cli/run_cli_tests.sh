@@ -483,7 +483,7 @@ expect "validate alpa-comm reports held-out errors against the target" 0 \
   "$STRATOS" validate alpa-comm --output-dir "$WORK/validate"
 expect "validate alpa-comm writes its figures" 0 '"held_out_2x8_group_16"' -- cat "$WORK/validate/summary.json"
 
-# Co-search: a few steps end to end (the full default run takes ~12 minutes).
+# Co-search: a few steps end to end (the full default run takes ~9 minutes).
 expect "cosearch runs end to end and prints the comparison" 0 "time to target" -- \
   "$STRATOS" cosearch --model gpt2 --nodes 2 --global-batch 64 --search-steps 6 \
   --warmup-steps 2 --batch-sizes 2,4 --batch-size 2 --eval-steps 10 --eval-every 5 --eval-windows 8 \

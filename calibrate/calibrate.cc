@@ -264,4 +264,17 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
   return result;
 }
 
+DeviceSpec SlowedDevice(DeviceSpec device, double slowdown) {
+  if (!(slowdown >= 1))
+    ThrowInputError("device " + device.name, "slowdown", slowdown, "must be >= 1");
+  device.peak_flops /= slowdown;
+  device.hbm_bytes_per_second /= slowdown;
+  if (device.matmul_curve) device.matmul_curve->overhead_seconds *= slowdown;
+  if (device.layer_curve) {
+    device.layer_curve->forward_floor_seconds *= slowdown;
+    device.layer_curve->backward_floor_seconds *= slowdown;
+  }
+  return device;
+}
+
 }  // namespace stratos

@@ -101,4 +101,11 @@ struct CalibrationResult {
 CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
                             const CalibrateOptions& options);
 
+// `device` when `slowdown` processes share each of its compute units (e.g. CPU worker processes
+// beyond the machine's hardware threads, each profiled alone on one thread): every compute term
+// `slowdown` times slower -- peak FLOP/s and memory bandwidth divided, the GEMM curve's per-GEMM
+// overhead and the block curve's floors multiplied (a block's time is homogeneous of degree 1 in
+// its device time and floor, so it scales exactly). Throws InputError if slowdown < 1.
+DeviceSpec SlowedDevice(DeviceSpec device, double slowdown);
+
 }  // namespace stratos

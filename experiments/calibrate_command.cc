@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "calibrate/alpa_profile.h"
 #include "calibrate/calibrate.h"
@@ -93,11 +94,27 @@ int RunCalibrate(const CalibrateArgs& args) {
   const std::string command = CommandLine(args, loaded.flag);
   options.source = fmt::format("{}: fitted on {}; held out: {}", command, loaded.description,
                                options.holdout.ToString());
-  const CalibrationResult result = Calibrate(base, loaded.profile, options);
+  CalibrationResult result = Calibrate(base, loaded.profile, options);
+  // Local workers beyond the machine's hardware threads share them: a plan on every worker (what
+  // the search prices) runs each at threads / workers of the speed its rows were profiled at.
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const double slowdown =
+      local ? std::max(1.0, static_cast<double>(base.NumDevices()) / threads) : 1.0;
+  if (slowdown > 1) {
+    DeviceSpec& device = result.cluster.devices.front();
+    device = SlowedDevice(device, slowdown);
+    device.source += fmt::format("; compute {:.3g}x slower than profiled: {} workers share this "
+                                 "machine's {} hardware threads",
+                                 slowdown, base.NumDevices(), threads);
+  }
 
   fmt::print("calibrating {} on {}\n", base.name, loaded.description);
   fmt::print("held out: {}\n\n", options.holdout.ToString());
   fmt::print("{}", CalibrationTable(result));
+  if (slowdown > 1)
+    fmt::print("\n{} workers share this machine's {} hardware threads: the device's compute "
+               "constants are {:.3g}x slower than profiled (one worker alone)\n",
+               base.NumDevices(), threads, slowdown);
 
   const std::string header = fmt::format(
       "{}: {} calibrated by stratos (calibrate/).\n"

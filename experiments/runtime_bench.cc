@@ -165,14 +165,7 @@ double ComputeCalibratedPrediction(const nlohmann::json& measurement,
   const int workers = measurement.at("world_size").get<int>();
   const double threads = std::max(1u, std::thread::hardware_concurrency());
   const double slowdown = std::max(1.0, workers / threads);
-  DeviceSpec device = calibrated.devices.front();
-  device.peak_flops /= slowdown;
-  device.hbm_bytes_per_second /= slowdown;
-  if (device.matmul_curve) device.matmul_curve->overhead_seconds *= slowdown;
-  if (device.layer_curve) {
-    device.layer_curve->forward_floor_seconds *= slowdown;
-    device.layer_curve->backward_floor_seconds *= slowdown;
-  }
+  DeviceSpec device = SlowedDevice(calibrated.devices.front(), slowdown);
   Problem problem = RuntimeProblem(model, plan, workers, device.peak_flops);
   device.memory_bytes = problem.cluster.devices.front().memory_bytes;
   device.name = problem.cluster.devices.front().name;

@@ -29,7 +29,7 @@ struct ProfileOptions {
   // 2), sequence lengths, microbatch sizes and TP shards (1/tp of the heads and ffn columns, one
   // rank's work).
   std::vector<int> layer_hiddens = {64, 128, 256};
-  std::vector<int> layer_head_dims = {64};
+  std::vector<int> layer_head_dims = {16, 64};  // 16: gpt-tiny's, the runtime's default model
   std::vector<int> layer_seq_lens = {64, 128};
   std::vector<int> layer_micro_batches = {1, 4};
   std::vector<int> layer_tensor_parallel = {1, 2};

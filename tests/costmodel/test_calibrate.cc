@@ -458,3 +458,30 @@ TEST_CASE("validation split: held-out collective MAPE <= 15% and matmul held-out
 
 }  // namespace
 }  // namespace stratos
+
+namespace stratos {
+
+TEST_CASE("a device shared by two processes is exactly twice as slow in every compute term") {
+  DeviceSpec device;
+  device.name = "cpu";
+  device.peak_flops = 4e10;
+  device.hbm_bytes_per_second = 2e10;
+  device.matmul_curve = MatmulCurve{0.8, 64, 3e-6};
+  device.layer_curve = LayerCurve{1.2, 1.1, 2e-4, 3e-4, 2};
+  const DeviceSpec slowed = SlowedDevice(device, 2);
+  CHECK(slowed.peak_flops == 2e10);
+  CHECK(slowed.hbm_bytes_per_second == 1e10);
+  CHECK(slowed.matmul_curve->overhead_seconds == 6e-6);
+  CHECK(slowed.matmul_curve->max_efficiency == 0.8);
+  // A block whose device time doubles takes exactly twice as long, floors included.
+  for (double x : {1e-5, 2e-4, 5e-3}) {
+    CHECK(slowed.layer_curve->Forward(2 * x) == doctest::Approx(2 * device.layer_curve->Forward(x)));
+    CHECK(slowed.layer_curve->Backward(2 * x) ==
+          doctest::Approx(2 * device.layer_curve->Backward(x)));
+  }
+  CHECK(SlowedDevice(device, 1).peak_flops == device.peak_flops);
+  CHECK_THROWS_WITH_AS(SlowedDevice(device, 0.5), "device cpu: slowdown = 0.5: must be >= 1",
+                       InputError);
+}
+
+}  // namespace stratos

@@ -18,6 +18,8 @@
 #include "experiments/commands.h"
 #include "experiments/output.h"
 #include "runtime/trainer.h"
+#include "validate/reference_tables.h"
+#include "validate/vtrain.h"
 
 namespace stratos {
 
@@ -68,6 +70,65 @@ ClusterSpec LocalBase(const Profile& profile, const std::string& dtype, const st
   return LocalCpuCluster(workers, peak);
 }
 
+// --vtrain-csv: the base cluster's device with matmul_efficiency and the block curve fitted on
+// every fifth row of vTrain's table (FitVtrainConstants, the fit of `stratos validate vtrain`).
+int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
+  const std::vector<VtrainRow> rows = ReadVtrain(args.vtrain_csv);
+  std::vector<VtrainRow> fit_rows;
+  for (size_t i : VtrainCalibrationRows(rows)) fit_rows.push_back(rows[i]);
+  ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(args.cluster));
+  if (!cluster.IsHomogeneous())
+    ThrowInputError("command line", "--cluster", args.cluster,
+                    "--vtrain-csv calibrates one device: the cluster must have one node group");
+  VtrainAssumptions how;
+  how.cluster = args.cluster;
+  const VtrainFit fit = FitVtrainConstants(fit_rows, how, /*with_floors=*/true);
+  const std::string base_name = cluster.name;
+  DeviceSpec& device = *std::find_if(
+      cluster.devices.begin(), cluster.devices.end(),
+      [&](const DeviceSpec& d) { return d.name == cluster.Device().name; });
+  device.matmul_efficiency = fit.constants.matmul_efficiency;
+  device.layer_curve = fit.constants.layer_curve;
+  device.source += fmt::format(
+      "; calibrated: matmul_efficiency and the block curve fitted on every fifth row of vTrain's "
+      "single-node A100 runs ({} of {})",
+      fit_rows.size(), rows.size());
+  cluster.name = !args.name.empty() ? args.name
+                 : !args.save_as.empty() ? args.save_as
+                                         : base_name + "-calibrated";
+  const bool cluster_is_file = std::filesystem::is_regular_file(args.cluster);
+  const std::string command =
+      fmt::format("stratos calibrate --vtrain-csv {} --cluster {}", PathForDisplay(args.vtrain_csv),
+                  cluster_is_file ? PathForDisplay(args.cluster) : args.cluster);
+  cluster.calibration.source = fmt::format(
+      "{}: matmul_efficiency and the block curve (scales 1, floors) fitted by least squares on "
+      "the relative iteration-time error of every fifth row ({} of {} rows; the rule of "
+      "`stratos validate vtrain`, which reports the errors on the other rows); network and memory "
+      "as in {}",
+      command, fit_rows.size(), rows.size(), base_name);
+  cluster.calibration.layer_rows = static_cast<int>(fit_rows.size());
+  const LayerCurve& curve = *fit.constants.layer_curve;
+  fmt::print("calibrating {} on {} ({} of {} rows: every fifth)\n", base_name,
+             PathForDisplay(args.vtrain_csv), fit_rows.size(), rows.size());
+  fmt::print("matmul_efficiency {:.4f}; block floors {:.0f} us forward / {:.0f} us backward "
+             "(power {:g}); RMS relative error on the fitted rows {:.1f}%\n",
+             fit.constants.matmul_efficiency, curve.forward_floor_seconds * 1e6,
+             curve.backward_floor_seconds * 1e6, curve.power, 100 * fit.rms_relative_error);
+  const std::string header = fmt::format(
+      "{}: {} calibrated by stratos on vTrain's single-node A100 runs.\n"
+      "Produced by: {}\n"
+      "Errors on the rows not fitted: `stratos validate vtrain`; held-out checks on other tables: "
+      "`stratos validate korthikanti` (22B layer times).",
+      cluster.name, base_name, command);
+  const std::filesystem::path parent = std::filesystem::path(output).parent_path();
+  if (!parent.empty()) EnsureDirectory(parent.string());
+  WriteClusterFile(cluster, output, header);
+  fmt::print("wrote {}\n", output);
+  if (!args.save_as.empty())
+    fmt::print("every command now takes it as --cluster {}\n", args.save_as);
+  return kExitSuccess;
+}
+
 }  // namespace
 
 int RunCalibrate(const CalibrateArgs& args) {
@@ -80,6 +141,7 @@ int RunCalibrate(const CalibrateArgs& args) {
   const std::string output = !args.save_as.empty() ? UserClusterPath(args.save_as)
                              : !args.output.empty() ? args.output
                                                     : "out/calibrate/cluster.toml";
+  if (!args.vtrain_csv.empty()) return RunCalibrateVtrain(args, output);
   const LoadedProfile loaded = LoadProfile(args.profile_dir, args.alpa_csv);
   const std::string matmul_dtype =
       !args.matmul_dtype.empty() ? args.matmul_dtype : local ? "f32" : "f16";
@@ -149,6 +211,13 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "Alpa profile CSV (default, without --profile: the shared data's "
                    "alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv)")
       ->excludes(profile);
+  commands.calibrate
+      ->add_option("--vtrain-csv", c.vtrain_csv,
+                   "vTrain's single-node A100 runs (the shared data's "
+                   "reference/vtrain_a100_single_node.csv): fit the device's matmul efficiency "
+                   "and block curve on every fifth row")
+      ->excludes(profile)
+      ->excludes("--alpa-csv");
   commands.calibrate
       ->add_option("--cluster", c.cluster,
                    "base cluster: zoo name or .toml file, or local (this machine's worker "

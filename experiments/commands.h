@@ -153,7 +153,10 @@ int RunValidate(const ValidateArgs& args);
 
 struct CalibrateArgs {
   std::string profile_dir;  // a profile directory (calibrate/profile.h), or
-  std::string alpa_csv;     // an Alpa profile CSV; neither: the shared Alpa V100 profile
+  std::string alpa_csv;     // an Alpa profile CSV; neither: the shared Alpa V100 profile, or
+  // vTrain's single-node A100 runs (validate/vtrain.h): the device's matmul_efficiency and block
+  // curve fitted on every fifth row (what `stratos validate vtrain` fits), nothing else.
+  std::string vtrain_csv;
   // Base cluster: zoo name or file, or "local": this machine's worker processes as the runtime
   // describes them (LocalCpuCluster), as many as the profile's largest collective mesh, peak =
   // its fastest GEMM of matmul_dtype.

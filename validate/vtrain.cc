@@ -193,6 +193,25 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
   const VtrainAssumptions efficiency_only =
       FitVtrainConstants(fit_rows, how, /*with_floors=*/false).constants;
 
+  // The zoo's calibrated A100 as shipped (`stratos calibrate --vtrain-csv`, the same rule): its
+  // errors on the rows not fitted, and whether its constants are this fit's.
+  VtrainAssumptions shipped;
+  shipped.cluster = how.cluster + "-calibrated";
+  {
+    ClusterSpec cluster = ZooCluster(shipped.cluster, 1);
+    const DeviceSpec& device = PricedDevice(cluster);
+    shipped.matmul_efficiency = device.matmul_efficiency;
+    shipped.layer_curve = device.layer_curve;
+  }
+  auto close = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); };
+  const bool shipped_is_this_fit =
+      shipped.layer_curve && close(shipped.matmul_efficiency, fitted.matmul_efficiency) &&
+      close(shipped.layer_curve->forward_floor_seconds, fitted.layer_curve->forward_floor_seconds) &&
+      close(shipped.layer_curve->backward_floor_seconds,
+            fitted.layer_curve->backward_floor_seconds) &&
+      shipped.layer_curve->power == fitted.layer_curve->power;
+  std::vector<double> shipped_held;
+
   // Per run, then per model (rows not fitted only).
   struct Model {
     std::vector<double> predicted, measured, efficiency_only;
@@ -227,6 +246,7 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
     model.measured.push_back(row.iteration_ms);
     model.efficiency_only.push_back(efficiency_only_ms);
     predicted_held.push_back(predicted);
+    shipped_held.push_back(PredictVtrainMs(row, shipped));
     measured_held.push_back(row.iteration_ms);
     efficiency_only_held.push_back(efficiency_only_ms);
   }
@@ -270,8 +290,12 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
   const double mape = MeanAbsolutePercentError(predicted_held, measured_held);
   const double efficiency_only_mape =
       MeanAbsolutePercentError(efficiency_only_held, measured_held);
+  const double shipped_mape = MeanAbsolutePercentError(shipped_held, measured_held);
   const LayerCurve& curve = *fitted.layer_curve;
   report.summary = {{"rows", rows.size()},
+                    {"shipped_cluster", shipped.cluster},
+                    {"shipped_mape_not_fitted_pct", shipped_mape},
+                    {"shipped_constants_equal_this_fit", shipped_is_this_fit},
                     {"fitted_rows", calibration.size()},
                     {"fit_rule", "every fifth row of the file (data rows 5, 10, 15, ...)"},
                     {"fitted_matmul_efficiency", fitted.matmul_efficiency},
@@ -290,10 +314,13 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
       "{} rows not fitted: MAPE {:.1f}%, Spearman within each model >= {:.3f}; fitted on {} rows "
       "(every fifth): matmul_efficiency {:.3f}, block floors {:.0f} us forward / {:.0f} us "
       "backward (power {:g}); the efficiency alone: MAPE {:.1f}% [targets: MAPE <= 8%, Spearman "
-      ">= 0.9]",
+      ">= 0.9]; the zoo's {} as shipped: MAPE {:.1f}% on the same rows ({})",
       measured_held.size(), mape, worst_spearman, calibration.size(), fitted.matmul_efficiency,
       curve.forward_floor_seconds * 1e6, curve.backward_floor_seconds * 1e6, curve.power,
-      efficiency_only_mape);
+      efficiency_only_mape, shipped.cluster, shipped_mape,
+      shipped_is_this_fit ? "its constants are this fit's"
+                          : "its constants differ from this fit: rerun stratos calibrate "
+                            "--vtrain-csv");
   report.assumptions = {
       fmt::format("Cluster: one node of the zoo's {} (the table states neither the A100's memory "
                   "nor its clocks); a run of g GPUs uses the node's first g.",

@@ -357,6 +357,16 @@ expect "profile: all-reduce rows of the 2-process group" 0 "^all_reduce,f32,1,2,
   cat "$WORK/profile/collective.csv"
 # The format must be read; the fit itself may refuse a profile that scheduling noise on a loaded
 # 2-core machine made flat (its own one-line error), which is not a format failure.
+expect "calibrate --vtrain-csv fits the A100 on vTrain's runs as the zoo ships it" 0 \
+  "matmul_efficiency 0.6571; block floors 1080 us forward / 1058 us backward" -- \
+  "$STRATOS" calibrate --vtrain-csv ../shared/data/reference/vtrain_a100_single_node.csv \
+  --cluster dgx-a100-80gb --output "$WORK/a100-vtrain.toml"
+expect "the vTrain-calibrated A100 is a cluster file every command reads" 0 "MFU" -- \
+  "$STRATOS" evaluate --model gpt3-1.3b --cluster "$WORK/a100-vtrain.toml" --global-batch 64 --tp 1 --pp 1 --dp 8 --micro-batch 1
+expect_one_line_error "calibrate --vtrain-csv calibrates one device" \
+  "--vtrain-csv calibrates one device: the cluster must have one node group" -- \
+  "$STRATOS" calibrate --vtrain-csv ../shared/data/reference/vtrain_a100_single_node.csv \
+  --cluster dgx-h100-a100 --output "$WORK/bad.toml"
 expect "calibrate reads the profile stratos profile wrote" 0 \
   "wrote .*local.toml|fit of [a-z_]+: the intra-node bandwidth comes out unbounded" -- \
   sh -c '"$0" calibrate --profile "$1" --cluster p3.16xlarge --output "$2"; true' \

@@ -16,11 +16,12 @@ struct AlpaPointCase {
   Plan plan;
 };
 
-// GPT with the row's shapes on ceil(GPUs / 8) p3.16xlarge nodes; the row's DP x op-TP mesh per
-// stage, PP stages with the embedding on the first and the head on the last, transformer
-// layers split evenly; full recomputation if remat; fp16, no sequence parallelism, no ZeRO.
-// Throws InputError naming the row for degrees that do not fit.
-AlpaPointCase BuildAlpaPointCase(const AlpaPointRow& row);
+// GPT with the row's shapes on ceil(GPUs / 8) nodes of zoo cluster `cluster` (8 V100 each); the
+// row's DP x op-TP mesh per stage, PP stages with the embedding on the first and the head on the
+// last, transformer layers split evenly; full recomputation if remat; fp16, no sequence
+// parallelism, no ZeRO. Throws InputError naming the row for degrees that do not fit.
+AlpaPointCase BuildAlpaPointCase(const AlpaPointRow& row,
+                                 const std::string& cluster = "p3.16xlarge");
 
 // Alpa's TFLOP count (alpa/util.py compute_gpt_tflops): (f B s h^2 L (1 + s/(6h)) + 6 B s h V)
 // with f = 72, plus 24 with activation checkpointing when `with_recompute`.

@@ -127,6 +127,7 @@ TEST_CASE("the block profile times blocks per block of a stack, forward with the
   ProfileOptions options;
   options.repeats = 1;
   options.layer_hiddens = {64};
+  options.layer_head_dims = {64};  // one head dimension: one row per TP degree
   options.layer_seq_lens = {16};
   options.layer_micro_batches = {2};
   options.layer_tensor_parallel = {1, 2};

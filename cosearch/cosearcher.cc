@@ -502,7 +502,8 @@ void CoSearcher::Step() {
   const std::vector<std::vector<Tensor>> grads =
       proxy.ReplicaGradients(o.seed, step_, x.batch_sizes, &last_train_loss_);
   std::vector<std::vector<Tensor>> variants;  // [b][k]
-  for (int b = 0; b < B; ++b) variants.push_back(proxy.Variants(b, grads[b], std::vector<bool>(K, true)));
+  for (int b = 0; b < B; ++b)
+    variants.push_back(proxy.Variants(b, grads[b], std::vector<bool>(K, true)));
 
   if (step_ >= o.warmup_steps) {
     const double temperature = Temperature();
@@ -552,11 +553,12 @@ void CoSearcher::Step() {
     // Softmax with temperature: dalpha_sk = p_sk (dp_sk - sum_j p_sj dp_sj) / temperature.
     const Tensor dalpha = pt * (dp - (pt * dp).sum(1, true)) / temperature;
     const Tensor dbeta = qt * (dq - (qt * dq).sum()) / temperature;
-    x.frozen = {updates, theta,  vb,           lambda_,       temperature, time_scale,
-                dalpha,  dbeta,  alpha_.clone(), beta_.clone(), o.second_order};
+    x.frozen = {updates, theta, vb,     lambda_, temperature,   time_scale,
+                dalpha,  dbeta, alpha_.clone(), beta_.clone(), o.second_order};
     // Adam on (alpha, beta).
     ++x.alpha_steps;
-    const double bias1 = 1 - std::pow(0.9, x.alpha_steps), bias2 = 1 - std::pow(0.999, x.alpha_steps);
+    const double bias1 = 1 - std::pow(0.9, x.alpha_steps);
+    const double bias2 = 1 - std::pow(0.999, x.alpha_steps);
     auto adam = [&](Tensor& logits, Tensor& m, Tensor& v, const Tensor& grad) {
       m.mul_(0.9).add_(grad, 0.1);
       v.mul_(0.999).addcmul_(grad, grad, 0.001);

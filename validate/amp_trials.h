@@ -21,6 +21,11 @@ struct AmpAssumptions {
   // T4 matmul efficiency: < 0 derives it from AMP's profiled forward time of one GPT-2 block
   // (AmpProfiledMatmulEfficiency); > 0 uses this value.
   double matmul_efficiency = -1;
+  // With matmul_efficiency < 0: true takes the efficiency from AMP's profiled LM head (one large
+  // GEMM and the loss: AmpProfiledHeadMatmulEfficiency) and the block's slowness beyond its
+  // GEMMs from its profiled block, as a block-curve scale (AmpProfiledBlockCurve); false prices
+  // every GEMM at the one efficiency that matches the profiled block (AmpProfiledMatmulEfficiency).
+  bool head_and_block_profile = true;
   // Intra-node latency per ring step, seconds: < 0 fits it to AMP's profiled tensor-parallel
   // block times (AmpProfiledIntraNodeLatency); >= 0 uses this value.
   double intra_node_latency_seconds = -1;
@@ -45,6 +50,18 @@ Problem AmpProblem(const AmpAssumptions& how);
 // the mean over the 24 transformer_layer entries of DachengLi1/AMP src/known_cost/gpt2_G4_1.npy
 // (1 GPU, model parallel 1, micro-batch 1; the profile AMP's own cost model uses).
 double AmpProfiledMatmulEfficiency(const Problem& problem);
+
+// The T4 matmul efficiency at which our forward of the LM head at micro-batch 1 (the logits GEMM
+// at efficiency x peak + the roofline memory term of the logits and the loss) equals AMP's
+// profiled 4.650 ms: the four entries after the blocks of gpt2_G4_1.npy ([noop, noop, embed2v,
+// noop], the entries AmpBoundaryToLayer maps to our head).
+double AmpProfiledHeadMatmulEfficiency(const Problem& problem);
+
+// The block curve (power 1, no floors, forward and backward scale equal) at which our forward of
+// one GPT-2 block at micro-batch 1 on `problem`'s device equals AMP's profiled 5.470 ms: what the
+// block's attention, softmax and elementwise kernels cost beyond its GEMMs at the head's
+// efficiency. Backward is scaled as forward (AMP profiles forward passes only).
+LayerCurve AmpProfiledBlockCurve(const Problem& problem);
 
 // The intra-node latency per ring step (alpha) at which our forward of one GPT-2 block at
 // micro-batch 1 with tensor parallelism 2 and 4 (compute + 2 TP all-reduces) best matches, in

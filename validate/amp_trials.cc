@@ -119,28 +119,32 @@ double AmpProfiledIntraNodeLatency(const Problem& problem) {
   return std::max(0.0, numerator / denominator);
 }
 
+namespace {
+
+// The efficiency at which our forward of `layer` at b = 1 on one device -- FLOPs / (peak x
+// efficiency) + stored activation bytes / HBM bandwidth (cost_model.cc) -- takes
+// `profiled_seconds`.
+double EfficiencyForForward(const LayerSpec& layer, const DeviceSpec& device,
+                            double profiled_seconds) {
+  const double memory_seconds = layer.ActivationBytes() / device.hbm_bytes_per_second;
+  const double matmul_seconds = profiled_seconds - memory_seconds;
+  STRATOS_CHECK(matmul_seconds > 0, "memory term {} s of {} exceeds the profiled forward",
+                memory_seconds, layer.name);
+  return std::min(1.0, layer.forward_flops / (device.peak_flops * matmul_seconds));
+}
+
+}  // namespace
+
 double AmpProfiledMatmulEfficiency(const Problem& problem) {
   const LayerSpec& block = problem.model.layers.at(1);
   STRATOS_CHECK(block.kind == LayerKind::kTransformer, "layer 1 is {}", block.name);
-  const DeviceSpec& device = problem.cluster.Device();
-  // Our forward of one block at b = 1 on one device: FLOPs / (peak x efficiency) + stored
-  // activation bytes / HBM bandwidth (cost_model.cc). Solve for the efficiency.
-  const double memory_seconds = block.ActivationBytes() / device.hbm_bytes_per_second;
-  const double matmul_seconds = kAmpProfiledBlockForwardSeconds - memory_seconds;
-  STRATOS_CHECK(matmul_seconds > 0, "memory term {} s exceeds the profiled forward",
-                memory_seconds);
-  return std::min(1.0, block.forward_flops / (device.peak_flops * matmul_seconds));
+  return EfficiencyForForward(block, problem.cluster.Device(), kAmpProfiledBlockForwardSeconds);
 }
 
 double AmpProfiledHeadMatmulEfficiency(const Problem& problem) {
   const LayerSpec& head = problem.model.layers.back();
   STRATOS_CHECK(head.kind == LayerKind::kHead, "the last layer is {}", head.name);
-  const DeviceSpec& device = problem.cluster.Device();
-  const double memory_seconds = head.ActivationBytes() / device.hbm_bytes_per_second;
-  const double matmul_seconds = kAmpProfiledHeadForwardSeconds - memory_seconds;
-  STRATOS_CHECK(matmul_seconds > 0, "memory term {} s exceeds the profiled head forward",
-                memory_seconds);
-  return std::min(1.0, head.forward_flops / (device.peak_flops * matmul_seconds));
+  return EfficiencyForForward(head, problem.cluster.Device(), kAmpProfiledHeadForwardSeconds);
 }
 
 LayerCurve AmpProfiledBlockCurve(const Problem& problem) {

@@ -184,8 +184,8 @@ struct Proxy {
   // mean loss over the largest batch. The step draws the largest batch B (the samples of DP rank
   // r are [r B / R, (r + 1) B / R)); batch b takes the first b / R of each replica's samples.
   // Nested batches cost one forward and backward per chunk between consecutive sizes, and
-  // g_b = sum of the chunks' mean gradients weighted by their share of b / R (one chunk: its
-  // gradient as it is, so one batch option is the runtime's DP step exactly).
+  // g_b = sum of the chunks' mean gradients weighted by their share of b / R (one chunk: weight 1,
+  // exact in floating point, so one batch option is the runtime's DP step exactly).
   std::vector<std::vector<Tensor>> ReplicaGradients(uint64_t seed, int64_t step,
                                                     const std::vector<int>& batch_sizes,
                                                     double* loss) {
@@ -212,10 +212,7 @@ struct Proxy {
         const int count = batch_sizes[b] / R;
         for (size_t c = 0; c < ends.size() && ends[c] <= count; ++c) {
           const double weight = static_cast<double>(ends[c] - (c ? ends[c - 1] : 0)) / count;
-          if (c == 0)
-            grads[b][r] = weight == 1.0 ? chunk_grads[0] : chunk_grads[0] * weight;
-          else
-            grads[b][r] = grads[b][r] + chunk_grads[c] * weight;
+          grads[b][r] = c == 0 ? chunk_grads[0] * weight : grads[b][r] + chunk_grads[c] * weight;
         }
       }
       double replica_loss = 0;
@@ -573,10 +570,7 @@ void CoSearcher::Step() {
   const std::vector<double> q = BatchProbabilities();
   Tensor mixed = torch::zeros_like(grads[0][0]);
   for (int b = 0; b < B; ++b)
-    for (int k = 0; k < K; ++k) {
-      Tensor term = proxy.ElementWeights(pt, k) * variants[b][k];
-      mixed.add_(B == 1 ? term : term * q[b]);
-    }
+    for (int k = 0; k < K; ++k) mixed.add_(proxy.ElementWeights(pt, k) * variants[b][k] * q[b]);
   proxy.adam.Step(proxy.Theta(), mixed);
   ++step_;
   if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && step_ % o.checkpoint_every == 0)

@@ -70,6 +70,17 @@ ClusterSpec LocalBase(const Profile& profile, const std::string& dtype, const st
   return LocalCpuCluster(workers, peak);
 }
 
+// Writes `cluster` to `output` (its directory created) atomically and says where; with a
+// --save-as name, that every command now takes it. Throws InputError naming the file.
+void WriteCalibratedCluster(const ClusterSpec& cluster, const std::string& output,
+                            const std::string& header, const std::string& save_as) {
+  const std::filesystem::path parent = std::filesystem::path(output).parent_path();
+  if (!parent.empty()) EnsureDirectory(parent.string());
+  WriteClusterFile(cluster, output, header);
+  fmt::print("wrote {}\n", output);
+  if (!save_as.empty()) fmt::print("every command now takes it as --cluster {}\n", save_as);
+}
+
 // --vtrain-csv: the base cluster's device with matmul_efficiency and the block curve fitted on
 // every fifth row of vTrain's table (FitVtrainConstants, the fit of `stratos validate vtrain`).
 int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
@@ -120,12 +131,7 @@ int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
       "Errors on the rows not fitted: `stratos validate vtrain`; held-out checks on other tables: "
       "`stratos validate korthikanti` (22B layer times).",
       cluster.name, base_name, command);
-  const std::filesystem::path parent = std::filesystem::path(output).parent_path();
-  if (!parent.empty()) EnsureDirectory(parent.string());
-  WriteClusterFile(cluster, output, header);
-  fmt::print("wrote {}\n", output);
-  if (!args.save_as.empty())
-    fmt::print("every command now takes it as --cluster {}\n", args.save_as);
+  WriteCalibratedCluster(cluster, output, header, args.save_as);
   return kExitSuccess;
 }
 
@@ -187,12 +193,8 @@ int RunCalibrate(const CalibrateArgs& args) {
       "`stratos validate alpa-comm`, README section Calibration.",
       result.cluster.name, base.name, command, result.cluster.calibration.collective_rows,
       result.cluster.calibration.matmul_rows, result.cluster.calibration.layer_rows);
-  const std::filesystem::path parent = std::filesystem::path(output).parent_path();
-  if (!parent.empty()) EnsureDirectory(parent.string());
-  WriteClusterFile(result.cluster, output, header);
-  fmt::print("\nwrote {}\n", output);
-  if (!args.save_as.empty())
-    fmt::print("every command now takes it as --cluster {}\n", args.save_as);
+  fmt::print("\n");
+  WriteCalibratedCluster(result.cluster, output, header, args.save_as);
   return kExitSuccess;
 }
 

@@ -41,10 +41,9 @@ std::string ChoiceLabel(const CompressionTimeSurrogate& surrogate, const std::ve
   return text;
 }
 
-// One global batch option of the target: its problem, base plan and time surrogate.
+// One global batch option of the target: its base plan and time surrogate.
 struct TargetAtBatch {
   int proxy_batch_size = 0;
-  Problem problem;
   Plan plan;
   std::unique_ptr<CompressionTimeSurrogate> surrogate;
 
@@ -219,18 +218,17 @@ int RunCoSearch(const CoSearchArgs& args) {
   std::vector<TargetAtBatch> targets;
   int reference = 0;
   for (int b : args.batch_sizes) {
+    Problem at_batch = problem;
+    at_batch.training.global_batch_size = static_cast<int>(
+        static_cast<long long>(problem.training.global_batch_size) * b / args.batch_size);
     TargetAtBatch target;
     target.proxy_batch_size = b;
-    target.problem = problem;
-    target.problem.training.global_batch_size =
-        static_cast<int>(static_cast<long long>(problem.training.global_batch_size) * b /
-                         args.batch_size);
     target.plan = b == args.batch_size
                       ? *base
-                      : PlanAtGlobalBatch(target.problem, *base,
-                                          target.problem.training.global_batch_size, b);
+                      : PlanAtGlobalBatch(at_batch, *base,
+                                          at_batch.training.global_batch_size, b);
     target.surrogate =
-        std::make_unique<CompressionTimeSurrogate>(target.problem, target.plan, compressions);
+        std::make_unique<CompressionTimeSurrogate>(at_batch, target.plan, compressions);
     if (b == args.batch_size) reference = static_cast<int>(targets.size());
     targets.push_back(std::move(target));
   }
@@ -299,14 +297,15 @@ int RunCoSearch(const CoSearchArgs& args) {
 
   // 3. Retrain from scratch: co-searched and fixed plans. The throughput-only plan has the fewest
   // predicted seconds per sample over every batch and compression.
-  int fastest_batch = reference;
-  std::vector<int> fastest_choice = surrogate.FastestChoice();
+  int fastest_batch = 0;
+  std::vector<int> fastest_choice;
+  double fastest_per_sample = 0;
   for (size_t b = 0; b < targets.size(); ++b) {
     const std::vector<int> choice = targets[b].surrogate->FastestChoice();
-    if (targets[b].surrogate->DiscreteSeconds(choice) / targets[b].GlobalBatch() <
-        targets[fastest_batch].surrogate->DiscreteSeconds(fastest_choice) /
-            targets[fastest_batch].GlobalBatch() * (1 - 1e-12))
-      fastest_batch = static_cast<int>(b), fastest_choice = choice;
+    const double per_sample =
+        targets[b].surrogate->DiscreteSeconds(choice) / targets[b].GlobalBatch();
+    if (b == 0 || per_sample < fastest_per_sample * (1 - 1e-12))
+      fastest_batch = static_cast<int>(b), fastest_choice = choice, fastest_per_sample = per_sample;
   }
   const std::vector<int> none(surrogate.NumStages(), 0);
   std::vector<FixedPlanResult> plans;
@@ -395,9 +394,9 @@ int RunCoSearch(const CoSearchArgs& args) {
     if (plans[i].steps_to_target >= 0 &&
         (best_fixed == 0 || plans[i].seconds_to_target < best_fixed))
       best_fixed = plans[i].seconds_to_target;
-  for (const FixedPlanResult& plan : plans) {
-    if (&plan == &plans[num_fixed])
-      fmt::print("which part did the work (each co-searched choice alone):\n");
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const FixedPlanResult& plan = plans[i];
+    if (i == num_fixed) fmt::print("which part did the work (each co-searched choice alone):\n");
     fmt::print("{:<26} {:>6} {:>12.4f} {:>10.4f} {:>10} {:>14}  {}\n", plan.name,
                targets[plan.batch].GlobalBatch(), plan.iteration_seconds, plan.final_loss,
                plan.steps_to_target >= 0 ? fmt::format("{:.0f}", plan.steps_to_target) : "-",

@@ -140,38 +140,49 @@ PlanRow RunPlan(const BenchRuntimeArgs& args, const BenchPlan& plan, const std::
   return row;
 }
 
+// What a prediction of a measured run needs: its plan, model and workers, and how many workers
+// share each of this machine's hardware threads (>= 1; one intra-op thread per worker).
+struct MeasuredRun {
+  Plan plan;
+  ModelSpec model;
+  int workers = 0;
+  double slowdown = 1;
+};
+
+MeasuredRun ReadMeasuredRun(const nlohmann::json& measurement) {
+  MeasuredRun run;
+  run.plan = PlanFromJson(measurement.at("plan"), "measurement.json");
+  run.model = LoadRuntimeModel(measurement.at("model").get<std::string>(), 0);
+  run.workers = measurement.at("world_size").get<int>();
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  run.slowdown = std::max(1.0, run.workers / threads);
+  return run;
+}
+
 // The cost model's prediction of a measured run on a calibrated description of this machine:
 // the calibrated network levels, and the run's measured per-worker FLOP/s shared among the
-// workers when there are more of them than hardware threads (one intra-op thread each).
+// workers when there are more of them than hardware threads.
 double CalibratedPrediction(const nlohmann::json& measurement, const ClusterSpec& calibrated) {
-  const Plan plan = PlanFromJson(measurement.at("plan"), "measurement.json");
-  const ModelSpec model = LoadRuntimeModel(measurement.at("model").get<std::string>(), 0);
-  const int workers = measurement.at("world_size").get<int>();
+  const MeasuredRun run = ReadMeasuredRun(measurement);
   const double flops = measurement.at("predicted_vs_measured").at("flops_per_worker").get<double>();
-  const double threads = std::max(1u, std::thread::hardware_concurrency());
-  Problem problem =
-      RuntimeProblem(model, plan, workers, flops * std::min(1.0, threads / workers));
+  Problem problem = RuntimeProblem(run.model, run.plan, run.workers, flops / run.slowdown);
   problem.cluster.networks = calibrated.networks;
-  return Evaluate(problem, plan).iteration_seconds;
+  return Evaluate(problem, run.plan).iteration_seconds;
 }
 
 // The same on a description whose compute is calibrated too: the device's GEMM curve and block
 // curve fitted on GEMMs and blocks of gpt-tiny's shapes (not the run's single large GEMM), every
-// compute term slowed by the share of a hardware thread each worker gets.
+// compute term slowed by the share of a hardware thread each worker gets (SlowedDevice).
 double ComputeCalibratedPrediction(const nlohmann::json& measurement,
                                    const ClusterSpec& calibrated) {
-  const Plan plan = PlanFromJson(measurement.at("plan"), "measurement.json");
-  const ModelSpec model = LoadRuntimeModel(measurement.at("model").get<std::string>(), 0);
-  const int workers = measurement.at("world_size").get<int>();
-  const double threads = std::max(1u, std::thread::hardware_concurrency());
-  const double slowdown = std::max(1.0, workers / threads);
-  DeviceSpec device = SlowedDevice(calibrated.devices.front(), slowdown);
-  Problem problem = RuntimeProblem(model, plan, workers, device.peak_flops);
+  const MeasuredRun run = ReadMeasuredRun(measurement);
+  DeviceSpec device = SlowedDevice(calibrated.devices.front(), run.slowdown);
+  Problem problem = RuntimeProblem(run.model, run.plan, run.workers, device.peak_flops);
   device.memory_bytes = problem.cluster.devices.front().memory_bytes;
   device.name = problem.cluster.devices.front().name;
   problem.cluster.devices.front() = device;
   problem.cluster.networks = calibrated.networks;
-  return Evaluate(problem, plan).iteration_seconds;
+  return Evaluate(problem, run.plan).iteration_seconds;
 }
 
 // GEMMs and transformer blocks of the shapes gpt-tiny trains (hidden 64, 4 heads, sequence 64,

@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
 
   stratos::BenchRuntimeArgs bench_runtime;
   CLI::App* runtime_bench = bench_command->add_subcommand(
-      "runtime", "runtime acceptance: measured vs predicted iteration time of 9 plans (MAPE, Spearman) and "
+      "runtime", "runtime acceptance: measured vs predicted iteration time of 11 plans (MAPE, Spearman) and "
                  "overhead against plain single-process LibTorch training");
   runtime_bench->add_option("--output-dir", bench_runtime.output_dir)->check(OutputDirectory())->capture_default_str();
   runtime_bench->add_option("--steps", bench_runtime.steps, "steps per run (first is warm-up)")
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     uniform(command->add_option("--global-batch", flags->global_batch_size, "sequences per step (uniform plan)")->check(IntAtLeast(1)));
     uniform(command->add_option("--schedule", flags->schedule, "pipeline schedule (uniform plan)")->check(OneOf({"1f1b", "gpipe"})));
     uniform(command->add_option("--virtual-stages", flags->virtual_stages, "model chunks per pipeline rank: > 1 runs the interleaved 1F1B schedule (uniform plan)")->check(IntAtLeast(1)));
-    uniform(command->add_option("--zero", flags->zero_stage, "ZeRO stage (uniform plan)")->check(IntIn(0, 2)));
+    uniform(command->add_option("--zero", flags->zero_stage, "ZeRO stage (uniform plan)")->check(IntIn(0, 3)));
     uniform(command->add_option("--recompute", flags->recompute, "activation recomputation (uniform plan)")->check(OneOf({"none", "selective", "full"})));
     AddCompressionFlags(command, flags->grad_compression, flags->topk_density, flags->topk_momentum,
                         flags->powersgd_rank, " (uniform plan)", plan);

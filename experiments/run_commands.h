@@ -19,7 +19,7 @@ struct RunFlags {
   int global_batch_size = 8;       // uniform plan only (a plan file carries its own)
   std::string schedule = "1f1b";   // uniform plan only: 1f1b | gpipe
   int virtual_stages = 1;          // uniform plan only: > 1 = interleaved 1F1B
-  int zero_stage = 0;              // uniform plan only: 0 | 1
+  int zero_stage = 0;              // uniform plan only: 0 - 3
   std::string recompute = "none";  // uniform plan only: none | selective | full
   // Uniform plan only, every stage: none | bf16 | fp16 | topk | powersgd | terngrad | sign
   // (costmodel/compression.h), with top-k's density and momentum and PowerSGD's rank.

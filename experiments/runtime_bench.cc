@@ -42,12 +42,16 @@ constexpr double kOverheadTargetPercent = 10.0;
 
 struct BenchPlan {
   int pp, dp, tp;
-  std::string Name() const { return fmt::format("{}x{}x{}", pp, dp, tp); }
+  int zero = 0;  // ZeRO stage
+  std::string Name() const {
+    return fmt::format("{}x{}x{}{}", pp, dp, tp, zero > 0 ? fmt::format("-zero{}", zero) : "");
+  }
 };
 
-// PPxDPxTP, at most 4 worker processes.
-const std::vector<BenchPlan> kPlans = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 1},
-                                       {1, 2, 2}, {4, 1, 1}, {2, 1, 2}, {1, 4, 1}};
+// PPxDPxTP, at most 4 worker processes; the last two shard the parameters (ZeRO-3).
+const std::vector<BenchPlan> kPlans = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2},
+                                       {2, 2, 1}, {1, 2, 2}, {4, 1, 1}, {2, 1, 2},
+                                       {1, 4, 1}, {1, 2, 1, 3}, {1, 4, 1, 3}};
 
 struct PlanRow {
   BenchPlan plan;
@@ -102,6 +106,7 @@ PlanRow RunPlan(const BenchRuntimeArgs& args, const BenchPlan& plan, const std::
   run.flags.pipeline_parallel = plan.pp;
   run.flags.data_parallel = plan.dp;
   run.flags.tensor_parallel = plan.tp;
+  run.flags.zero_stage = plan.zero;
   run.flags.micro_batch_size = args.micro_batch_size;
   run.flags.global_batch_size = args.global_batch_size;
   run.flags.steps = args.steps;
@@ -349,14 +354,14 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
       fmt::print(stderr, "  {} failed: {}\n", plan.Name(), rows.back().error);
   }
 
-  fmt::print("\n{:<8} {:>7} {:>12} {:>12} {:>9} {:>13} {:>9} {:>13} {:>9}\n", "PPxDPxTP",
+  fmt::print("\n{:<11} {:>7} {:>12} {:>12} {:>9} {:>13} {:>9} {:>13} {:>9}\n", "PPxDPxTP",
              "workers", "measured s", "predicted s", "error %", "calibrated s", "error %",
              "+compute s", "error %");
   double ape_sum = 0, calibrated_ape_sum = 0, compute_ape_sum = 0;
   int ok = 0;
   for (const PlanRow& row : rows) {
     if (row.status == "ok") {
-      fmt::print("{:<8} {:>7} {:>12.5f} {:>12.5f} {:>+9.1f} {:>13.5f} {:>+9.1f} {:>13.5f} "
+      fmt::print("{:<11} {:>7} {:>12.5f} {:>12.5f} {:>+9.1f} {:>13.5f} {:>+9.1f} {:>13.5f} "
                  "{:>+9.1f}\n",
                  row.plan.Name(), row.plan.pp * row.plan.dp * row.plan.tp, row.measured_seconds,
                  row.predicted_seconds, row.error_percent, row.calibrated_seconds,
@@ -366,7 +371,7 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
       compute_ape_sum += std::abs(row.compute_error_percent);
       ++ok;
     } else {
-      fmt::print("{:<8} {:>7} {:>12} {:>12} {:>9}\n", row.plan.Name(),
+      fmt::print("{:<11} {:>7} {:>12} {:>12} {:>9}\n", row.plan.Name(),
                  row.plan.pp * row.plan.dp * row.plan.tp, "failed", "-", "-");
     }
   }
@@ -437,17 +442,18 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
   }
 
   // Outputs.
-  std::string csv = "plan,pp,dp,tp,devices,status,measured_s,predicted_s,error_percent\n";
+  std::string csv = "plan,pp,dp,tp,zero,devices,status,measured_s,predicted_s,error_percent\n";
   nlohmann::json json_rows = nlohmann::json::array();
   for (const PlanRow& row : rows) {
     const BenchPlan& p = row.plan;
-    csv += fmt::format("{},{},{},{},{},{},{:.6f},{:.6f},{:.3f}\n", p.Name(), p.pp, p.dp, p.tp,
-                       p.pp * p.dp * p.tp, row.status, row.measured_seconds,
+    csv += fmt::format("{},{},{},{},{},{},{},{:.6f},{:.6f},{:.3f}\n", p.Name(), p.pp, p.dp, p.tp,
+                       p.zero, p.pp * p.dp * p.tp, row.status, row.measured_seconds,
                        row.predicted_seconds, row.error_percent);
     json_rows.push_back({{"plan", p.Name()},
                          {"pp", p.pp},
                          {"dp", p.dp},
                          {"tp", p.tp},
+                         {"zero_stage", p.zero},
                          {"devices", p.pp * p.dp * p.tp},
                          {"status", row.status},
                          {"error", row.error},
@@ -461,7 +467,7 @@ int RunBenchRuntime(const BenchRuntimeArgs& args) {
                          {"compute_calibrated_error_percent", row.compute_error_percent},
                          {"run_dir", "plans/" + p.Name()}});
   }
-  csv += fmt::format("plain,1,1,1,1,{},{:.6f},,\n", plain_error.empty() ? "ok" : "failed",
+  csv += fmt::format("plain,1,1,1,0,1,{},{:.6f},,\n", plain_error.empty() ? "ok" : "failed",
                      plain.iteration_seconds);
   nlohmann::json out = {
       {"schema", "stratos.runtime_bench/1"},

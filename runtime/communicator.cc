@@ -75,6 +75,15 @@ class SelfCommunicator : public Communicator {
     output.copy_(input);
     return std::make_shared<SelfWork>();
   }
+  std::shared_ptr<CommWork> AllGatherUnevenAsync(torch::Tensor output, torch::Tensor input,
+                                                 std::vector<int64_t> counts) override {
+    STRATOS_CHECK(counts.size() == 1 && counts[0] == input.numel() &&
+                      output.numel() == input.numel(),
+                  "group {} of one: all-gather of {} elements in {} pieces", name_,
+                  input.numel(), counts.size());
+    output.copy_(input);
+    return std::make_shared<SelfWork>();
+  }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor, int dst, int) override {
     throw CommError(fmt::format("group {} has one rank: cannot send to rank {}", name_, dst));
   }
@@ -159,6 +168,21 @@ class SumPiecesWork : public CommWork {
   torch::Tensor received_, output_;
 };
 
+// Keeps a buffer alive until the operation that reads it completes.
+class HoldWork : public CommWork {
+ public:
+  HoldWork(std::shared_ptr<CommWork> inner, torch::Tensor held)
+      : inner_(std::move(inner)), held_(std::move(held)) {}
+  void Wait() override {
+    inner_->Wait();
+    held_ = torch::Tensor();
+  }
+
+ private:
+  std::shared_ptr<CommWork> inner_;
+  torch::Tensor held_;
+};
+
 class C10dCommunicator : public Communicator {
  public:
   C10dCommunicator(c10::intrusive_ptr<C10dGroup> group, std::string name, bool gloo)
@@ -199,6 +223,25 @@ class C10dCommunicator : public Communicator {
         Issue([&] { return group_->alltoall_base(received, in, output_counts, counts); },
               fmt::format("reduce-scatter (all-to-all) of {} bytes", input.nbytes())),
         received, output);
+  }
+  std::shared_ptr<CommWork> AllGatherUnevenAsync(torch::Tensor output, torch::Tensor input,
+                                                 std::vector<int64_t> counts) override {
+    const int size = Size(), rank = Rank();
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    STRATOS_CHECK(static_cast<int>(counts.size()) == size && counts[rank] == input.numel() &&
+                      output.numel() == total && output.dim() == 1 && output.is_contiguous(),
+                  "uneven all-gather in group {}: {} pieces for {} ranks, input {}, output {} "
+                  "of {}",
+                  name_, counts.size(), size, input.numel(), output.numel(), total);
+    // This rank's piece once per destination.
+    at::Tensor sent = input.reshape({1, -1}).expand({size, input.numel()}).reshape({-1}).contiguous();
+    std::vector<int64_t> sent_counts(size, counts[rank]);
+    at::Tensor out = output;
+    return std::make_shared<HoldWork>(
+        Issue([&] { return group_->alltoall_base(out, sent, counts, sent_counts); },
+              fmt::format("uneven all-gather (all-to-all) of {} bytes", output.nbytes())),
+        sent);
   }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst, int tag) override {
     std::vector<at::Tensor> tensors{tensor};

@@ -57,6 +57,13 @@ class Communicator {
   // tensors must stay alive until Wait() returns; output is written by Wait().
   virtual std::shared_ptr<CommWork> ReduceScatterAsync(torch::Tensor output, torch::Tensor input,
                                                        std::vector<int64_t> counts) = 0;
+  // All-gather in uneven pieces (ZeRO-3's parameter gathers): rank r contributes `input` of
+  // counts[r] elements (the same counts on every rank), and `output` (1-D, contiguous, the sum of
+  // the counts) receives the pieces in rank order. Built on all-to-all, as ReduceScatterAsync:
+  // each rank receives the other ranks' pieces once, as a ring all-gather does. `output` must not
+  // overlap `input`; both must stay alive until Wait() returns.
+  virtual std::shared_ptr<CommWork> AllGatherUnevenAsync(torch::Tensor output, torch::Tensor input,
+                                                         std::vector<int64_t> counts) = 0;
   // Point-to-point, tagged; the tensor must stay alive and unmodified until Wait() returns.
   virtual std::shared_ptr<CommWork> SendAsync(torch::Tensor tensor, int dst_rank, int tag) = 0;
   virtual std::shared_ptr<CommWork> RecvAsync(torch::Tensor tensor, int src_rank, int tag) = 0;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -187,12 +188,19 @@ class GradientSynchronizer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 
-// Adam over the flat parameter vector, sharded over DP (ZeroShard) for ZeRO-1 and ZeRO-2 (whose
-// reduced gradients are those of the shard only); the updated shards are all-gathered.
+// Adam over the flat parameter vector, sharded over DP (ZeroShard) for ZeRO-1, 2 and 3 (whose
+// reduced gradients are those of the shard only); for ZeRO-1 and 2 the updated shards are
+// all-gathered, for ZeRO-3 (gather_updated false) each rank keeps its own shard only and the
+// layers gather their parameters when they run (ParameterGatherer).
 class ShardedAdam {
  public:
-  ShardedAdam(const TrainOptions& options, torch::Tensor flat_params, Communicator* dp, bool zero1)
-      : options_(options), params_(std::move(flat_params)), dp_(dp), zero1_(zero1 && dp->Size() > 1) {
+  ShardedAdam(const TrainOptions& options, torch::Tensor flat_params, Communicator* dp, bool zero1,
+              bool gather_updated = true)
+      : options_(options),
+        params_(std::move(flat_params)),
+        dp_(dp),
+        zero1_(zero1 && dp->Size() > 1),
+        gather_updated_(gather_updated) {
     const int64_t n = params_.numel();
     const int D = zero1_ ? dp->Size() : 1;
     shard_ = (n + D - 1) / D;
@@ -215,7 +223,7 @@ class ShardedAdam {
       torch::Tensor denom = (v_.sqrt() / std::sqrt(bias2)).add_(options_.adam_epsilon);
       p.addcdiv_(m_, denom, -options_.learning_rate / bias1);
     }
-    if (zero1_) {
+    if (zero1_ && gather_updated_) {
       const int D = dp_->Size();
       torch::Tensor local = torch::zeros({shard_}, params_.options());
       local.narrow(0, 0, end_ - begin_).copy_(p);
@@ -254,6 +262,7 @@ class ShardedAdam {
   torch::Tensor params_;
   Communicator* dp_;
   bool zero1_;
+  bool gather_updated_;
   // The update of Step() in one kernel over p, g, m and v: torch.optim.Adam(fused=True)'s
   // at::_fused_adam_, the same formula as the unfused ops (Kingma & Ba 2015, Algorithm 1 with
   // the bias corrections folded into the step size), reading and writing each element once
@@ -282,6 +291,98 @@ class ShardedAdam {
   torch::Tensor m_, v_;
   torch::Tensor step_tensor_;  // fp32 scalar on the device: the fused kernel's step count
   int64_t step_ = 0;
+};
+
+// ZeRO-3's parameter partitioning (Rajbhandari et al. SC'20 §5.3, "P_os+g+p"): each DP rank
+// keeps only its ZeroShard of the stage's flat parameters up to date (ShardedAdam with
+// gather_updated false), and a layer's parameters are all-gathered over DP before its forward
+// pass and again before its backward pass, then released: after the forward, and when the
+// backward moves on to the layer below (ReleaseAll() after the pass). The gathers are blocking and
+// run on their own DP group (`gather`, the same ranks as the stage's DP group), so that they never
+// interleave with the gradient reduce-scatters that the backward launches on the DP group.
+//
+// Released elements are overwritten with NaN, not returned to the allocator: the stage's
+// parameters are views into one flat buffer, so this runtime reproduces ZeRO-3's communication
+// and numerics but not its memory saving, and a gather missing anywhere makes the loss NaN.
+class ParameterGatherer {
+ public:
+  // Installs itself as `stage`'s layer hook and releases every layer (each rank then holds only
+  // its shard). `gather` must outlive it.
+  ParameterGatherer(GptStage& stage, Communicator* gather) : stage_(stage), gather_(gather) {
+    const int64_t n = stage.NumLocalParameters();
+    std::tie(begin_, end_) = ZeroShard(n, gather->Size(), gather->Rank());
+    stage_.SetLayerHook([this](int layer, GptStage::LayerEvent event) { OnLayer(layer, event); });
+    ReleaseAll();
+  }
+  ~ParameterGatherer() { stage_.SetLayerHook({}); }
+  ParameterGatherer(const ParameterGatherer&) = delete;
+  ParameterGatherer& operator=(const ParameterGatherer&) = delete;
+
+  // Every layer's parameters gathered (before a checkpoint), or released.
+  void GatherAll() {
+    for (int layer : stage_.LayerIndices()) Gather(layer);
+  }
+  void ReleaseAll() {
+    for (int layer : stage_.LayerIndices()) Release(layer);
+    gathered_.clear();
+  }
+  // Uneven all-gathers issued so far (one per contiguous parameter range of a layer).
+  int64_t NumGathers() const { return num_gathers_; }
+
+ private:
+  void OnLayer(int layer, GptStage::LayerEvent event) {
+    switch (event) {
+      case GptStage::LayerEvent::kForward: Gather(layer); break;
+      case GptStage::LayerEvent::kForwardDone: Release(layer); break;
+      case GptStage::LayerEvent::kBackward:
+        // The layers above have finished their backward.
+        for (int done : gathered_) Release(done);
+        gathered_.clear();
+        Gather(layer);
+        gathered_.push_back(layer);
+        break;
+    }
+  }
+
+  // The parameters' storage without autograd's version counter: the gathers and releases write
+  // into tensors that the autograd graph saved, as ZeRO-3 does, and refill them before use.
+  torch::Tensor Storage() const { return stage_.FlatParameters().variable_data(); }
+
+  void Gather(int layer) {
+    torch::NoGradGuard no_grad;
+    const int D = gather_->Size();
+    const int64_t n = stage_.NumLocalParameters();
+    torch::Tensor flat = Storage();
+    for (const auto& [lo, hi] : stage_.LayerParameterRanges(layer)) {
+      std::vector<int64_t> counts(D);
+      for (int r = 0; r < D; ++r) {
+        const auto [shard_lo, shard_hi] = ZeroShard(n, D, r);
+        counts[r] = std::max<int64_t>(0, std::min(hi, shard_hi) - std::max(lo, shard_lo));
+      }
+      const int64_t mine_lo = std::clamp(begin_, lo, hi);
+      const torch::Tensor mine = flat.narrow(0, mine_lo, counts[gather_->Rank()]).clone();
+      gather_->AllGatherUnevenAsync(flat.narrow(0, lo, hi - lo), mine, counts)->Wait();
+      ++num_gathers_;
+    }
+  }
+
+  void Release(int layer) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor flat = Storage();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& [lo, hi] : stage_.LayerParameterRanges(layer)) {
+      // Everything in [lo, hi) outside this rank's shard [begin_, end_).
+      const int64_t a = std::min(hi, std::max(lo, begin_)), b = std::max(lo, std::min(hi, end_));
+      if (a > lo) flat.narrow(0, lo, a - lo).fill_(nan);
+      if (hi > b) flat.narrow(0, b, hi - b).fill_(nan);
+    }
+  }
+
+  GptStage& stage_;
+  Communicator* gather_;
+  int64_t begin_ = 0, end_ = 0;  // this rank's shard of the flat parameters
+  std::vector<int> gathered_;    // layers gathered for the backward pass
+  int64_t num_gathers_ = 0;
 };
 
 }  // namespace stratos

@@ -527,15 +527,64 @@ GptStage::~GptStage() = default;
 
 bool GptStage::IsLast() const { return chunks_.back().second == num_model_layers_; }
 
+std::vector<std::pair<int64_t, int64_t>> GptStage::LayerParameterRanges(int layer) const {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  bool found = false;
+  for (const auto& l : layers_) found = found || l->index == layer;
+  STRATOS_CHECK(found, "layer {} is not on this stage", layer);
+  for (const ParameterInfo& info : infos_) {
+    if (info.layer != layer) continue;
+    if (!ranges.empty() && ranges.back().second == info.offset)
+      ranges.back().second += info.numel;
+    else
+      ranges.emplace_back(info.offset, info.offset + info.numel);
+  }
+  // The head of tied embeddings on one stage reads the embedding's word embeddings.
+  if (layer == num_model_layers_ - 1 &&
+      static_cast<const HeadLayer&>(*layers_.back()).shared_wte.defined())
+    for (const ParameterInfo& info : infos_)
+      if (info.layer == 0 && info.word_embedding)
+        ranges.emplace(ranges.begin(), info.offset, info.offset + info.numel);
+  return ranges;
+}
+
+std::vector<int> GptStage::LayerIndices() const {
+  std::vector<int> indices;
+  for (const auto& layer : layers_) indices.push_back(layer->index);
+  return indices;
+}
+
+namespace {
+// Identity forward; backward calls the stage's layer hook with kBackward first.
+struct LayerBackwardHook : torch::autograd::Function<LayerBackwardHook> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, const GptStage::LayerHook* hook,
+                        int64_t layer) {
+    ctx->saved_data["hook"] = reinterpret_cast<int64_t>(hook);
+    ctx->saved_data["layer"] = layer;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto* hook = reinterpret_cast<const GptStage::LayerHook*>(ctx->saved_data["hook"].toInt());
+    (*hook)(static_cast<int>(ctx->saved_data["layer"].toInt()), GptStage::LayerEvent::kBackward);
+    return {grad[0], Tensor(), Tensor()};
+  }
+};
+}  // namespace
+
 Tensor GptStage::Forward(const Tensor& input, const Tensor& targets, int chunk) {
   STRATOS_CHECK(0 <= chunk && chunk < NumChunks(), "chunk {} of {}", chunk, NumChunks());
   AutocastScope autocast(bf16_);
   Tensor x = input;
   for (int l = chunk_begin_[chunk]; l < chunk_begin_[chunk + 1]; ++l) {
     auto& layer = layers_[l];
+    if (hook_) hook_(layer->index, LayerEvent::kForward);
     x = layer->Forward(x, targets);
     // The embedding sums fp32 tables; the residual stream after it has the activation dtype.
     if (layer->index == 0) x = x.to(activation_dtype_);
+    if (hook_) {
+      hook_(layer->index, LayerEvent::kForwardDone);
+      x = LayerBackwardHook::apply(x, &hook_, layer->index);
+    }
   }
   return x;
 }

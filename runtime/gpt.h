@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -112,6 +113,23 @@ class GptStage {
   // `chunk`: which of the stage's chunks runs (0 for a stage of one).
   torch::Tensor Forward(const torch::Tensor& input, const torch::Tensor& targets, int chunk = 0);
 
+  // Where ZeRO-3's parameter gathers (runtime/data_parallel.h ParameterGatherer) hook in: the
+  // hook is called with a layer index (into ModelSpec::layers) and
+  //   kForward      before the layer's forward pass,
+  //   kForwardDone  after it,
+  //   kBackward     when the backward pass reaches the layer's output, before the layer's own
+  //                 backward (and before a fully recomputed block reruns its forward).
+  // The backward calls run on autograd's thread. An empty hook (the default) is not called.
+  enum class LayerEvent { kForward, kForwardDone, kBackward };
+  using LayerHook = std::function<void(int layer, LayerEvent event)>;
+  void SetLayerHook(LayerHook hook) { hook_ = std::move(hook); }
+  // The [begin, end) ranges of FlatParameters() that layer `layer` (a ModelSpec::layers index on
+  // this stage) reads: its own parameters, plus the embedding's word embeddings for the head of
+  // tied embeddings on one stage. Throws std::logic_error for a layer not on the stage.
+  std::vector<std::pair<int64_t, int64_t>> LayerParameterRanges(int layer) const;
+  // The stage's layers (ModelSpec::layers indices), in order.
+  std::vector<int> LayerIndices() const;
+
   // Views into the flat buffer, in layer order.
   const std::vector<torch::Tensor>& Parameters() const { return parameters_; }
   const std::vector<ParameterInfo>& ParameterInfos() const { return infos_; }
@@ -137,6 +155,7 @@ class GptStage {
   torch::Tensor flat_;
   std::vector<torch::Tensor> parameters_;
   std::vector<ParameterInfo> infos_;
+  LayerHook hook_;
 };
 
 }  // namespace stratos

@@ -73,6 +73,10 @@ class ShardShapeCommunicator : public Communicator {
   std::shared_ptr<CommWork> ReduceScatterAsync(torch::Tensor, torch::Tensor, std::vector<int64_t>) override {
     throw CommError(name_ + ": no reduce-scatter in a profile");
   }
+  std::shared_ptr<CommWork> AllGatherUnevenAsync(torch::Tensor, torch::Tensor,
+                                                 std::vector<int64_t>) override {
+    throw CommError(name_ + ": no uneven all-gather in a profile");
+  }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor, int, int) override {
     throw CommError(name_ + ": no point-to-point in a profile");
   }

@@ -113,9 +113,6 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
   ValidatePlan(RuntimeProblem(model, plan, world_size, 1e10, cluster), plan, where);
   for (int s = 0; s < plan.NumStages(); ++s) {
     const StageConfig& c = plan.stages[s].config;
-    if (c.zero_stage > 2)
-      ThrowInputError(where, fmt::format("stages[{}].zero_stage", s), c.zero_stage,
-                      "the runtime implements ZeRO stages 0, 1 and 2");
     const int tp = c.tensor_parallel;
     if (model.ffn_hidden_size % tp != 0)
       ThrowInputError(where, fmt::format("stages[{}].tensor_parallel", s), tp,

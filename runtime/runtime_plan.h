@@ -43,9 +43,9 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
                        const std::string& dtype = "f32");
 
 // Refuses, before any process is launched, a plan this runtime cannot execute: ValidatePlan
-// against RuntimeProblem (on `cluster`), plus the world size equal to the plan's devices, equal
-// DP and TP in every stage, ZeRO stage 0, 1 or 2, TP dividing heads, ffn and vocabulary, the
-// vocabulary holding the data's characters, and a microbatch of at least one sample per replica.
+// against RuntimeProblem (on `cluster`), plus the world size equal to the plan's devices, TP
+// dividing heads, ffn and vocabulary, the vocabulary holding the data's characters, and a
+// microbatch of at least one sample per replica.
 // Throws InputError naming `where` (the plan file) and the field.
 void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
                       const std::string& where, int data_vocab_size = 0,

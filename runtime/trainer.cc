@@ -377,8 +377,16 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     }
     const int zero = stage_plan.config.zero_stage;
     GradientSynchronizer sync(stage, dp.get(), options.bucket_bytes, options.overlap_grad_sync,
-                              compressor.get(), zero == 2, tied_split);
-    ShardedAdam adam(options, stage.FlatParameters(), dp.get(), zero >= 1);
+                              compressor.get(), zero >= 2, tied_split);
+    ShardedAdam adam(options, stage.FlatParameters(), dp.get(), zero >= 1,
+                     /*gather_updated=*/zero < 3);
+    // ZeRO-3: the layers gather their parameters over DP when they run, on a group of their own.
+    std::unique_ptr<Communicator> gather_group;
+    std::unique_ptr<ParameterGatherer> gatherer;
+    if (zero == 3 && layout.dp > 1) {
+      gather_group = groups.NewGroup(
+          fmt::format("zero3 gather[stage {}, tp {}]", layout.stage, layout.tp_rank), dp_ranks);
+    }
 
     const int m = plan.num_microbatches;
     const int B = plan.global_batch_size;
@@ -451,6 +459,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       }
     }
     result.first_step = start_step;
+    if (gather_group) gatherer = std::make_unique<ParameterGatherer>(stage, gather_group.get());
 
     doing("waiting at the start barrier", true);
     world.Barrier();
@@ -551,6 +560,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
           } else {
             torch::autograd::backward({outputs[c][i]}, {grad});
           }
+          if (gatherer) gatherer->ReleaseAll();
           regions.push_back({pass_name("B", i, c), "backward", &StepTimes::backward, a,
                              timer.Mark()});
           if (!first) {
@@ -639,7 +649,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       if (!options.checkpoint_dir.empty() &&
           (last_step || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
         doing("writing a checkpoint", false);
-        std::vector<Tensor> state{stage.FlatParameters()};
+        // ZeRO-3 checkpoints hold the whole stage's parameters, as every other plan's.
+        if (gatherer) gatherer->GatherAll();
+        std::vector<Tensor> state{stage.FlatParameters().clone()};
+        if (gatherer) gatherer->ReleaseAll();
         for (const Tensor& s : adam.State()) state.push_back(s);
         if (compressor)
           for (const Tensor& s : compressor->State()) state.push_back(s);

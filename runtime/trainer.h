@@ -2,15 +2,17 @@
 // The runtime's trainer: one rank of a run that executes a discrete Plan (DESIGN.md §9), on the
 // CPU or on one GPU per rank (TrainOptions::device; runtime/device.h).
 //
-// Rank layout (Megatron-LM): rank = stage * (DP * TP) + dp_rank * TP + tp_rank, TP innermost.
-// Every stage of a plan must have the same DP and TP (this version). Per step: the global batch
-// of B sequences is split into m microbatches of B / m, each split over the DP replicas; the
-// stage runs its schedule (GPipe or 1F1B) with point-to-point sends of (b, s, h) activations and
-// their gradients between stages; DP gradients are all-reduced in buckets launched from
-// gradient-accumulator hooks during the last microbatch's backward (overlapped with it); tied
-// word embeddings split over the first and last stage have their gradients all-reduced between
-// them (Megatron-LM); then Adam updates the parameters, sharded over DP with ZeRO-1 (each DP rank
-// updates 1/DP of the flat parameter vector with its 1/DP of the Adam moments and all-gathers).
+// Rank layout (Megatron-LM): rank = stage_base + dp_rank * TP + tp_rank, TP innermost; stages
+// may differ in DP x TP (activations are resharded at their boundaries). Per step: the global
+// batch of B sequences is split into m microbatches of B / m, each split over the DP replicas; the
+// stage runs its schedule (GPipe, 1F1B or interleaved 1F1B) with point-to-point sends of (b, s, h)
+// activations and their gradients between stages; DP gradients are all-reduced (ZeRO-2 and 3:
+// reduce-scattered) in buckets launched from gradient-accumulator hooks during the last
+// microbatch's backward (overlapped with it); tied word embeddings split over the first and last
+// stage have their gradients all-reduced between them (Megatron-LM); then Adam updates the
+// parameters, sharded over DP with ZeRO-1/2/3 (each DP rank updates 1/DP of the flat parameter
+// vector with its 1/DP of the Adam moments; ZeRO-1/2 all-gather the result, ZeRO-3 gathers each
+// layer's parameters when it runs: runtime/data_parallel.h ParameterGatherer).
 // A stage whose plan sets grad_compression (and has DP > 1) compresses each bucket's gradients
 // instead, with per-parameter error-feedback state, and exchanges the compressed forms
 // (runtime/compression.h: half-precision or PowerSGD all-reduces, top-k / TernGrad / sign

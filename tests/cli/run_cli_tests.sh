@@ -212,7 +212,7 @@ for bad in "search --max-stages 0:--max-stages = 0: must be >= 1" \
            "compare --max-stages 0:--max-stages = 0: must be >= 1" \
            "evaluate --zero 4 --tp 1:--zero = 4: must be in \[0, 3\]" \
            "bench ladder --time-limit 0:--time-limit = 0: must be > 0" \
-           "run --zero 3:--zero = 3: must be in \[0, 2\]" \
+           "run --zero 4:--zero = 4: must be in \[0, 3\]" \
            "cosearch --nodes 0:--nodes = 0: must be >= 1" \
            "experiment run x.toml --jobs 0:--jobs = 0: must be >= 1" \
            "experiment run x.toml --max-cells -1:--max-cells = -1: must be >= 0"; do

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -91,6 +92,30 @@ TEST_CASE("ZeRO-2 (gradients reduce-scattered per bucket) reproduces the single-
   REQUIRE(small_buckets.Succeeded());
   CheckLossesMatch(reference, MeasuredLosses(TestPath("zero2_dp2")), "1x2x1 zero2, 64 KiB buckets");
   CheckParallelRun(2, 2, 1, 1, Schedule::kOneFOneB, 2, Recompute::kNone, "zero2_pp2_dp2");
+}
+
+TEST_CASE("ZeRO-3 (parameters gathered per layer for each pass) reproduces the single-process "
+          "losses: DP 2 with the tied head on the embedding's stage, and PP 2 x DP 2 x TP 2 with "
+          "full recomputation") {
+  const std::vector<double>& reference = ReferenceLosses();
+  TrainOptions dp2 = TinyOptions(1, 2, 1, 1, Schedule::kOneFOneB, 3);
+  dp2.bucket_bytes = 64 << 10;
+  dp2.checkpoint_dir = TestDir("zero3_dp2_ckpt");
+  const LaunchResult result = RunWorkers(dp2, "zero3_dp2");
+  INFO(result.Summary());
+  INFO(Logs(dp2, "zero3_dp2", 2));
+  REQUIRE(result.Succeeded());
+  CheckLossesMatch(reference, MeasuredLosses(TestPath("zero3_dp2")), "1x2x1 zero3");
+  // The checkpoint holds the whole stage's parameters, the same on both DP ranks.
+  std::vector<torch::Tensor> flat;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<torch::Tensor> state;
+    torch::load(state, fmt::format("{}/step_000020/rank_{}.pt", dp2.checkpoint_dir, r));
+    flat.push_back(state.at(0));
+  }
+  CHECK(flat[0].isnan().sum().item<int64_t>() == 0);
+  CHECK(torch::equal(flat[0], flat[1]));
+  CheckParallelRun(2, 2, 2, 1, Schedule::kOneFOneB, 3, Recompute::kFull, "zero3_pp2_dp2_tp2");
 }
 
 TEST_CASE("a heterogeneous plan runs with its node groups on worker subsets") {
@@ -187,9 +212,10 @@ TEST_CASE("interleaved 1F1B (two chunks per pipeline rank) reproduces the single
 
 // Property: plans of gpt-tiny drawn at random from what the runtime runs (1-4 stages cut anywhere
 // in [embedding, 4 blocks, head], DP 1-2 x TP 1-2 per pipeline rank on at most 5 workers, 1-4
-// microbatches, GPipe, 1F1B or interleaved 1F1B with two chunks per rank, per-stage ZeRO 0-2 and
-// recomputation) train 10 steps with the single-process losses within kLossTolerance. A fixed
-// seed: the same 20 plans every run, each named on failure.
+// microbatches, GPipe, 1F1B or (every fourth plan) interleaved 1F1B with two chunks per rank,
+// ZeRO 0-3 in turn on the stages with DP > 1, recomputation) train 10 steps with the
+// single-process losses within kLossTolerance. A fixed seed: the same 20 plans every run, each
+// named on failure; the test checks that they cover every ZeRO stage and schedule.
 TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process losses") {
   const std::vector<double>& reference = ReferenceLosses();
   const ModelSpec model = LoadRuntimeModel("gpt-tiny", 32);
@@ -197,13 +223,19 @@ TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process los
   std::mt19937 rng(20261126);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const Recompute recomputes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  // What the 20 plans cover: ZeRO stages of stages with DP > 1, and schedules.
+  std::set<int> zero_stages;
+  std::set<std::string> schedules;
+  int next_zero = 0;
   for (int drawn = 0; drawn < 20;) {
-    const int pp = pick(1, 4), dp = pick(1, 2), tp = pick(1, 2);
-    const int m = 1 << pick(0, 2);
+    // Every fourth plan runs interleaved 1F1B: two chunks per rank on 2 pipeline ranks.
+    const bool interleaved = drawn % 4 == 3;
+    const int pp = interleaved ? 2 : pick(1, 4), dp = pick(1, 2), tp = pick(1, 2);
+    const int m = interleaved ? 2 << pick(0, 1) : 1 << pick(0, 2);
     if (pp * dp * tp > 4 || m * dp > 4) continue;
-    const Schedule schedule = pick(0, 1) ? Schedule::kOneFOneB : Schedule::kGpipe;
-    // Interleaved 1F1B where it applies: two chunks per rank on 2 ranks.
-    const int v = (pp == 2 && m % 2 == 0 && schedule == Schedule::kOneFOneB) ? pick(1, 2) : 1;
+    const Schedule schedule =
+        interleaved || pick(0, 1) ? Schedule::kOneFOneB : Schedule::kGpipe;
+    const int v = interleaved ? 2 : 1;
     TrainOptions options = TinyOptions(pp, dp, tp, m, schedule);
     options.steps = 10;
     if (v > 1)
@@ -240,8 +272,11 @@ TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process los
         }
       }
       stage.config.recompute = recomputes[pick(0, 2)];
-      stage.config.zero_stage = stage.config.data_parallel > 1 ? pick(0, 2) : 0;
+      // Stages with DP > 1 take ZeRO 0, 1, 2, 3 in turn.
+      stage.config.zero_stage = stage.config.data_parallel > 1 ? next_zero++ % 4 : 0;
+      if (stage.config.data_parallel > 1) zero_stages.insert(stage.config.zero_stage);
     }
+    schedules.insert(v > 1 ? "interleaved 1f1b" : ScheduleName(schedule));
     const std::string name = fmt::format("random_plan_{}", drawn);
     const std::string summary = options.plan.Summary();
     INFO("plan ", drawn, ": ", summary);
@@ -253,6 +288,8 @@ TEST_CASE("20 random runnable plans of gpt-tiny reproduce the single-process los
     CheckLossesMatch(first, MeasuredLosses(TestPath(name)), summary);
     ++drawn;
   }
+  CHECK(zero_stages == std::set<int>{0, 1, 2, 3});
+  CHECK(schedules == std::set<std::string>{"gpipe", "1f1b", "interleaved 1f1b"});
 }
 
 TEST_CASE("GPipe and 1F1B give bitwise-equal gradients, hence parameters and losses") {

@@ -195,25 +195,16 @@ CompressionWork CompressionWorkOf(const CompressionSpec& spec, const GradientTen
   return work;
 }
 
-std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
-                                                     const LayerSpec& layer, int tp) {
-  const double stored = layer.stored_param_count / tp;
-  std::vector<GradientTensorShape> shapes;
-  if (stored <= 0) return shapes;
+std::vector<double> LayerWeightMatrixRows(const ModelSpec& model, LayerKind kind) {
   const double h = model.hidden_size;
-  const bool transformer_family = h > 0 && layer.kind != LayerKind::kExplicit;
-  if (!transformer_family) {
-    const double side = std::sqrt(stored);
-    return {GradientTensorShape{side, side}};
-  }
-  // Unsharded "other" dimensions of the layer's (other, h) weight matrices.
-  std::vector<double> others;
+  if (h <= 0) return {};
   const double f = model.ffn_hidden_size;
   const double heads = model.num_attention_heads;
   const double hkv =
       (model.num_key_value_heads > 0 ? model.num_key_value_heads : heads) * (h / heads);
   const double V = model.vocab_size;
-  switch (layer.kind) {
+  std::vector<double> others;
+  switch (kind) {
     case LayerKind::kEmbedding:
       others = {V};
       if (model.family != "llama") others.push_back(model.max_position_embeddings);
@@ -229,6 +220,21 @@ std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
     case LayerKind::kExplicit:
       break;
   }
+  return others;
+}
+
+std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
+                                                     const LayerSpec& layer, int tp) {
+  const double stored = layer.stored_param_count / tp;
+  std::vector<GradientTensorShape> shapes;
+  if (stored <= 0) return shapes;
+  const double h = model.hidden_size;
+  const bool transformer_family = h > 0 && layer.kind != LayerKind::kExplicit;
+  if (!transformer_family) {
+    const double side = std::sqrt(stored);
+    return {GradientTensorShape{side, side}};
+  }
+  const std::vector<double> others = LayerWeightMatrixRows(model, layer.kind);
   double matrix_elements = 0;
   for (double other : others) {
     shapes.push_back({other / tp, h});

@@ -32,6 +32,7 @@ namespace stratos {
 
 struct LayerSpec;
 struct ModelSpec;
+enum class LayerKind;
 
 enum class GradCompression { kNone, kBf16, kFp16, kTopK, kPowerSgd, kTernGrad, kSign };
 
@@ -165,5 +166,9 @@ CompressionWork CompressionWorkOf(const CompressionSpec& spec, const GradientTen
 // The elements add up to layer.stored_param_count / tp (tested for the zoo models).
 std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
                                                      const LayerSpec& layer, int tensor_parallel);
+// The unsharded "other" dimensions of the (other, hidden) weight matrices that a block-level
+// layer of `kind` holds in a transformer family (LayerGradientShapes' list above); empty for
+// explicit layers and models without a hidden size.
+std::vector<double> LayerWeightMatrixRows(const ModelSpec& model, LayerKind kind);
 
 }  // namespace stratos

@@ -1,6 +1,7 @@
 #include "costmodel/cost_model.h"
 
 #include <algorithm>
+#include <map>
 #include <fmt/format.h>
 
 #include "costmodel/collective.h"
@@ -62,6 +63,22 @@ CostModel::CostModel(const Problem& problem) : problem_(problem) {
   const ClusterSpec& cluster = problem.cluster;
   if (cluster.NumGroups() > 1)
     for (int g = 0; g < cluster.NumGroups(); ++g) group_views_.push_back(cluster.GroupView(g));
+  // A block-level layer's largest weight matrix (LayerWeightMatrixRows x hidden), capped by the
+  // layer's own parameters: an operator-granularity layer is one operator. Explicit layers name
+  // no operators: they add nothing (the term is a lower bound there).
+  std::map<LayerKind, double> largest_matrix;
+  for (const LayerSpec& layer : problem.model.layers) {
+    if (layer.kind == LayerKind::kExplicit) continue;
+    auto [it, inserted] = largest_matrix.try_emplace(layer.kind, 0.0);
+    if (inserted) {
+      const std::vector<double> rows = LayerWeightMatrixRows(problem.model, layer.kind);
+      it->second = rows.empty() ? 0.0
+                                : *std::max_element(rows.begin(), rows.end()) *
+                                      problem.model.hidden_size;
+    }
+    largest_operator_params_ =
+        std::max(largest_operator_params_, std::min(layer.stored_param_count, it->second));
+  }
 }
 
 const ClusterSpec& CostModel::GroupCluster(int node_group) const {
@@ -415,6 +432,15 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
   }
 
+  // ZeRO-3's model-state working memory (Rajbhandari et al., ZeRO-Infinity SC'21 §3, "MSWM"):
+  // the gathered parameters and the full gradient of the operator being computed, at its peak
+  // the model's largest parameter tensor (on this TP rank), before its gradient is
+  // reduce-scattered and its parameters released. The model's largest, not the stage's, as the
+  // recomputation's working set below: a per-stage constant keeps the stage terms additive.
+  if (c.zero_stage == 3 && c.data_parallel > 1)
+    terms.working_bytes += largest_operator_params_ / tp *
+                           (training.param_dtype_bytes + training.grad_dtype_bytes);
+
   // Full recomputation re-materializes one layer's activations at a time: the largest one.
   if (c.recompute == Recompute::kFull) {
     double largest = 0.0;
@@ -422,7 +448,7 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
       if (Recomputes(layer))
         largest = std::max(largest, ActivationBytesPerSample(layer, tp, training.sequence_parallel,
                                                              Recompute::kNone));
-    terms.working_bytes = b * largest;
+    terms.working_bytes += b * largest;
   }
   if (!last_stage) terms.cut_cost_seconds = model.cut_cost_seconds;
   return terms;

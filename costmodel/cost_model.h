@@ -113,7 +113,8 @@ class CostModel {
 
   // Per-stage terms that do not scale with the layers: point-to-point sends to the next stage
   // (unless last) and of gradients to the previous one (unless first), collective latencies,
-  // the recomputation working set, the explicit cut cost. `previous_group` / `next_group` are
+  // the recomputation working set, ZeRO-3's gathered-parameter working set, the explicit cut
+  // cost. `previous_group` / `next_group` are
   // the node groups of the pipeline ranks the stage receives from / sends to (interleaved: the
   // ranks before and after it, wrapping around); -1 means the stage's own group. A send to
   // another group crosses ClusterSpec::LinkBetween.
@@ -139,6 +140,9 @@ class CostModel {
  private:
   const Problem& problem_;
   std::vector<ClusterSpec> group_views_;  // one per node group when there are several
+  // Elements of the model's largest weight matrix at TP 1 (LayerWeightMatrixRows; 0 for explicit
+  // models): the operator whose gathered parameters and gradient ZeRO-3 holds at its peak.
+  double largest_operator_params_ = 0;
 };
 
 }  // namespace stratos

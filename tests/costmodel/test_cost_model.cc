@@ -60,6 +60,41 @@ TEST_CASE("ZeRO model-state bytes match Rajbhandari et al. Figure 1 (7.5B params
     CHECK(cost_model.LayerTerms(0, config, 1).state_bytes / 1e9 ==
           doctest::Approx(expected_gb[zero]).epsilon(0.01));
   }
+  // An explicit layer names no operators: no ZeRO-3 working set is added for it.
+  CHECK(cost_model.StageOverhead({8, 8, 64, 1, 3, Recompute::kNone, {}}, 1, true, true)
+            .working_bytes == 0);
+}
+
+TEST_CASE("ZeRO-3 holds the largest operator's gathered parameters and full gradient "
+          "(ZeRO-Infinity's model-state working memory), on every stage with DP > 1") {
+  // h = 1024, V = 51200: the largest tensor is the word embeddings (V x h), above fc1 (4h x h).
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.training.param_dtype_bytes = 2;
+  problem.training.grad_dtype_bytes = 4;
+  const CostModel cost_model(problem);
+  const double largest = 51200.0 * 1024;
+  for (int tp : {1, 2}) {
+    const auto zero3 = cost_model.StageOverhead(Config(4, tp, 3, Recompute::kNone), 2, true, true);
+    CHECK(zero3.working_bytes == doctest::Approx(largest / tp * (2 + 4)));
+    // Full recomputation's working set adds to it.
+    const auto both = cost_model.StageOverhead(Config(4, tp, 3, Recompute::kFull), 2, true, true);
+    const auto full = cost_model.StageOverhead(Config(4, tp, 2, Recompute::kFull), 2, true, true);
+    CHECK(full.working_bytes > 0);
+    CHECK(both.working_bytes == doctest::Approx(zero3.working_bytes + full.working_bytes));
+  }
+  // Nothing to gather without DP, nor below ZeRO-3.
+  CHECK(cost_model.StageOverhead(Config(1, 2, 3, Recompute::kNone), 8, true, true).working_bytes ==
+        0);
+  CHECK(cost_model.StageOverhead(Config(4, 2, 2, Recompute::kNone), 2, true, true).working_bytes ==
+        0);
+  // A small vocabulary: fc1 (4h x h) is the largest.
+  Problem small_vocab = GptProblem(1024, 16, 512, 2, 8);
+  small_vocab.model.vocab_size = 1000;
+  BuildTransformerLayers(small_vocab.model);
+  const CostModel small(small_vocab);
+  CHECK(small.StageOverhead(Config(4, 1, 3, Recompute::kNone), 2, true, true).working_bytes ==
+        doctest::Approx(4.0 * 1024 * 1024 * (small_vocab.training.param_dtype_bytes +
+                                             small_vocab.training.grad_dtype_bytes)));
 }
 
 TEST_CASE("activation bytes per transformer layer follow Korthikanti et al. Table 2") {

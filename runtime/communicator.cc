@@ -68,21 +68,11 @@ class SelfCommunicator : public Communicator {
   }
   std::shared_ptr<CommWork> ReduceScatterAsync(torch::Tensor output, torch::Tensor input,
                                                std::vector<int64_t> counts) override {
-    STRATOS_CHECK(counts.size() == 1 && counts[0] == input.numel() &&
-                      output.numel() == input.numel(),
-                  "group {} of one: reduce-scatter of {} elements in {} pieces", name_,
-                  input.numel(), counts.size());
-    output.copy_(input);
-    return std::make_shared<SelfWork>();
+    return CopyWhole(output, input, counts, "reduce-scatter");
   }
   std::shared_ptr<CommWork> AllGatherUnevenAsync(torch::Tensor output, torch::Tensor input,
                                                  std::vector<int64_t> counts) override {
-    STRATOS_CHECK(counts.size() == 1 && counts[0] == input.numel() &&
-                      output.numel() == input.numel(),
-                  "group {} of one: all-gather of {} elements in {} pieces", name_,
-                  input.numel(), counts.size());
-    output.copy_(input);
-    return std::make_shared<SelfWork>();
+    return CopyWhole(output, input, counts, "all-gather");
   }
   std::shared_ptr<CommWork> SendAsync(torch::Tensor, int dst, int) override {
     throw CommError(fmt::format("group {} has one rank: cannot send to rank {}", name_, dst));
@@ -93,6 +83,17 @@ class SelfCommunicator : public Communicator {
   void Barrier() override {}
 
  private:
+  // A reduce-scatter or all-gather in one piece over one rank: output = input.
+  std::shared_ptr<CommWork> CopyWhole(torch::Tensor& output, const torch::Tensor& input,
+                                      const std::vector<int64_t>& counts, const char* what) {
+    STRATOS_CHECK(counts.size() == 1 && counts[0] == input.numel() &&
+                      output.numel() == input.numel(),
+                  "group {} of one: {} of {} elements in {} pieces", name_, what, input.numel(),
+                  counts.size());
+    output.copy_(input);
+    return std::make_shared<SelfWork>();
+  }
+
   std::string name_;
 };
 

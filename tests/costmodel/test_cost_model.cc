@@ -1,6 +1,7 @@
 // The cost model pinned to published formulas and hand-computed numbers.
 #include <doctest/doctest.h>
 
+#include "costmodel/compression.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
@@ -72,6 +73,12 @@ TEST_CASE("ZeRO-3 holds the largest operator's gathered parameters and full grad
   problem.training.param_dtype_bytes = 2;
   problem.training.grad_dtype_bytes = 4;
   const CostModel cost_model(problem);
+  // The block's (other, h) matrices: fused QKV, the output projection, fc1 and fc2.
+  CHECK(LayerWeightMatrixRows(problem.model, LayerKind::kTransformer) ==
+        std::vector<double>{3 * 1024, 1024, 4 * 1024, 4 * 1024});
+  CHECK(LayerWeightMatrixRows(problem.model, LayerKind::kEmbedding) ==
+        std::vector<double>{51200, 512});
+  CHECK(LayerWeightMatrixRows(problem.model, LayerKind::kExplicit).empty());
   const double largest = 51200.0 * 1024;
   for (int tp : {1, 2}) {
     const auto zero3 = cost_model.StageOverhead(Config(4, tp, 3, Recompute::kNone), 2, true, true);

@@ -19,6 +19,7 @@
 #include "runtime/gpt.h"
 #include "runtime/kineto_trace.h"
 #include "runtime/launcher.h"
+#include "runtime/pipeline_layout.h"
 #include "runtime/report.h"
 #include "costmodel/schedule.h"
 
@@ -148,75 +149,6 @@ TrainOptions TrainOptionsFromJson(const json& j, const std::string& where) {
 
 namespace {
 
-// Where a rank sits: pipeline rank `stage` of pp, each with its own DP x TP (dps, tps), ranks
-// numbered stage by stage, TP innermost.
-struct Layout {
-  int pp = 1;
-  std::vector<int> dps, tps, bases;  // per pipeline rank: DP, TP, its first global rank
-  int stage = 0, dp_rank = 0, tp_rank = 0;
-  int dp = 1, tp = 1;  // this rank's pipeline rank's
-  Layout(const Plan& plan, int rank) : pp(std::max(1, plan.NumPipelineRanks())) {
-    if (plan.stages.empty()) {  // refused by CheckRuntimePlan; a placeholder until then
-      dps = tps = {1};
-      bases = {0};
-      return;
-    }
-    int base = 0;
-    for (int s = 0; s < pp; ++s) {
-      const StageConfig& c = plan.stages[s].config;
-      dps.push_back(c.data_parallel);
-      tps.push_back(c.tensor_parallel);
-      bases.push_back(base);
-      if (base <= rank && rank < base + c.data_parallel * c.tensor_parallel) stage = s;
-      base += c.data_parallel * c.tensor_parallel;
-    }
-    dp = dps[stage];
-    tp = tps[stage];
-    dp_rank = std::max(0, rank - bases[stage]) / tp;
-    tp_rank = std::max(0, rank - bases[stage]) % tp;
-  }
-  int RankOf(int s, int d, int t) const { return bases[s] + d * tps[s] + t; }
-  std::string Describe(int rank) const {
-    return fmt::format("rank {} (stage {}, dp {}, tp {})", rank, stage, dp_rank, tp_rank);
-  }
-};
-
-// One message of a microbatch's activations (or their gradients) between this rank's replica and
-// a replica of pipeline rank `other` whose DP x TP may differ: samples [offset, offset + count)
-// of this replica's b, to or from `peer`.
-struct Piece {
-  int peer;
-  int64_t offset, count;
-};
-
-// The resharding of a microbatch of `samples` sequences at a stage boundary (cf. Alpa's
-// cross-mesh resharding): replica d of a stage with dp replicas holds samples
-// [d samples / dp, (d + 1) samples / dp), every TP rank of a replica the whole activation. A
-// message goes from TP rank t of the sending stage to TP rank u of the receiving one when the
-// replicas' samples overlap and t = u mod tp_sender: each receiving rank gets every sample once,
-// each sending rank sends to the receiving TP ranks paired with it. `receive`: this rank
-// receives from `other` (one piece per overlapping replica), else sends to it (to every paired
-// TP rank of each overlapping replica). With equal DP x TP: one piece, the whole microbatch,
-// between equal (d, t).
-std::vector<Piece> ReshardPieces(const Layout& layout, int other, int samples, bool receive) {
-  const int64_t mine = samples / layout.dp, theirs = samples / layout.dps[other];
-  const int64_t lo = layout.dp_rank * mine, hi = lo + mine;
-  std::vector<Piece> pieces;
-  for (int d = 0; d < layout.dps[other]; ++d) {
-    const int64_t from = std::max(lo, d * theirs), to = std::min(hi, (d + 1) * theirs);
-    if (from >= to) continue;
-    if (receive) {
-      pieces.push_back({layout.RankOf(other, d, layout.tp_rank % layout.tps[other]), from - lo,
-                        to - from});
-    } else {
-      for (int u = 0; u < layout.tps[other]; ++u)
-        if (u % layout.tp == layout.tp_rank)
-          pieces.push_back({layout.RankOf(other, d, u), from - lo, to - from});
-    }
-  }
-  return pieces;
-}
-
 // What this rank is doing, for error messages.
 struct Activity {
   const char* what = "starting";
@@ -232,10 +164,7 @@ struct Activity {
   }
 };
 
-// DP gradient all-reduce in buckets, launched from gradient-accumulator post hooks. With a
-// compressor, each bucket's gradients are compressed (per-parameter error-feedback state) and
-// exchanged in compressed form instead (runtime/compression.h), and Finish() returns the DP mean
-// rather than the sum.
+// A region of the step's timeline for the Chrome trace.
 struct TraceEvent {
   std::string name;
   const char* category;
@@ -308,7 +237,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
   const Plan& plan = options.plan;
   // Pipeline ranks, each with its DP x TP; with interleaved 1F1B each holds virtual_stages chunks
   // (virtual stage k on rank k mod pp).
-  const Layout layout(plan, rank);
+  const PipelineLayout layout(plan, rank);
   const int v = plan.virtual_stages;
   const int num_virtual = plan.NumStages();
   try {

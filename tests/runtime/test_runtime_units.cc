@@ -19,6 +19,7 @@
 #include "runtime/device.h"
 #include "runtime/gpt.h"
 #include "runtime/launcher.h"
+#include "runtime/pipeline_layout.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/runtime_test_util.h"
 
@@ -155,6 +156,30 @@ TEST_CASE("ZeRO-3: a rank holds only its shard between passes, gathers each laye
   for (auto& thread : threads) thread.join();
   CHECK(errors[0] == "");
   CHECK(errors[1] == "");
+}
+
+TEST_CASE("the pipeline layout numbers ranks stage by stage, and a boundary between DP 2 and "
+          "TP 2 splits and merges the microbatch's samples") {
+  Plan plan = TinyOptions(2, 2, 1, 1).plan;  // stage 0: DP 2 (ranks 0, 1)
+  plan.stages[1].config.data_parallel = 1;  // stage 1: TP 2 (ranks 2, 3)
+  plan.stages[1].config.tensor_parallel = 2;
+  const PipelineLayout sender(plan, 1), receiver(plan, 3);
+  CHECK(sender.bases == std::vector<int>{0, 2});
+  CHECK(receiver.Describe(3) == "rank 3 (stage 1, dp 0, tp 1)");
+  CHECK(receiver.RankOf(0, 1, 0) == 1);
+  // "peer:offset+count" per piece.
+  auto text = [](const std::vector<Piece>& pieces) {
+    std::string out;
+    for (const Piece& p : pieces) out += fmt::format("{}:{}+{} ", p.peer, p.offset, p.count);
+    return out;
+  };
+  // Replica 1 of stage 0 holds samples [2, 4) of 4 and sends them to both TP ranks of stage 1.
+  CHECK(text(ReshardPieces(sender, 1, 4, false)) == "2:0+2 3:0+2 ");
+  // TP rank 1 of stage 1 holds all 4: samples [0, 2) from rank 0, [2, 4) from rank 1.
+  CHECK(text(ReshardPieces(receiver, 0, 4, true)) == "0:0+2 1:2+2 ");
+  // Equal DP x TP: the whole share, between equal (d, t).
+  const Plan uniform = TinyOptions(2, 2, 1, 1).plan;
+  CHECK(text(ReshardPieces(PipelineLayout(uniform, 1), 1, 4, false)) == "3:0+2 ");
 }
 
 TEST_CASE("the rendezvous reads the torchrun environment and names bad values") {

@@ -555,7 +555,8 @@ std::vector<int> GptStage::LayerIndices() const {
 }
 
 namespace {
-// Identity forward; backward calls the stage's layer hook with kBackward first.
+// Identity forward; backward calls the stage's layer hook with kBackward first. `hook` points
+// at the stage's own hook member, which outlives the graph as the stage does.
 struct LayerBackwardHook : torch::autograd::Function<LayerBackwardHook> {
   static Tensor forward(AutogradContext* ctx, Tensor x, const GptStage::LayerHook* hook,
                         int64_t layer) {
@@ -565,7 +566,9 @@ struct LayerBackwardHook : torch::autograd::Function<LayerBackwardHook> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto* hook = reinterpret_cast<const GptStage::LayerHook*>(ctx->saved_data["hook"].toInt());
-    (*hook)(static_cast<int>(ctx->saved_data["layer"].toInt()), GptStage::LayerEvent::kBackward);
+    // A graph kept after its hook was cleared (SetLayerHook({})) passes through.
+    if (*hook)
+      (*hook)(static_cast<int>(ctx->saved_data["layer"].toInt()), GptStage::LayerEvent::kBackward);
     return {grad[0], Tensor(), Tensor()};
   }
 };

@@ -91,6 +91,30 @@ TEST_CASE("recomputation changes no gradient") {
   CHECK(torch::allclose(grads[0], grads[2], 1e-5, 1e-7));
 }
 
+TEST_CASE("the layer hook sees each layer's forward, then the backward from the last layer down; "
+          "a graph whose hook was cleared passes through") {
+  torch::set_num_threads(1);
+  const ModelSpec model = LoadRuntimeModel("gpt-tiny", 16);
+  auto self = MakeSelfCommunicator("tp");
+  const CharDataset data(DefaultDataPath(), 16);
+  const auto batch = data.TrainBatch(1, 0, 2, 0, 2);
+  GptStage stage(model, 0, model.NumLayers(), Recompute::kFull, self.get(), 3);
+  std::string events;
+  stage.SetLayerHook([&](int layer, GptStage::LayerEvent event) {
+    const char* kind = event == GptStage::LayerEvent::kForward       ? "F"
+                       : event == GptStage::LayerEvent::kForwardDone ? "f"
+                                                                     : "B";
+    events += fmt::format("{}{} ", kind, layer);
+  });
+  torch::autograd::backward({stage.Forward(batch.inputs, batch.targets)});
+  CHECK(events == "F0 f0 F1 f1 F2 f2 F3 f3 F4 f4 F5 f5 B5 B4 B3 B2 B1 B0 ");
+  const torch::Tensor loss = stage.Forward(batch.inputs, batch.targets);
+  stage.SetLayerHook({});
+  events.clear();
+  CHECK_NOTHROW(torch::autograd::backward({loss}));
+  CHECK(events.empty());
+}
+
 TEST_CASE("ZeRO-3: a rank holds only its shard between passes, gathers each layer's parameters "
           "for its forward and its backward, and computes the gradients of the whole stage") {
   torch::set_num_threads(1);

@@ -166,8 +166,7 @@ int RunCalibrate(const CalibrateArgs& args) {
   // Local workers beyond the machine's hardware threads share them: a plan on every worker (what
   // the search prices) runs each at threads / workers of the speed its rows were profiled at.
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const double slowdown =
-      local ? std::max(1.0, static_cast<double>(base.NumDevices()) / threads) : 1.0;
+  const double slowdown = local ? LocalWorkerSlowdown(base.NumDevices()) : 1.0;
   if (slowdown > 1) {
     DeviceSpec& device = result.cluster.devices.front();
     device = SlowedDevice(device, slowdown);

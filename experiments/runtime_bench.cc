@@ -159,8 +159,7 @@ MeasuredRun ReadMeasuredRun(const nlohmann::json& measurement) {
   run.plan = PlanFromJson(measurement.at("plan"), "measurement.json");
   run.model = LoadRuntimeModel(measurement.at("model").get<std::string>(), 0);
   run.workers = measurement.at("world_size").get<int>();
-  const double threads = std::max(1u, std::thread::hardware_concurrency());
-  run.slowdown = std::max(1.0, run.workers / threads);
+  run.slowdown = LocalWorkerSlowdown(run.workers);
   return run;
 }
 

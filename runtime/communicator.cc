@@ -236,7 +236,8 @@ class C10dCommunicator : public Communicator {
                   "of {}",
                   name_, counts.size(), size, input.numel(), output.numel(), total);
     // This rank's piece once per destination.
-    at::Tensor sent = input.reshape({1, -1}).expand({size, input.numel()}).reshape({-1}).contiguous();
+    at::Tensor sent =
+        input.reshape({1, -1}).expand({size, input.numel()}).reshape({-1}).contiguous();
     std::vector<int64_t> sent_counts(size, counts[rank]);
     at::Tensor out = output;
     return std::make_shared<HoldWork>(

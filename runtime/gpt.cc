@@ -565,7 +565,8 @@ struct LayerBackwardHook : torch::autograd::Function<LayerBackwardHook> {
     return x.view_as(x);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const auto* hook = reinterpret_cast<const GptStage::LayerHook*>(ctx->saved_data["hook"].toInt());
+    const auto* hook =
+        reinterpret_cast<const GptStage::LayerHook*>(ctx->saved_data["hook"].toInt());
     // A graph kept after its hook was cleared (SetLayerHook({})) passes through.
     if (*hook)
       (*hook)(static_cast<int>(ctx->saved_data["layer"].toInt()), GptStage::LayerEvent::kBackward);

@@ -125,7 +125,7 @@ class GptStage {
   void SetLayerHook(LayerHook hook) { hook_ = std::move(hook); }
   // The [begin, end) ranges of FlatParameters() that layer `layer` (a ModelSpec::layers index on
   // this stage) reads: its own parameters, plus the embedding's word embeddings for the head of
-  // tied embeddings on one stage. Throws std::logic_error for a layer not on the stage.
+  // tied embeddings on one stage. Throws InternalError for a layer not on the stage.
   std::vector<std::pair<int64_t, int64_t>> LayerParameterRanges(int layer) const;
   // The stage's layers (ModelSpec::layers indices), in order.
   std::vector<int> LayerIndices() const;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "costmodel/cluster_io.h"
 #include "costmodel/error.h"
@@ -17,6 +18,12 @@ using torch::Tensor;
 
 ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length) {
   return ReadModelFile(ResolveModelPath(name_or_path), seq_length);
+}
+
+double LocalWorkerSlowdown(int num_workers) {
+  if (num_workers < 1) ThrowInputError("local workers", "num_workers", num_workers, "must be >= 1");
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1.0, num_workers / threads);
 }
 
 ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker) {

@@ -22,6 +22,10 @@ ModelSpec LoadRuntimeModel(const std::string& name_or_path, int seq_length);
 // `flops_per_worker` FLOP/s (measured), memory split evenly, and an assumed loopback network
 // (1 GB/s, 30 us per step) that the predicted-vs-measured report calibrates.
 ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker);
+// How many times slower each of `num_workers` CPU worker processes computes than one alone (one
+// intra-op thread each): num_workers / this machine's hardware threads, at least 1. Throws
+// InputError if num_workers < 1.
+double LocalWorkerSlowdown(int num_workers);
 // FLOP/s of an n x n x n matmul on `device` in `dtype` (a short benchmark; on the CPU, one
 // thread's with the default).
 double MeasureMatmulFlops(int n = 256, torch::Device device = torch::Device(torch::kCPU),

@@ -203,13 +203,15 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
     shipped.matmul_efficiency = device.matmul_efficiency;
     shipped.layer_curve = device.layer_curve;
   }
-  auto close = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); };
+  auto close = [](double a, double b) {
+    return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
+  };
+  const LayerCurve& fitted_curve = *fitted.layer_curve;
   const bool shipped_is_this_fit =
       shipped.layer_curve && close(shipped.matmul_efficiency, fitted.matmul_efficiency) &&
-      close(shipped.layer_curve->forward_floor_seconds, fitted.layer_curve->forward_floor_seconds) &&
-      close(shipped.layer_curve->backward_floor_seconds,
-            fitted.layer_curve->backward_floor_seconds) &&
-      shipped.layer_curve->power == fitted.layer_curve->power;
+      close(shipped.layer_curve->forward_floor_seconds, fitted_curve.forward_floor_seconds) &&
+      close(shipped.layer_curve->backward_floor_seconds, fitted_curve.backward_floor_seconds) &&
+      shipped.layer_curve->power == fitted_curve.power;
   std::vector<double> shipped_held;
 
   // Per run, then per model (rows not fitted only).

@@ -475,7 +475,8 @@ TEST_CASE("a device shared by two processes is exactly twice as slow in every co
   CHECK(slowed.matmul_curve->max_efficiency == 0.8);
   // A block whose device time doubles takes exactly twice as long, floors included.
   for (double x : {1e-5, 2e-4, 5e-3}) {
-    CHECK(slowed.layer_curve->Forward(2 * x) == doctest::Approx(2 * device.layer_curve->Forward(x)));
+    CHECK(slowed.layer_curve->Forward(2 * x) ==
+          doctest::Approx(2 * device.layer_curve->Forward(x)));
     CHECK(slowed.layer_curve->Backward(2 * x) ==
           doctest::Approx(2 * device.layer_curve->Backward(x)));
   }

@@ -357,6 +357,15 @@ TEST_CASE("the workers' errors of a failed run are listed in rank order, one ind
   CHECK(WorkerErrors(dir) == "  rank 2: step 3: injected fault\n  rank 10: step 3: peer gone\n");
 }
 
+TEST_CASE("local workers beyond the hardware threads are slowed in proportion") {
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CHECK(LocalWorkerSlowdown(1) == 1.0);
+  CHECK(LocalWorkerSlowdown(threads) == 1.0);
+  CHECK(LocalWorkerSlowdown(3 * threads) == doctest::Approx(3.0));
+  CHECK_THROWS_WITH_AS(LocalWorkerSlowdown(0), "local workers: num_workers = 0: must be >= 1",
+                       InputError);
+}
+
 TEST_CASE("plans the runtime cannot run are refused with the field and the rule") {
   const ModelSpec model = LoadRuntimeModel("gpt-tiny", 64);
   Plan plan = TinyOptions(2, 1, 1, 2).plan;

@@ -422,6 +422,16 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
           ? exposed * ((forward_sends + backward_sends) * forward_send)
           : exposed * (forward_sends * forward_send + backward_sends * backward_send);
   terms.forward_seconds = exposed * (forward_sends * forward_send);
+  // Scatter/gather without sequence parallelism: after each receive (a forward receive for every
+  // backward send, and the converse) the stage's TP ranks all-gather the boundary activation
+  // (Megatron-LM's gather_split_1d_tensor; with sequence parallelism the layers take it split).
+  if (training.pp_scatter_gather && !training.sequence_parallel && tp > 1 &&
+      boundary_bytes_per_sample > 0) {
+    const double gather = RingCollectiveSeconds(cluster, b * boundary_bytes_per_sample, 1.0, 1,
+                                                tp, c.mesh_gpus_per_node / tp, true);
+    terms.tp_comm_seconds += (forward_sends + backward_sends) * gather;
+    terms.forward_seconds += backward_sends * gather;
+  }
 
   // Latency of the bucketed DP gradient synchronization, once per iteration.
   if (c.data_parallel > 1) {

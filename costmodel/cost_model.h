@@ -28,7 +28,8 @@ namespace stratos {
 struct StageTerms {
   // Per microbatch (t_s is their sum):
   double compute_seconds = 0;       // GEMMs + memory-bound ops, forward + backward + recompute
-  double tp_comm_seconds = 0;       // tensor-parallel all-reduces (or SP all-gather/reduce-scatter)
+  double tp_comm_seconds = 0;       // TP all-reduces (or SP all-gather/reduce-scatter) and the
+                                    // all-gathers after scatter/gather receives
   double p2p_seconds = 0;           // pipeline sends of activations (fwd) and their grads (bwd)
   double zero3_gather_seconds = 0;  // ZeRO-3 parameter all-gathers, forward and backward
   double forward_seconds = 0;       // the forward share of the four above (for the simulator)

@@ -46,9 +46,9 @@ struct TrainingSpec {
   // (--overlap-p2p-communication, on by default there). Scales StageTerms::p2p_seconds.
   double pp_comm_overlap_fraction = 0.0;
   // Pipeline sends split over the stage's TP ranks, each sending 1/tp of the boundary
-  // activations and the receiving stage all-gathering them (Megatron-LM's scatter/gather,
-  // Narayanan et al. SC'21 §4.1); false: every TP rank sends the whole activation, as stratos's
-  // own runtime does.
+  // activations and the receiving stage all-gathering them over TP unless sequence_parallel
+  // (Megatron-LM's scatter/gather, Narayanan et al. SC'21 §4.1; stratos's runtime too); false:
+  // every TP rank sends the whole activation.
   bool pp_scatter_gather = true;
   // Virtual pipeline stages per device v >= 1: the interleaved 1F1B schedule (Narayanan et al.
   // SC'21 §2.2.2) gives each device v model chunks, which shrinks the bubble by v, multiplies

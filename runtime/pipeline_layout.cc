@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace stratos {
 
@@ -32,23 +33,29 @@ std::string PipelineLayout::Describe(int rank) const {
   return fmt::format("rank {} (stage {}, dp {}, tp {})", rank, stage, dp_rank, tp_rank);
 }
 
+std::vector<int64_t> ScatterGatherCounts(int tp, int64_t elements) {
+  std::vector<int64_t> counts;
+  for (int u = 0; u < tp; ++u) counts.push_back(elements * (u + 1) / tp - elements * u / tp);
+  return counts;
+}
+
 std::vector<Piece> ReshardPieces(const PipelineLayout& layout, int other, int samples,
-                                 bool receive) {
-  const int64_t mine = samples / layout.dp, theirs = samples / layout.dps[other];
-  const int64_t lo = layout.dp_rank * mine, hi = lo + mine;
+                                 int64_t sample_elements) {
+  // Part t of replica d of a pipeline rank, in elements of the flattened microbatch.
+  const auto part = [&](int s, int d, int t) {
+    const int64_t n = samples / layout.dps[s] * sample_elements;
+    return std::pair<int64_t, int64_t>{d * n + n * t / layout.tps[s],
+                                       d * n + n * (t + 1) / layout.tps[s]};
+  };
+  const auto [lo, hi] = part(layout.stage, layout.dp_rank, layout.tp_rank);
+  const int64_t base = part(layout.stage, layout.dp_rank, 0).first;
   std::vector<Piece> pieces;
-  for (int d = 0; d < layout.dps[other]; ++d) {
-    const int64_t from = std::max(lo, d * theirs), to = std::min(hi, (d + 1) * theirs);
-    if (from >= to) continue;
-    if (receive) {
-      pieces.push_back({layout.RankOf(other, d, layout.tp_rank % layout.tps[other]), from - lo,
-                        to - from});
-    } else {
-      for (int u = 0; u < layout.tps[other]; ++u)
-        if (u % layout.tp == layout.tp_rank)
-          pieces.push_back({layout.RankOf(other, d, u), from - lo, to - from});
+  for (int d = 0; d < layout.dps[other]; ++d)
+    for (int t = 0; t < layout.tps[other]; ++t) {
+      const auto [their_lo, their_hi] = part(other, d, t);
+      const int64_t from = std::max(lo, their_lo), to = std::min(hi, their_hi);
+      if (from < to) pieces.push_back({layout.RankOf(other, d, t), from - base, to - from});
     }
-  }
   return pieces;
 }
 

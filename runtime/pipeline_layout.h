@@ -28,25 +28,31 @@ struct PipelineLayout {
   std::string Describe(int rank) const;
 };
 
-// One message of a microbatch's activations (or their gradients) between this rank's replica and
-// a replica of pipeline rank `other` whose DP x TP may differ: samples [offset, offset + count)
-// of this replica's share of the microbatch, to or from global rank `peer`.
+// One message of a microbatch's activations (or their gradients) between this rank and global
+// rank `peer` of a neighbouring pipeline rank whose DP x TP may differ: elements
+// [offset, offset + count) of this rank's replica's share of the microbatch, flattened.
 struct Piece {
   int peer;
   int64_t offset, count;
 };
 
-// The resharding of a microbatch of `samples` sequences at a stage boundary (cf. Alpa's
-// cross-mesh resharding, Zheng et al. OSDI'22 §5): replica d of a stage with dp replicas holds
-// samples [d samples / dp, (d + 1) samples / dp), every TP rank of a replica the whole
-// activation. A message goes from TP rank t of the sending stage to TP rank u of the receiving
-// one when the replicas' samples overlap and t = u mod tp_sender: each receiving rank gets every
-// sample once, each sending rank sends to the receiving TP ranks paired with it. `receive`: the
-// pieces this rank receives from pipeline rank `other` (one per overlapping replica), else those
-// it sends to it (to every paired TP rank of each overlapping replica). With equal DP x TP: one
-// piece, the whole microbatch share, between equal (d, t). `samples` must split evenly over both
-// stages' DP.
+// Elements of each of the tp parts of a replica's share of `elements`: part u is
+// [elements u / tp, elements (u + 1) / tp). The counts of the TP all-gather that follows a
+// receive.
+std::vector<int64_t> ScatterGatherCounts(int tp, int64_t elements);
+
+// The resharding of a microbatch of `samples` sequences of `sample_elements` elements at a stage
+// boundary, by Megatron-LM's scatter/gather (Narayanan et al. SC'21 §4.1) generalized to
+// neighbours of different DP x TP (cf. Alpa's cross-mesh resharding, Zheng et al. OSDI'22 §5).
+// Replica d of a stage with dp replicas holds samples [d samples / dp, (d + 1) samples / dp),
+// every TP rank of it the whole activation, cut into tp parts (ScatterGatherCounts). TP rank t
+// sends its part t, to the ranks of the neighbour whose part t' overlaps it, and receives its
+// part, from the ranks whose part overlaps it; then the replica's TP ranks all-gather the parts.
+// So every rank sends and receives 1/tp of its replica's share, whatever the neighbour's DP x
+// TP (the cost model's pp_scatter_gather). The pieces are the same both ways: those this rank
+// exchanges with pipeline rank `other`, in order of the other's (DP, TP) rank. With equal DP x
+// TP, one piece between equal (d, t). `samples` must split evenly over both stages' DP.
 std::vector<Piece> ReshardPieces(const PipelineLayout& layout, int other, int samples,
-                                 bool receive);
+                                 int64_t sample_elements);
 
 }  // namespace stratos

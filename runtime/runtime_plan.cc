@@ -29,7 +29,7 @@ double LocalWorkerSlowdown(int num_workers) {
 ClusterSpec LocalCpuCluster(int num_workers, double flops_per_worker) {
   ClusterSpec cluster;
   cluster.name = "local-cpu";
-  cluster.source = "this machine's CPU worker processes (runtime/trainer.cc LocalCpuCluster)";
+  cluster.source = "this machine's CPU worker processes (runtime/runtime_plan.h LocalCpuCluster)";
   DeviceSpec device;
   device.name = "cpu-worker";
   device.peak_flops = flops_per_worker;
@@ -74,7 +74,7 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   training.optimizer_state_bytes_per_param = 8;
   training.optimizer_step_bytes_per_param = 28;
   training.dp_overlap_fraction = 0.5;
-  training.pp_scatter_gather = false;  // every TP rank sends the whole activation (trainer.cc)
+  training.pp_scatter_gather = true;  // 1/tp per TP rank, then a TP all-gather (pipeline_step.h)
   training.sequence_parallel = false;
   return training;
 }

@@ -20,6 +20,7 @@
 #include "runtime/kineto_trace.h"
 #include "runtime/launcher.h"
 #include "runtime/pipeline_layout.h"
+#include "runtime/pipeline_step.h"
 #include "runtime/report.h"
 #include "costmodel/schedule.h"
 
@@ -238,8 +239,6 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
   // Pipeline ranks, each with its DP x TP; with interleaved 1F1B each holds virtual_stages chunks
   // (virtual stage k on rank k mod pp).
   const PipelineLayout layout(plan, rank);
-  const int v = plan.virtual_stages;
-  const int num_virtual = plan.NumStages();
   try {
     const ModelSpec model = LoadRuntimeModel(options.model, options.seq_length);
     const std::string data_path = options.data_path.empty() ? DefaultDataPath() : options.data_path;
@@ -284,11 +283,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     doing("building the model", false);
     const StagePlan& stage_plan = plan.stages[layout.stage];
     std::vector<std::pair<int, int>> chunks;
-    for (int k = layout.stage; k < num_virtual; k += layout.pp)
+    for (int k = layout.stage; k < plan.NumStages(); k += layout.pp)
       chunks.emplace_back(plan.stages[k].first_layer, plan.stages[k].last_layer);
     GptStage stage(model, chunks, stage_plan.config.recompute, tp.get(), options.seed, device,
                    options.dtype == "bf16", options.fp32_residual_connection);
-    const auto activation_options = float_options.dtype(stage.ActivationDtype());
     // Gradient compression only where gradients travel (DP > 1), as the cost model prices it.
     std::unique_ptr<GradientCompressor> compressor;
     if (stage_plan.config.grad_compression.kind != GradCompression::kNone && layout.dp > 1) {
@@ -318,48 +316,9 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     }
 
     const int m = plan.num_microbatches;
-    const int B = plan.global_batch_size;
-    const int b = B / (m * layout.dp);  // samples per replica per microbatch
-    const int64_t S = model.seq_length, H = model.hidden_size;
-    // Virtual stage k - 1 runs on the previous pipeline rank and k + 1 on the next (wrapping
-    // around between a rank's chunks with virtual stages).
     Communicator& world = groups.World();
-    const int prev_stage = (layout.stage + layout.pp - 1) % layout.pp;
-    const int next_stage = (layout.stage + 1) % layout.pp;
-    const int microbatch_samples = B / m;
-    const std::vector<Piece> from_prev =
-        ReshardPieces(layout, prev_stage, microbatch_samples, /*receive=*/true);
-    const std::vector<Piece> to_next =
-        ReshardPieces(layout, next_stage, microbatch_samples, /*receive=*/false);
-    const std::vector<Piece> from_next =
-        ReshardPieces(layout, next_stage, microbatch_samples, /*receive=*/true);
-    const std::vector<Piece> to_prev =
-        ReshardPieces(layout, prev_stage, microbatch_samples, /*receive=*/false);
-    // Receives the pieces into `into` (b, S, H), sends the pieces of `from`.
-    auto receive = [&](const std::vector<Piece>& pieces, Tensor& into, int tag) {
-      std::vector<std::shared_ptr<CommWork>> works;
-      for (const Piece& piece : pieces)
-        works.push_back(world.RecvAsync(into.narrow(0, piece.offset, piece.count), piece.peer,
-                                        tag));
-      for (auto& work : works) work->Wait();
-    };
-    auto send = [&](const std::vector<Piece>& pieces, const Tensor& from, int tag,
-                    std::vector<std::shared_ptr<CommWork>>& sends, std::vector<Tensor>& buffers) {
-      for (const Piece& piece : pieces) {
-        Tensor buffer = from.narrow(0, piece.offset, piece.count).contiguous();
-        sends.push_back(world.SendAsync(buffer, piece.peer, tag));
-        buffers.push_back(buffer);
-      }
-    };
-    const std::vector<StageAction> schedule =
-        RankSchedule(plan.schedule, layout.pp, v, layout.stage, m);
-    // Point-to-point tags: the activations of virtual stage k's microbatch i, and their gradient.
-    auto activation_tag = [&](int k, int i) { return 2 * (k * m + i); };
-    auto gradient_tag = [&](int k, int i) { return 2 * (k * m + i) + 1; };
-    // Pass names in the trace: "F3" (one chunk per rank), "F3c1" (microbatch 3 of chunk 1).
-    auto pass_name = [&](const char* kind, int i, int chunk) {
-      return v == 1 ? fmt::format("{}{}", kind, i) : fmt::format("{}{}c{}", kind, i, chunk);
-    };
+    PipelineStep pipeline(plan, layout, model, data, options.seed, stage, world, *tp, sync,
+                          device);
 
     // Resume.
     TrainResult result;
@@ -388,7 +347,10 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       }
     }
     result.first_step = start_step;
-    if (gather_group) gatherer = std::make_unique<ParameterGatherer>(stage, gather_group.get());
+    if (gather_group) {
+      gatherer = std::make_unique<ParameterGatherer>(stage, gather_group.get());
+      pipeline.SetGatherer(gatherer.get());
+    }
 
     doing("waiting at the start barrier", true);
     world.Barrier();
@@ -405,6 +367,21 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     std::vector<TraceEvent> events;
     std::vector<StepTimes> times;
     const int trace_from = options.steps - options.trace_steps;
+    // The pipeline passes report their activity to the heartbeat and their regions to the timer.
+    StepObserver observer;
+    observer.doing = [&](const char* what, bool waiting, int microbatch, int peer) {
+      activity.microbatch = microbatch;
+      activity.peer = peer;
+      doing(what, waiting);
+    };
+    observer.mark = [&] { return timer.Mark(); };
+    observer.region = [&](std::string name, const char* category, int from, int to) {
+      const std::string kind = category;
+      double StepTimes::*field = kind == "forward"    ? &StepTimes::forward
+                                 : kind == "backward" ? &StepTimes::backward
+                                                      : &StepTimes::p2p_wait;
+      regions.push_back({std::move(name), category, field, from, to});
+    };
 
     for (int step = start_step; step < options.steps; ++step) {
       activity = Activity{};
@@ -420,95 +397,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       const double tp_blocked_before = tp->BlockedSeconds();
       const int step_start = timer.Mark();
       sync.BeginStep();
-      std::vector<std::vector<Tensor>> inputs(v, std::vector<Tensor>(m)), outputs = inputs;
-      std::vector<std::shared_ptr<CommWork>> sends;
-      std::vector<Tensor> send_buffers;
-      std::vector<Tensor> losses;  // per microbatch, on the device (read once, after the step)
-      for (const StageAction& action : schedule) {
-        const PipelineOp& op = action.op;
-        const int i = op.microbatch;
-        const int k = action.stage;      // virtual stage
-        const int c = k / layout.pp;     // the rank's chunk
-        const bool first = k == 0, last = k == num_virtual - 1;
-        activity.microbatch = i;
-        const int first_sample = i * (B / m) + layout.dp_rank * b;
-        if (op.kind == PipelineOp::kForward) {
-          Tensor input, targets;
-          CharDataset::Batch batch;
-          if (first || last) {
-            batch = data.TrainBatch(options.seed, step, B, first_sample, b);
-            batch.inputs = batch.inputs.to(device);
-            batch.targets = batch.targets.to(device);
-          }
-          if (first) {
-            input = batch.inputs;
-          } else {
-            activity.peer = from_prev.front().peer;
-            doing("receiving activations", true);
-            const int a = timer.Mark();
-            input = torch::empty({b, S, H}, activation_options);
-            receive(from_prev, input, activation_tag(k - 1, i));
-            regions.push_back({"recv " + pass_name("F", i, c), "p2p_wait", &StepTimes::p2p_wait,
-                               a, timer.Mark()});
-            input.requires_grad_(true);
-          }
-          activity.peer = -1;
-          doing("running the forward pass", false);
-          const int a = timer.Mark();
-          Tensor out = stage.Forward(input, last ? batch.targets : Tensor(), c);
-          regions.push_back({pass_name("F", i, c), "forward", &StepTimes::forward, a,
-                             timer.Mark()});
-          if (last) {
-            losses.push_back(out.detach());
-          } else {
-            activity.peer = to_next.empty() ? -1 : to_next.front().peer;
-            doing("sending activations", false);
-            send(to_next, out.detach(), activation_tag(k, i), sends, send_buffers);
-          }
-          inputs[c][i] = input;
-          outputs[c][i] = out;
-        } else {
-          Tensor grad;
-          if (!last) {
-            activity.peer = from_next.front().peer;
-            doing("receiving gradients", true);
-            const int a = timer.Mark();
-            grad = torch::empty({b, S, H}, activation_options);
-            receive(from_next, grad, gradient_tag(k, i));
-            regions.push_back({"recv " + pass_name("B", i, c), "p2p_wait", &StepTimes::p2p_wait,
-                               a, timer.Mark()});
-          }
-          // Overlap of the DP gradient sync with the last backward: with several chunks their
-          // last backwards interleave with earlier microbatches' (the sync then follows them all).
-          if (i == m - 1 && v == 1) sync.Arm();
-          activity.peer = -1;
-          doing("running the backward pass", false);
-          const int a = timer.Mark();
-          if (last) {
-            torch::autograd::backward({outputs[c][i] / static_cast<double>(m)});
-          } else {
-            torch::autograd::backward({outputs[c][i]}, {grad});
-          }
-          if (gatherer) gatherer->ReleaseAll();
-          regions.push_back({pass_name("B", i, c), "backward", &StepTimes::backward, a,
-                             timer.Mark()});
-          if (!first) {
-            activity.peer = to_prev.empty() ? -1 : to_prev.front().peer;
-            doing("sending gradients", false);
-            send(to_prev, inputs[c][i].grad(), gradient_tag(k - 1, i), sends, send_buffers);
-          }
-          inputs[c][i] = Tensor();
-          outputs[c][i] = Tensor();
-        }
-      }
-      activity.microbatch = -1;
-      doing("completing sends", true);
-      {
-        const int a = timer.Mark();
-        for (auto& work : sends) work->Wait();
-        regions.push_back({"complete sends", "p2p_wait", &StepTimes::p2p_wait, a, timer.Mark()});
-      }
-      activity.peer = -1;
+      const std::vector<Tensor> losses = pipeline.Run(step, observer);
       doing("all-reducing gradients over DP", true);
       const int sync_start = timer.Mark();
       Tensor grads = sync.Finish();

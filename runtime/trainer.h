@@ -5,8 +5,9 @@
 // Rank layout (Megatron-LM): rank = stage_base + dp_rank * TP + tp_rank, TP innermost; stages
 // may differ in DP x TP (activations are resharded at their boundaries). Per step: the global
 // batch of B sequences is split into m microbatches of B / m, each split over the DP replicas; the
-// stage runs its schedule (GPipe, 1F1B or interleaved 1F1B) with point-to-point sends of (b, s, h)
-// activations and their gradients between stages; DP gradients are all-reduced (ZeRO-2 and 3:
+// stage runs its schedule (GPipe, 1F1B or interleaved 1F1B; runtime/pipeline_step.h), each TP rank
+// sending 1/tp of the (b, s, h) activations and their gradients between stages and the TP ranks
+// all-gathering them (scatter/gather; runtime/pipeline_layout.h); DP gradients are all-reduced (ZeRO-2 and 3:
 // reduce-scattered) in buckets launched from gradient-accumulator hooks during the last
 // microbatch's backward (overlapped with it); tied word embeddings split over the first and last
 // stage have their gradients all-reduced between them (Megatron-LM); then Adam updates the

@@ -2,6 +2,7 @@
 // interleaved 1F1B schedule. Their defaults must leave every number unchanged.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "costmodel/cost_model.h"
@@ -121,6 +122,35 @@ TEST_CASE("without scatter/gather every TP rank sends the whole boundary activat
   const double whole = CostModel(problem).StageOverhead(config, 4, false, false).p2p_seconds;
   // A middle stage sends forward and backward: 2 x (bytes x time per byte + latency).
   CHECK(whole - 2 * latency == doctest::Approx(4 * (split - 2 * latency)).epsilon(1e-12));
+}
+
+TEST_CASE("scatter/gather without sequence parallelism all-gathers each receive over TP") {
+  Problem problem = OptionsProblem(4, 2);
+  problem.training.sequence_parallel = false;
+  const StageConfig config{1, 8, 2, 4, 0, Recompute::kNone};  // 32 / (m 4 x dp 2) = 4 samples
+  double boundary_bytes = 0;
+  for (const LayerSpec& layer : problem.model.layers)
+    boundary_bytes = std::max(boundary_bytes, layer.output_bytes);
+  const CostModel model(problem);
+  // The TP group: 4 GPUs of one node, 2 such groups in the mesh's node.
+  const double gather = model.AllGatherSeconds(4 * boundary_bytes, 1, 4, 2);
+  REQUIRE(gather > 0);
+  const StageTerms middle = model.StageOverhead(config, 4, false, false);
+  CHECK(middle.tp_comm_seconds == doctest::Approx(2 * gather).epsilon(1e-14));
+  // The first stage receives gradients only, in the backward pass.
+  const StageTerms first = model.StageOverhead(config, 4, true, false);
+  CHECK(first.tp_comm_seconds == doctest::Approx(gather).epsilon(1e-14));
+  CHECK(first.forward_seconds == doctest::Approx(middle.forward_seconds - gather).epsilon(1e-12));
+  CHECK(model.StageOverhead(config, 4, true, true).tp_comm_seconds == 0.0);
+  // None with sequence parallelism, without scatter/gather, or without TP.
+  problem.training.sequence_parallel = true;
+  CHECK(CostModel(problem).StageOverhead(config, 4, false, false).tp_comm_seconds == 0.0);
+  problem.training.sequence_parallel = false;
+  problem.training.pp_scatter_gather = false;
+  CHECK(CostModel(problem).StageOverhead(config, 4, false, false).tp_comm_seconds == 0.0);
+  problem.training.pp_scatter_gather = true;
+  const StageConfig no_tp{1, 8, 8, 1, 0, Recompute::kNone};
+  CHECK(CostModel(problem).StageOverhead(no_tp, 4, false, false).tp_comm_seconds == 0.0);
 }
 
 TEST_CASE("interleaving with v virtual stages sends v times per microbatch and direction") {

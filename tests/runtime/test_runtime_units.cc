@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "runtime/gpt.h"
 #include "runtime/launcher.h"
 #include "runtime/pipeline_layout.h"
+#include "runtime/pipeline_step.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/runtime_test_util.h"
 
@@ -183,27 +185,111 @@ TEST_CASE("ZeRO-3: a rank holds only its shard between passes, gathers each laye
 }
 
 TEST_CASE("the pipeline layout numbers ranks stage by stage, and a boundary between DP 2 and "
-          "TP 2 splits and merges the microbatch's samples") {
+          "TP 2 scatters 1/tp of each replica's share and leaves the rest to a TP all-gather") {
   Plan plan = TinyOptions(2, 2, 1, 1).plan;  // stage 0: DP 2 (ranks 0, 1)
   plan.stages[1].config.data_parallel = 1;  // stage 1: TP 2 (ranks 2, 3)
   plan.stages[1].config.tensor_parallel = 2;
-  const PipelineLayout sender(plan, 1), receiver(plan, 3);
-  CHECK(sender.bases == std::vector<int>{0, 2});
-  CHECK(receiver.Describe(3) == "rank 3 (stage 1, dp 0, tp 1)");
-  CHECK(receiver.RankOf(0, 1, 0) == 1);
-  // "peer:offset+count" per piece.
+  const PipelineLayout dp_rank_1(plan, 1), tp_rank_1(plan, 3);
+  CHECK(dp_rank_1.bases == std::vector<int>{0, 2});
+  CHECK(tp_rank_1.Describe(3) == "rank 3 (stage 1, dp 0, tp 1)");
+  CHECK(tp_rank_1.RankOf(0, 1, 0) == 1);
+  // "peer:offset+count" per piece, in elements; a microbatch of 4 samples of 3 elements.
   auto text = [](const std::vector<Piece>& pieces) {
     std::string out;
     for (const Piece& p : pieces) out += fmt::format("{}:{}+{} ", p.peer, p.offset, p.count);
     return out;
   };
-  // Replica 1 of stage 0 holds samples [2, 4) of 4 and sends them to both TP ranks of stage 1.
-  CHECK(text(ReshardPieces(sender, 1, 4, false)) == "2:0+2 3:0+2 ");
-  // TP rank 1 of stage 1 holds all 4: samples [0, 2) from rank 0, [2, 4) from rank 1.
-  CHECK(text(ReshardPieces(receiver, 0, 4, true)) == "0:0+2 1:2+2 ");
-  // Equal DP x TP: the whole share, between equal (d, t).
+  // Replica 1 of stage 0 holds samples [2, 4), elements [6, 12): part 1 of stage 1's share,
+  // which goes to TP rank 1 only (rank 3), not to both TP ranks.
+  CHECK(text(ReshardPieces(dp_rank_1, 1, 4, 3)) == "3:0+6 ");
+  // TP rank 1 of stage 1 takes its part, elements [6, 12), from rank 1; the same pieces back.
+  CHECK(text(ReshardPieces(tp_rank_1, 0, 4, 3)) == "1:6+6 ");
+  CHECK(text(ReshardPieces(PipelineLayout(plan, 0), 1, 4, 3)) == "2:0+6 ");
+  // The other way, TP 2 -> DP 2: TP rank 1's part, samples [2, 4), is replica 1's share.
+  std::swap(plan.stages[0].config, plan.stages[1].config);
+  CHECK(text(ReshardPieces(PipelineLayout(plan, 3), 0, 4, 3)) == "1:0+6 ");
+  CHECK(text(ReshardPieces(PipelineLayout(plan, 1), 1, 4, 3)) == "3:6+6 ");
+  // Uneven parts: 5 elements over TP 2 -> DP 1, TP 3.
+  plan.stages[1].config.data_parallel = 1;
+  plan.stages[1].config.tensor_parallel = 3;
+  CHECK(ScatterGatherCounts(3, 5) == std::vector<int64_t>{1, 2, 2});
+  CHECK(text(ReshardPieces(PipelineLayout(plan, 0), 1, 1, 5)) == "2:0+1 3:1+1 ");
+  CHECK(text(ReshardPieces(PipelineLayout(plan, 1), 1, 1, 5)) == "3:2+1 4:3+2 ");
+  // Equal DP x TP: one piece, between equal (d, t).
   const Plan uniform = TinyOptions(2, 2, 1, 1).plan;
-  CHECK(text(ReshardPieces(PipelineLayout(uniform, 1), 1, 4, false)) == "3:0+2 ");
+  CHECK(text(ReshardPieces(PipelineLayout(uniform, 1), 1, 4, 3)) == "3:0+6 ");
+}
+
+TEST_CASE("one pipeline step of two stages runs 1F1B's passes in order, exchanges the "
+          "boundary both ways and computes the whole model's loss and gradients") {
+  torch::set_num_threads(1);
+  const ModelSpec model = LoadRuntimeModel("gpt-tiny", 16);
+  const int L = model.NumLayers();
+  const Plan plan = UniformRuntimePlan(model, 2, 1, 1, 1, 2, Schedule::kOneFOneB, 0,
+                                       Recompute::kNone);  // m = 2 microbatches of 1 sample
+  auto self = MakeSelfCommunicator("tp");
+  const CharDataset data(DefaultDataPath(), 16);
+  const uint64_t seed = 5;
+  // The reference: the whole model on the step's batch of 2 samples.
+  const auto batch = data.TrainBatch(seed, 0, 2, 0, 2);
+  GptStage whole(model, 0, L, Recompute::kNone, self.get(), seed);
+  const double whole_loss = whole.Forward(batch.inputs, batch.targets).item<double>();
+  torch::autograd::backward({whole.Forward(batch.inputs, batch.targets)});
+  std::map<std::string, torch::Tensor> whole_grads;
+  for (size_t j = 0; j < whole.Parameters().size(); ++j)
+    whole_grads[whole.ParameterInfos()[j].name] = whole.Parameters()[j].grad();
+
+  const int port = FreeTcpPort();
+  std::vector<std::string> regions(2), errors(2);
+  std::vector<double> losses(2, 0.0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        RendezvousOptions rendezvous;
+        rendezvous.rank = r;
+        rendezvous.world_size = 2;
+        rendezvous.local_rank = r;
+        rendezvous.master_port = port;
+        rendezvous.backend = "gloo";
+        ProcessGroups groups(rendezvous);
+        const PipelineLayout layout(plan, r);
+        GptStage stage(model, plan.stages[r].first_layer, plan.stages[r].last_layer,
+                       Recompute::kNone, self.get(), seed);
+        auto dp = MakeSelfCommunicator("dp");
+        GradientSynchronizer sync(stage, dp.get(), 1 << 20, false, nullptr);
+        PipelineStep step(plan, layout, model, data, seed, stage, groups.World(), *self, sync,
+                          torch::Device(torch::kCPU));
+        StepObserver observer;
+        int marks = 0;
+        observer.doing = [](const char*, bool, int, int) {};
+        observer.mark = [&] { return marks++; };
+        observer.region = [&](std::string name, const char*, int from, int to) {
+          regions[r] += name + " ";
+          if (to <= from) errors[r] += name + " ends before it starts; ";
+        };
+        sync.BeginStep();
+        const std::vector<torch::Tensor> out = step.Run(0, observer);
+        for (const torch::Tensor& loss : out) losses[r] += loss.item<double>() / out.size();
+        if (r == 0 && !out.empty()) errors[r] += "the first stage returned losses; ";
+        for (size_t j = 0; j < stage.Parameters().size(); ++j) {
+          const ParameterInfo& info = stage.ParameterInfos()[j];
+          if (info.word_embedding) continue;  // tied: the whole model's sums both copies
+          if (!torch::allclose(stage.Parameters()[j].grad(), whole_grads.at(info.name), 1e-4,
+                               1e-6))
+            errors[r] += info.name + " gradient differs; ";
+        }
+      } catch (const std::exception& e) {
+        errors[r] += e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
+  // 1F1B on 2 ranks and 2 microbatches: rank 0 runs F0 F1 B0 B1, rank 1 F0 B0 F1 B1.
+  CHECK(regions[0] == "F0 F1 recv B0 B0 recv B1 B1 complete sends ");
+  CHECK(regions[1] == "recv F0 F0 B0 recv F1 F1 B1 complete sends ");
+  CHECK(losses[1] == doctest::Approx(whole_loss).epsilon(1e-6));
 }
 
 TEST_CASE("the rendezvous reads the torchrun environment and names bad values") {

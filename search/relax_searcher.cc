@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <tuple>
 #include <random>
@@ -36,6 +37,8 @@ void RelaxOptions::Validate() const {
   if (level_search_options < 0) fail("level_search_options", level_search_options, "must be >= 0");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
+  if (!(extend_time_fraction > 0))
+    fail("extend_time_fraction", extend_time_fraction, "must be > 0");
   if (heterogeneous_coarse_layers != 0 && heterogeneous_coarse_layers < 2)
     fail("heterogeneous_coarse_layers", heterogeneous_coarse_layers,
          "must be 0 (never) or >= 2");
@@ -642,6 +645,82 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   return starts;
 }
 
+// The group extension (RelaxOptions::extend_groups): the plans that fit and beat `best`
+// (best_seconds) among the exact decodes at every layer boundary of best's microbatch option,
+// along each order that adds one node group unused by `best` to its order. One decode per
+// order at best's levels ranks the orders; along each in turn, majorize-minimizes from best's
+// levels with theta scaled by 0.95, 0.9, 0.85, 0.8 while the best plan decoded improves. Best
+// first; stops at `deadline`.
+std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const SearchSpace& space,
+                                              const DiscretePlan& best, double best_seconds,
+                                              PlanPolisher& polisher, double max_work,
+                                              SearchClock::time_point deadline) {
+  const std::vector<int> order = PlanRunOrder(tables, best);
+  std::vector<std::vector<int>> extended;
+  for (const std::vector<int>& candidate : space.GroupOrders()) {
+    if (candidate.size() != order.size() + 1) continue;
+    // `order` is `candidate` less one group.
+    for (size_t skip = 0; skip < candidate.size(); ++skip) {
+      std::vector<int> rest = candidate;
+      rest.erase(rest.begin() + static_cast<long>(skip));
+      if (rest == order) {
+        extended.push_back(candidate);
+        break;
+      }
+    }
+  }
+  std::vector<std::pair<double, DiscretePlan>> found;
+  if (extended.empty()) return {};
+  // The undominated configs (as the annealing's DPs), and best's own (the polish uses any).
+  std::vector<int> configs = tables.undominated_configs;
+  if (configs.empty()) {
+    configs.resize(tables.num_configs);
+    std::iota(configs.begin(), configs.end(), 0);
+  }
+  configs.insert(configs.end(), best.configs.begin(), best.configs.end());
+  std::sort(configs.begin(), configs.end());
+  configs.erase(std::unique(configs.begin(), configs.end()), configs.end());
+  const SmoothedStageDp dp(tables, best.microbatch_option, configs);
+  const SmoothedDpPoint from = dp.PlanLevels(best);
+  // Majorize-minimizes along `target` from best's levels with theta scaled (at most `steps`
+  // decodes); returns the best cost it decoded (infinity: none fits).
+  const auto descend = [&](const std::vector<int>& target, double scale, int steps) {
+    SmoothedDpPoint x = from;
+    x.theta_seconds *= scale;
+    double least = std::numeric_limits<double>::infinity();
+    for (int step = 0; step < steps && SearchClock::now() < deadline; ++step) {
+      const DiscretePlan plan = dp.DecodeWithinDevices(x, max_work, nullptr, target);
+      if (plan.configs.empty()) break;
+      const DiscreteCost cost = polisher.Cost(plan);
+      if (cost.Fits()) least = std::min(least, cost.iteration_seconds);
+      if (cost.Fits() && cost.iteration_seconds < best_seconds &&
+          std::none_of(found.begin(), found.end(), [&](const auto& f) { return f.second == plan; }))
+        found.emplace_back(cost.iteration_seconds, plan);
+      const SmoothedDpPoint y = dp.PlanLevels(plan);
+      if (y.theta_seconds == x.theta_seconds && y.phi_seconds == x.phi_seconds) break;
+      x = y;
+    }
+    return least;
+  };
+  std::vector<std::pair<double, size_t>> ranked;
+  for (size_t o = 0; o < extended.size(); ++o) ranked.emplace_back(descend(extended[o], 1, 1), o);
+  std::sort(ranked.begin(), ranked.end());
+  for (const auto& [first, o] : ranked) {
+    if (!std::isfinite(first)) continue;
+    double previous = first;
+    for (int k = 1; k <= 4 && SearchClock::now() < deadline; ++k) {
+      const double least = descend(extended[o], 1 - 0.05 * k, 16);
+      if (!(least < previous)) break;
+      previous = least;
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<DiscretePlan> plans;
+  for (auto& [seconds, plan] : found) plans.push_back(std::move(plan));
+  return plans;
+}
+
 }  // namespace
 
 SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& options) {
@@ -757,6 +836,33 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
     return a.cost.BetterThan(b.cost);
   });
 
+  // --- 3b. The group extension (heterogeneous): the unused groups that the coarse cuts hid. ---
+  int extension_plans = 0;
+  if (heterogeneous && ro.extend_groups &&
+      ro.relaxation == RelaxOptions::Relaxation::kSmoothedDp && !candidates.empty() &&
+      candidates.front().cost.Fits() && SearchClock::now() < deadline) {
+    const SearchClock::time_point extension_deadline = std::min(
+        deadline, SearchClock::now() + std::chrono::duration_cast<SearchClock::duration>(
+                                           std::chrono::duration<double>(
+                                               ro.extend_time_fraction * elapsed())));
+    const std::vector<DiscretePlan> extended = GroupExtensionPlans(
+        tables, space, candidates.front().plan, candidates.front().cost.iteration_seconds,
+        polisher, ro.device_decode_max_work, extension_deadline);
+    extension_plans = static_cast<int>(extended.size());
+    if (!extended.empty()) {
+      Candidate c{extended.front(), {}};
+      limits.seed = static_cast<std::uint64_t>(options.seed) * 1000003ULL + polished;
+      c.cost = ro.polish == RelaxOptions::Polish::kNone ? polisher.Cost(c.plan)
+                                                         : polisher.Polish(&c.plan, limits, note);
+      if (c.cost.Fits()) note(c.cost.iteration_seconds);
+      candidates.insert(candidates.begin(), c);
+      std::stable_sort(candidates.begin(), candidates.end(),
+                       [](const Candidate& a, const Candidate& b) {
+                         return a.cost.BetterThan(b.cost);
+                       });
+    }
+  }
+
   // --- 4. The best plan that Evaluate() confirms. ---
   summary.evaluations = surrogate_evaluations + polisher.evaluations();
   std::string why_not;
@@ -796,7 +902,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   } else {
     summary.termination = TerminationType::kConverged;
     summary.message = fmt::format(
-        "{}: {} x {} Adam steps ({:.3f} s), {} plans polished ({}) ({:.3f} s)",
+        "{}: {} x {} Adam steps ({:.3f} s), {} plans polished ({}) ({:.3f} s){}",
         RelaxRelaxationName(ro.relaxation),
         ro.relaxation == RelaxOptions::Relaxation::kCuts
             ? fmt::format("{} restarts", ro.restarts)
@@ -805,7 +911,10 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
                           tables.num_microbatch_options, space.GroupOrders().size())
             : fmt::format("{} microbatch options", tables.num_microbatch_options),
         summary.iterations, gradient_seconds, polished, RelaxPolishName(ro.polish),
-        summary.wall_seconds - gradient_seconds);
+        summary.wall_seconds - gradient_seconds,
+        extension_plans > 0
+            ? fmt::format("; the group extension found {} better plans", extension_plans)
+            : "");
   }
   return result;
 }

@@ -4,6 +4,7 @@
 // test_ilp.cc).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,33 @@ TEST_CASE("relax (smoothed DP over the group orders) is within 1% of the DP opti
           crossing, " plans span two groups or more");
   CHECK(feasible >= 12);
   CHECK(crossing >= 3);
+}
+
+TEST_CASE("relax's group extension adds the node group that its coarse cuts hid (GPT-3 175B on "
+          "H100 + A100 + V100, h100=8,a100=8,v100=16)") {
+  Problem problem;
+  problem.model = ReadModelFile(ResolveModelPath("gpt3-175b"));
+  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100"))
+                        .WithNodeCounts("h100=8,a100=8,v100=16");
+  problem.training.global_batch_size = 1536;
+  const int v100 = 2;
+  REQUIRE(problem.cluster.node_groups[v100].device == "V100-SXM2-16GB");
+  RelaxOptions without_extension;
+  without_extension.extend_groups = false;
+  const SearchResult without = RelaxSearcher(without_extension).Search(problem, SearchOptions{});
+  const SearchResult with = RelaxSearcher().Search(problem, SearchOptions{});
+  INFO("without: ", without.summary.BriefReport(), " ", without.summary.message);
+  INFO("with: ", with.summary.BriefReport(), " ", with.summary.message);
+  REQUIRE(without.plan.has_value());
+  REQUIRE(with.plan.has_value());
+  // The V100s hold a layer or two per stage: the coarse cuts (every 7th layer) cannot place a
+  // stage there, and the polish keeps each stage in its group.
+  const std::vector<int> before = StageGroups(*without.plan), after = StageGroups(*with.plan);
+  CHECK(std::count(before.begin(), before.end(), v100) == 0);
+  CHECK(std::count(after.begin(), after.end(), v100) > 0);
+  CHECK(with.summary.best_iteration_seconds < 0.99 * without.summary.best_iteration_seconds);
+  CHECK(with.summary.message.find("the group extension found") != std::string::npos);
+  CHECK(Evaluate(problem, *with.plan).iteration_seconds == with.summary.best_iteration_seconds);
 }
 
 }  // namespace stratos

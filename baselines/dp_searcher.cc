@@ -510,32 +510,26 @@ using RectangleQueue =
 }  // namespace
 
 SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
+  SearchRun run(Name(), options);
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::max(1, std::min({space.max_stages, L, space.num_devices}));
   const bool heterogeneous = space.Heterogeneous();
 
-  SearchResult result = StartSearchResult(Name(), options);
-  SearchSummary& summary = result.summary;
+  SearchResult& result = run.Result();
+  SearchSummary& summary = run.Summary();
 
   double best = kInf;
   bool stopped = false;
   TerminationType stop_reason = TerminationType::kOptimal;
-  SearchClock::time_point last_progress = start;
+  SearchClock::time_point last_progress = run.Start();
 
   auto out_of_budget = [&]() {
-    if (SecondsSince(start) >= options.time_limit_seconds) {
-      stop_reason = TerminationType::kTimeLimit;
-      return true;
-    }
-    if (options.max_evaluations > 0 && summary.evaluations >= options.max_evaluations) {
-      stop_reason = TerminationType::kEvaluationLimit;
-      return true;
-    }
-    return false;
+    const std::optional<TerminationType> spent = run.BudgetSpent();
+    if (spent) stop_reason = *spent;
+    return spent.has_value();
   };
 
   // Evaluates G(t_candidates[ti], e_candidates[ei]) of `oracle`, offers its plan (Evaluate()d)
@@ -569,14 +563,9 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
                       std::abs(max_t - g.max_t) <= 1e-9 * max_t,
                   "the DP priced {} at sum {} and max {}; Evaluate() at {} and {}", plan.Summary(),
                   g.sum_a, g.max_t, sum_a, max_t);
-    if (summary.initial_iteration_seconds == kInf)
-      summary.initial_iteration_seconds = estimate.iteration_seconds;
-    if (estimate.iteration_seconds < best) {
+    if (run.NoteImprovement(estimate.iteration_seconds)) {
       best = estimate.iteration_seconds;
       result.plan = plan;
-      const double wall = SecondsSince(start);
-      summary.anytime.push_back({wall, best});
-      if (options.on_improvement) options.on_improvement(wall, best);
     }
     return g.sum_a;
   };
@@ -585,7 +574,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     if (!options.progress) return;
     if (!force && SecondsSince(last_progress) < 2.0) return;
     last_progress = SearchClock::now();
-    std::fprintf(stderr, "[dp %8.2fs] %s\n", SecondsSince(start), line.c_str());
+    std::fprintf(stderr, "[dp %8.2fs] %s\n", run.Elapsed(), line.c_str());
   };
 
   // Units of work: the microbatch counts, and on a heterogeneous cluster each with every order of
@@ -643,10 +632,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
                     (L + 1.0);
   const double memory_limit = MemoryLimitBytes(options);
   auto decline = [&](std::string message) {
-    summary.termination = TerminationType::kDeclined;
-    summary.message = std::move(message);
-    summary.wall_seconds = SecondsSince(start);
-    return result;
+    return run.Finish(TerminationType::kDeclined, std::move(message));
   };
   if (table_bytes > memory_limit) {
     return decline(fmt::format(
@@ -666,7 +652,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
         "(--time-limit)",
         L, N, table_bytes / (1u << 30), fill_seconds, options.time_limit_seconds));
   }
-  const Deadline deadline(start, options.time_limit_seconds);
+  const Deadline deadline = run.MakeDeadline();
 
   std::vector<Pending> pending;
   bool pass1_complete = true;
@@ -825,7 +811,6 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     open_bound = std::min(open_bound, pending[current].bound);
   }
 
-  summary.wall_seconds = SecondsSince(start);
   summary.best_iteration_seconds = best;
   if (!stopped) {
     if (result.plan) {
@@ -856,8 +841,9 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
         summary.evaluations, pass1_complete ? "" : " (not every microbatch count was reached)",
         result.plan ? result.plan->Summary() : std::string("none"));
   }
+  SearchResult finished = run.Finish();
   progress(summary.BriefReport(), true);
-  return result;
+  return finished;
 }
 
 }  // namespace stratos

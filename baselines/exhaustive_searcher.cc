@@ -55,31 +55,27 @@ double ExhaustiveSearcher::CountPlans(const Problem& problem, const SearchSpace&
 }
 
 SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
+  SearchRun run(Name(), options);
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int D = space.num_devices;
   const int max_stages = std::min(space.max_stages, L);
 
-  SearchResult result = StartSearchResult(Name(), options);
-  SearchSummary& summary = result.summary;
+  const SearchResult& result = run.Result();
+  SearchSummary& summary = run.Summary();
 
   const double num_plans = CountPlans(problem, space);
   const double cap = options.max_evaluations > 0 ? static_cast<double>(options.max_evaluations)
                                                  : static_cast<double>(kDefaultMaxPlans);
   if (num_plans > cap) {
-    summary.termination = TerminationType::kDeclined;
-    summary.message = fmt::format(
-        "problem too large for exhaustive search: {:.0f} plans (limit {:.0f}; raise "
-        "search.max_evaluations or shrink the space)",
-        num_plans, cap);
-    summary.wall_seconds = SecondsSince(start);
-    return result;
+    return run.Finish(TerminationType::kDeclined,
+                      fmt::format("problem too large for exhaustive search: {:.0f} plans (limit "
+                                  "{:.0f}; raise search.max_evaluations or shrink the space)",
+                                  num_plans, cap));
   }
 
-  IncumbentTracker incumbent(options, result, start);
   bool stopped = false;
   // Devices taken in each node group, and the groups whose run of stages has ended.
   std::vector<int> used(space.group_devices.size(), 0);
@@ -95,13 +91,13 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
                                                        int total) {
     if (stopped) return;
     if (s == num_stages) {
-      if ((summary.evaluations & 1023) == 0 && SecondsSince(start) >= options.time_limit_seconds) {
+      if ((summary.evaluations & 1023) == 0 && run.OutOfTime()) {
         summary.termination = TerminationType::kTimeLimit;
         stopped = true;
         return;
       }
       ++summary.evaluations;
-      incumbent.Offer(plan, Evaluate(cost_model, plan));
+      run.Offer(plan, Evaluate(cost_model, plan));
       return;
     }
     const int remaining = num_stages - s - 1;
@@ -138,12 +134,11 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
       assign(0, num_stages, 0, 0);
       if (options.progress)
         std::fprintf(stderr, "[exhaustive %8.2fs] m=%d, %d stages: %ld plans, best %.6g s\n",
-                     SecondsSince(start), m, num_stages, summary.evaluations,
+                     run.Elapsed(), m, num_stages, summary.evaluations,
                      summary.best_iteration_seconds);
     }
   }
 
-  summary.wall_seconds = SecondsSince(start);
   if (stopped) {
     summary.message = fmt::format("stopped by the time limit after {} of {:.0f} plans; best: {}",
                                   summary.evaluations, num_plans,
@@ -164,9 +159,9 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
             : fmt::format(
                   "no plan fits in device memory ({} plans); the least memory-hungry "
                   "one, {}",
-                  summary.evaluations, incumbent.LeastOverflowText());
+                  summary.evaluations, run.LeastOverflowText());
   }
-  return result;
+  return run.Finish();
 }
 
 }  // namespace stratos

@@ -25,19 +25,17 @@ std::vector<int> UniformStageBoundaries(int num_layers, int num_stages, bool lar
 }
 
 SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
+  SearchRun run(Name(), options);
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
 
-  SearchResult result = StartSearchResult(Name(), options);
-  SearchSummary& summary = result.summary;
-
-  IncumbentTracker incumbent(options, result, start);
+  const SearchResult& result = run.Result();
+  SearchSummary& summary = run.Summary();
   bool stopped = false;
-  SearchClock::time_point last_progress = start;
+  SearchClock::time_point last_progress = run.Start();
 
   // Orders of all the node groups, for the plans that treat every group alike (heterogeneous
   // clusters only): the stages fill the groups in the order, as many as each group's devices
@@ -96,13 +94,8 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
       if (placements.empty()) continue;
       for (int m : space.num_microbatches) {
         if (!cost_model.CheckConfig(config, m).empty()) continue;
-        if (SecondsSince(start) >= options.time_limit_seconds) {
-          summary.termination = TerminationType::kTimeLimit;
-          stopped = true;
-          break;
-        }
-        if (options.max_evaluations > 0 && summary.evaluations >= options.max_evaluations) {
-          summary.termination = TerminationType::kEvaluationLimit;
+        if (const auto spent = run.BudgetSpent()) {
+          summary.termination = *spent;
           stopped = true;
           break;
         }
@@ -119,18 +112,17 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
               plan.stages.push_back({bounds[s], bounds[s + 1], placed});
             }
             ++summary.evaluations;
-            incumbent.Offer(plan, Evaluate(cost_model, plan));
+            run.Offer(plan, Evaluate(cost_model, plan));
           }
       }
       if (options.progress && SecondsSince(last_progress) >= 2.0) {
         last_progress = SearchClock::now();
-        std::fprintf(stderr, "[grid %8.2fs] PP=%d: %ld plans, best %.6g s\n", SecondsSince(start),
+        std::fprintf(stderr, "[grid %8.2fs] PP=%d: %ld plans, best %.6g s\n", run.Elapsed(),
                      pp, summary.evaluations, summary.best_iteration_seconds);
       }
     }
   }
 
-  summary.wall_seconds = SecondsSince(start);
   if (stopped) {
     summary.message = fmt::format(
         "stopped by the {} after {} plans; best plan so far: {}",
@@ -151,10 +143,11 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
             : fmt::format(
                   "no uniform plan fits in device memory ({} plans); the least "
                   "memory-hungry one, {}",
-                  summary.evaluations, incumbent.LeastOverflowText());
+                  summary.evaluations, run.LeastOverflowText());
   }
+  SearchResult finished = run.Finish();
   if (options.progress) std::fprintf(stderr, "[grid] %s\n", summary.BriefReport().c_str());
-  return result;
+  return finished;
 }
 
 }  // namespace stratos

@@ -1017,35 +1017,33 @@ bool IlpSearcher::Available() {
 }
 
 SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
+  SearchRun run(Name(), options);
+  const SearchClock::time_point start = run.Start();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
   const bool heterogeneous = space.Heterogeneous();
 
-  SearchResult result = StartSearchResult(Name(), options);
-  SearchSummary& summary = result.summary;
+  SearchResult& result = run.Result();
+  SearchSummary& summary = run.Summary();
 
 #ifndef STRATOS_HAVE_CBC
   (void)cost_model;
   (void)max_stages;
-  summary.termination = TerminationType::kDeclined;
-  summary.message =
-      "built without COIN-OR CBC: the ILP baseline needs Debian's coinor-libcbc-dev at build time";
-  summary.wall_seconds = SecondsSince(start);
-  return result;
+  (void)start;
+  (void)result;
+  (void)summary;
+  return run.Finish(TerminationType::kDeclined,
+                    "built without COIN-OR CBC: the ILP baseline needs Debian's "
+                    "coinor-libcbc-dev at build time");
 #else
   double best = kInf;
   auto improve = [&](const Plan& plan, double seconds) {
     best = seconds;
     result.plan = plan;
-    if (!std::isfinite(summary.initial_iteration_seconds))
-      summary.initial_iteration_seconds = seconds;
-    const double wall = SecondsSince(start);
-    summary.anytime.push_back({wall, seconds});
-    if (options.on_improvement) options.on_improvement(wall, seconds);
+    run.NoteImprovement(seconds);
   };
 
   // The warm start: first incumbent, and CBC's MIP start for its microbatch count.
@@ -1139,7 +1137,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   size_t num_milp_columns = 0;  // in the MILPs solved, after pruning by the incumbent
   double uniform_best = kInf;
   double balanced_best = kInf;  // BalancedRuns, over the orders of several groups
-  const Deadline deadline(start, options.time_limit_seconds);
+  const Deadline deadline = run.MakeDeadline();
   const double memory_limit = MemoryLimitBytes(options);
   for (int m : space.num_microbatches) {
     // The stage tables of this count by (group, group received from, group sent to; -1: its
@@ -1180,9 +1178,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
             "problem too large for the ILP: the columns of {} layers pass {:.0f} (about {:.0f} "
             "bytes each with CBC's copies), over the memory limit of {:.1f} GiB (--memory-limit)",
             L, memory_limit / kBytesPerColumn, kBytesPerColumn, memory_limit / (1u << 30));
-        summary.wall_seconds = SecondsSince(start);
         result.plan.reset();
-        return result;
+        return run.Finish();
       }
       entry.bound = entry.set.cheap_bound;
       entry.feasible = std::isfinite(entry.set.cheap_bound);
@@ -1337,7 +1334,6 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   if (static_cast<int>(per_m.size()) < num_units) lower_bound = std::min(lower_bound, 0.0);
   const bool all_settled = num_settled == num_units;
   summary.best_iteration_seconds = best;
-  summary.wall_seconds = SecondsSince(start);
   // What a unit is, in the messages: a microbatch count, or with several groups a pair.
   const std::string units =
       heterogeneous ? fmt::format("(microbatch count, node-group order) pairs ({} x {})", num_m,
@@ -1391,7 +1387,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
           why, num_settled, num_units, units_short, lower_bound, work);
     }
   }
-  return result;
+  return run.Finish();
 #endif
 }
 

@@ -85,39 +85,30 @@ DiscretePlan RandomHeterogeneousPlan(const RelaxTables& tables,
 }  // namespace
 
 SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   local_options_.Validate();
+  SearchRun run(Name(), options);
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const std::vector<std::vector<int>> orders = space.GroupOrders();  // empty: homogeneous
   const CostModel cost_model(problem);
   const RelaxTables tables = BuildRelaxTables(cost_model, space);
   PlanPolisher polisher(tables);
 
-  SearchResult result = StartSearchResult(Name(), options);
-  SearchSummary& summary = result.summary;
+  SearchResult& result = run.Result();
+  SearchSummary& summary = run.Summary();
   PolishLimits limits;
-  limits.deadline = start + std::chrono::duration_cast<SearchClock::duration>(
-                                std::chrono::duration<double>(options.time_limit_seconds));
+  limits.deadline = run.End();
   limits.max_evaluations = options.max_evaluations;
   limits.kicks = local_options_.kicks;
 
-  double best_seen = SearchSummary::kNoPlanSeconds;
-  auto note = [&](double seconds) {
-    if (!(seconds < best_seen)) return;
-    best_seen = seconds;
-    const double now = SecondsSince(start);
-    if (summary.anytime.empty()) summary.initial_iteration_seconds = seconds;
-    summary.anytime.push_back({now, seconds});
-    if (options.on_improvement) options.on_improvement(now, seconds);
-  };
+  auto note = [&](double seconds) { run.NoteImprovement(seconds); };
 
   std::mt19937_64 rng(static_cast<std::uint64_t>(options.seed) * 0x9E3779B97F4A7C15ULL + 7);
   DiscretePlan best_plan;
   DiscreteCost best_cost;
   int repaired = 0;
   bool cut_short = false;
-  SearchClock::time_point last_progress = start;
+  SearchClock::time_point last_progress = run.Start();
   for (int i = 0; local_options_.starts == 0 || i < local_options_.starts; ++i) {
     if (polisher.OutOfBudget(limits)) {
       cut_short = true;
@@ -136,8 +127,10 @@ SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& 
     }
     if (options.progress && SecondsSince(last_progress) >= 2.0) {
       last_progress = SearchClock::now();
-      std::fprintf(stderr, "[local %8.2fs] %ld starts, best %.6g s\n", SecondsSince(start),
-                   summary.iterations, best_seen);
+      std::fprintf(stderr, "[local %8.2fs] %ld starts, best %.6g s\n", run.Elapsed(),
+                   summary.iterations,
+                   summary.anytime.empty() ? SearchSummary::kNoPlanSeconds
+                                           : summary.anytime.back().best_iteration_seconds);
     }
   }
   if (polisher.OutOfBudget(limits) && local_options_.starts > 0) cut_short = true;
@@ -152,13 +145,13 @@ SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& 
     if (estimate.Fits()) {
       result.plan = plan;
       summary.best_iteration_seconds = estimate.iteration_seconds;
-      if (summary.anytime.empty()) summary.initial_iteration_seconds = estimate.iteration_seconds;
+      if (!std::isfinite(summary.initial_iteration_seconds))
+        summary.initial_iteration_seconds = estimate.iteration_seconds;
     } else {
       why_not = estimate.MemoryViolation() + " (" + plan.Summary() + ")";
     }
   }
-  summary.wall_seconds = SecondsSince(start);
-  const bool time_limited = SearchClock::now() >= limits.deadline;
+  const bool time_limited = run.OutOfTime();
   if (!result.plan) {
     summary.termination = TerminationType::kInfeasible;
     summary.message =
@@ -178,8 +171,9 @@ SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& 
     summary.message = fmt::format("best of {} random starts polished ({} kicks each): {}",
                                   summary.iterations, local_options_.kicks, result.plan->Summary());
   }
+  SearchResult finished = run.Finish();
   if (options.progress) std::fprintf(stderr, "[local] %s\n", summary.BriefReport().c_str());
-  return result;
+  return finished;
 }
 
 }  // namespace stratos

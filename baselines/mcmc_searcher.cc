@@ -426,17 +426,17 @@ class Chain {
 }  // namespace
 
 SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& options) {
-  const SearchClock::time_point start = SearchClock::now();
   options.Validate();
   mcmc_options_.Validate();
+  SearchRun run(Name(), options);
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
   const McmcOptions& mo = mcmc_options_;
 
-  SearchResult result = StartSearchResult(Name(), options);
-  SearchSummary& summary = result.summary;
+  SearchResult& result = run.Result();
+  SearchSummary& summary = run.Summary();
 
   Chain chain(cost_model, space, mo, max_stages, options.seed);
   std::mt19937_64& rng = chain.rng();
@@ -450,10 +450,8 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
   long accepted = 0;
   long restarts = 0;
 
-  auto budget_left = [&] {
-    return options.max_evaluations == 0 || summary.evaluations < options.max_evaluations;
-  };
-  auto time_left = [&] { return SecondsSince(start) < options.time_limit_seconds; };
+  auto budget_left = [&] { return !run.OutOfEvaluations(summary.evaluations); };
+  auto time_left = [&] { return !run.OutOfTime(); };
   // Prices a state, records the best feasible plan and the least memory-hungry one.
   auto price = [&](const State& state) {
     const Priced priced = chain.Price(state);
@@ -462,11 +460,7 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
       best = priced.seconds;
       best_state = state;
       since_improvement = 0;
-      if (!std::isfinite(summary.initial_iteration_seconds))
-        summary.initial_iteration_seconds = best;
-      const double wall = SecondsSince(start);
-      summary.anytime.push_back({wall, best});
-      if (options.on_improvement) options.on_improvement(wall, best);
+      run.NoteImprovement(best);
     } else if (!priced.fits && priced.overflow < least_overflow) {
       least_overflow = priced.overflow;
       least_overflow_state = state;
@@ -556,7 +550,6 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
     }
   }
 
-  summary.wall_seconds = SecondsSince(start);
   const std::string stop_text =
       stop == Stop::kEvaluations
           ? fmt::format("stopped by the evaluation limit ({})", options.max_evaluations)
@@ -603,9 +596,10 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
                                     stop_text, work);
     }
   }
+  SearchResult finished = run.Finish();
   if (options.progress) std::fprintf(stderr, "[mcmc %8.2fs] %s\n", summary.wall_seconds,
                                      summary.message.c_str());
-  return result;
+  return finished;
 }
 
 }  // namespace stratos

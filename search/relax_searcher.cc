@@ -727,30 +727,24 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   options.Validate();
   relax_options_.Validate();
   const RelaxOptions& ro = relax_options_;
-  const SearchClock::time_point start = SearchClock::now();
-  const SearchClock::time_point deadline =
-      start + std::chrono::duration_cast<SearchClock::duration>(
-                  std::chrono::duration<double>(options.time_limit_seconds));
-  auto elapsed = [&]() { return SecondsSince(start); };
-
-  SearchResult result = StartSearchResult("relax", options);
-  SearchSummary& summary = result.summary;
-  summary.best_iteration_seconds = std::numeric_limits<double>::infinity();
-  summary.initial_iteration_seconds = std::numeric_limits<double>::infinity();
+  SearchRun run("relax", options);
+  const SearchClock::time_point start = run.Start(), deadline = run.End();
+  auto elapsed = [&]() { return run.Elapsed(); };
+  SearchResult& result = run.Result();
+  SearchSummary& summary = run.Summary();
 
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   // Heterogeneous clusters: the smoothed DP over the group orders, not the cut relaxation.
   const bool heterogeneous = space.Heterogeneous();
   if (heterogeneous && (ro.relaxation != RelaxOptions::Relaxation::kSmoothedDp ||
                         space.group_devices.size() > static_cast<size_t>(kMaxRelaxGroups))) {
-    SearchResult declined = StartSearchResult("relax", options);
-    declined.summary.termination = TerminationType::kDeclined;
-    declined.summary.message = fmt::format(
-        "relax takes heterogeneous clusters of at most {} node groups with relax.relaxation = "
-        "smoothed-dp ({} groups, {}); dp, exhaustive, grid, ilp and mcmc take any",
-        kMaxRelaxGroups, space.group_devices.size(), RelaxRelaxationName(ro.relaxation));
-    declined.summary.wall_seconds = elapsed();
-    return declined;
+    return run.Finish(
+        TerminationType::kDeclined,
+        fmt::format("relax takes heterogeneous clusters of at most {} node groups with "
+                    "relax.relaxation = smoothed-dp ({} groups, {}); dp, exhaustive, grid, ilp "
+                    "and mcmc take any",
+                    kMaxRelaxGroups, space.group_devices.size(),
+                    RelaxRelaxationName(ro.relaxation)));
   }
   const CostModel cost_model(problem);
   const RelaxTables tables = BuildRelaxTables(cost_model, space);
@@ -760,16 +754,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   long surrogate_evaluations = 0;
 
   // Anytime trace over fitting plans (table cost = Evaluate by additivity).
-  double best_seen = std::numeric_limits<double>::infinity();
-  auto note = [&](double seconds) {
-    if (!(seconds < best_seen)) return;
-    best_seen = seconds;
-    const double now = elapsed();
-    if (!std::isfinite(summary.initial_iteration_seconds))
-      summary.initial_iteration_seconds = seconds;
-    summary.anytime.push_back({now, seconds});
-    if (options.on_improvement) options.on_improvement(now, seconds);
-  };
+  auto note = [&](double seconds) { run.NoteImprovement(seconds); };
 
   // --- 1-2. The gradient phase: discrete starts for the polish. ---
   GradientPhase phase{problem, options,  ro,        tables, space, start, deadline,
@@ -881,7 +866,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
     result.plan = plan;
     break;
   }
-  summary.wall_seconds = elapsed();
+  const double wall_seconds = elapsed();
   if (!result.plan) {
     summary.termination = TerminationType::kInfeasible;
     summary.message =
@@ -891,7 +876,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
               "microbatch divisibility)"
             : "no plan found fits in memory; closest: " + why_not;
     if (time_limited) summary.message += " (time limit reached)";
-    return result;
+    return run.Finish();
   }
   if (time_limited) {
     summary.termination = TerminationType::kTimeLimit;
@@ -911,12 +896,12 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
                           tables.num_microbatch_options, space.GroupOrders().size())
             : fmt::format("{} microbatch options", tables.num_microbatch_options),
         summary.iterations, gradient_seconds, polished, RelaxPolishName(ro.polish),
-        summary.wall_seconds - gradient_seconds,
+        wall_seconds - gradient_seconds,
         extension_plans > 0
             ? fmt::format("; the group extension found {} better plans", extension_plans)
             : "");
   }
-  return result;
+  return run.Finish();
 }
 
 }  // namespace stratos

@@ -110,18 +110,36 @@ double SecondsSince(SearchClock::time_point start) {
   return std::chrono::duration<double>(SearchClock::now() - start).count();
 }
 
-SearchResult StartSearchResult(const std::string& algorithm, const SearchOptions& options) {
-  SearchResult result;
-  result.summary.algorithm = algorithm;
-  result.summary.time_limit_seconds_given = options.time_limit_seconds;
-  return result;
+
+SearchRun::SearchRun(const std::string& algorithm, const SearchOptions& options)
+    : options_(options),
+      start_(SearchClock::now()),
+      end_(start_ + std::chrono::duration_cast<SearchClock::duration>(
+                        std::chrono::duration<double>(options.time_limit_seconds))),
+      result_() {
+  result_.summary.algorithm = algorithm;
+  result_.summary.time_limit_seconds_given = options.time_limit_seconds;
 }
 
-IncumbentTracker::IncumbentTracker(const SearchOptions& options, SearchResult& result,
-                                   SearchClock::time_point start)
-    : options_(options), result_(result), start_(start) {}
+std::optional<TerminationType> SearchRun::BudgetSpent() const {
+  if (OutOfTime()) return TerminationType::kTimeLimit;
+  if (OutOfEvaluations(result_.summary.evaluations)) return TerminationType::kEvaluationLimit;
+  return std::nullopt;
+}
 
-bool IncumbentTracker::Offer(const Plan& plan, const Estimate& estimate) {
+bool SearchRun::NoteImprovement(double seconds) {
+  SearchSummary& summary = result_.summary;
+  if (!std::isfinite(summary.initial_iteration_seconds))
+    summary.initial_iteration_seconds = seconds;
+  if (!(seconds < best_noted_)) return false;
+  best_noted_ = seconds;
+  const double wall = Elapsed();
+  summary.anytime.push_back({wall, seconds});
+  if (options_.on_improvement) options_.on_improvement(wall, seconds);
+  return true;
+}
+
+bool SearchRun::Offer(const Plan& plan, const Estimate& estimate) {
   SearchSummary& summary = result_.summary;
   if (!estimate.Fits()) {
     double overflow = 0;
@@ -133,15 +151,26 @@ bool IncumbentTracker::Offer(const Plan& plan, const Estimate& estimate) {
     }
     return false;
   }
-  if (!std::isfinite(summary.initial_iteration_seconds))
-    summary.initial_iteration_seconds = estimate.iteration_seconds;
-  if (estimate.iteration_seconds >= summary.best_iteration_seconds) return false;
+  if (!(estimate.iteration_seconds < summary.best_iteration_seconds)) {
+    if (!std::isfinite(summary.initial_iteration_seconds))
+      summary.initial_iteration_seconds = estimate.iteration_seconds;
+    return false;
+  }
   summary.best_iteration_seconds = estimate.iteration_seconds;
   result_.plan = plan;
-  const double wall = SecondsSince(start_);
-  summary.anytime.push_back({wall, estimate.iteration_seconds});
-  if (options_.on_improvement) options_.on_improvement(wall, estimate.iteration_seconds);
+  NoteImprovement(estimate.iteration_seconds);
   return true;
+}
+
+SearchResult SearchRun::Finish(TerminationType termination, std::string message) {
+  result_.summary.termination = termination;
+  result_.summary.message = std::move(message);
+  return Finish();
+}
+
+SearchResult SearchRun::Finish() {
+  result_.summary.wall_seconds = Elapsed();
+  return result_;
 }
 
 }  // namespace stratos

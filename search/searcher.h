@@ -88,10 +88,6 @@ struct SearchResult {
   SearchSummary summary;
 };
 
-// The bookkeeping of a search that prices complete plans with Evaluate (grid, exhaustive):
-// keeps the best fitting plan in `result`, its summary's best / initial seconds, anytime trace
-// and the on_improvement callback, and the least memory-hungry plan that did not fit (for the
-// "no feasible plan" message). Times are seconds since `start`.
 using SearchClock = std::chrono::steady_clock;
 
 // Seconds elapsed since `start` (wall clock, steady).
@@ -118,24 +114,58 @@ class Deadline {
   SearchClock::time_point end_;
 };
 
-// An empty result whose summary names `algorithm` and records the time limit given (best and
-// initial seconds start at SearchSummary::kNoPlanSeconds).
-SearchResult StartSearchResult(const std::string& algorithm, const SearchOptions& options);
 
 
-class IncumbentTracker {
+// The run of one search, shared by every searcher: its clock and budget (time limit and
+// evaluation budget, and the termination they give), its result and the summary's bookkeeping
+// -- the first and the best fitting plan's seconds, the anytime trace and the on_improvement
+// callback, the least memory-hungry plan that did not fit (for the "no plan fits" message) --
+// and the end (termination, message, wall seconds). Times are seconds since construction.
+class SearchRun {
  public:
-  IncumbentTracker(const SearchOptions& options, SearchResult& result,
-                   SearchClock::time_point start);
-  // Records one priced plan; returns true if it became the incumbent.
+  // Starts the clock; the result's summary names `algorithm` and the time limit given.
+  SearchRun(const std::string& algorithm, const SearchOptions& options);
+  SearchRun(const SearchRun&) = delete;
+  SearchRun& operator=(const SearchRun&) = delete;
+
+  SearchClock::time_point Start() const { return start_; }
+  // The time limit as a point in time, and as a Deadline for long loops.
+  SearchClock::time_point End() const { return end_; }
+  Deadline MakeDeadline() const { return Deadline(start_, options_.time_limit_seconds); }
+  double Elapsed() const { return SecondsSince(start_); }
+  bool OutOfTime() const { return SearchClock::now() >= end_; }
+  // Whether `evaluations` reach options.max_evaluations (never when it is 0, unbounded).
+  bool OutOfEvaluations(long evaluations) const {
+    return options_.max_evaluations > 0 && evaluations >= options_.max_evaluations;
+  }
+  // The budget that is spent, time first: kTimeLimit, kEvaluationLimit (by the summary's
+  // evaluations), or none.
+  std::optional<TerminationType> BudgetSpent() const;
+
+  // A fitting plan of predicted `seconds` was found. The first sets the summary's initial
+  // seconds; one better than every earlier is appended to the anytime trace and passed to
+  // on_improvement. Returns whether it was better. The summary's best seconds and the result's
+  // plan stay the searcher's to set (from Evaluate), except through Offer.
+  bool NoteImprovement(double seconds);
+  // A complete plan priced by Evaluate (grid, exhaustive): when it fits and beats the summary's
+  // best, it becomes the result's plan and best seconds (NoteImprovement); when it does not
+  // fit, it is remembered if it overflows memory least. Returns whether it became the best.
   bool Offer(const Plan& plan, const Estimate& estimate);
   // "<plan summary>: <memory violation>" of the least overflowing plan offered; "" if none.
   const std::string& LeastOverflowText() const { return least_overflow_text_; }
 
+  SearchResult& Result() { return result_; }
+  SearchSummary& Summary() { return result_.summary; }
+  // Ends the run: sets the termination, the message and the wall seconds; returns the result.
+  SearchResult Finish(TerminationType termination, std::string message);
+  // Ends the run with the summary's termination and message as the searcher left them.
+  SearchResult Finish();
+
  private:
   const SearchOptions& options_;
-  SearchResult& result_;
-  SearchClock::time_point start_;
+  SearchClock::time_point start_, end_;
+  SearchResult result_;
+  double best_noted_ = std::numeric_limits<double>::infinity();
   double least_overflow_bytes_ = std::numeric_limits<double>::infinity();
   std::string least_overflow_text_;
 };

@@ -171,6 +171,9 @@ struct GradientPhase {
   std::string no_start_reason;  // why the phase produced no start, if it knows
   bool time_limited = false;
   bool evaluation_limited = false;
+  // Smoothed DP, heterogeneous: each group order's least value V^0 over the annealing's DPs at
+  // their final levels (the group extension tries the orders in this order).
+  std::map<std::vector<int>, double> order_values;
   bool OutOfEvaluations() const {
     return options.max_evaluations > 0 && surrogate_evaluations >= options.max_evaluations;
   }
@@ -538,6 +541,10 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
     const SmoothedStageDp& dp = *t.dp;
     const SmoothedDpValue v = t.dp->EvaluateOrders({point_of(t)}, {0.0}, orders).front();
     ++ph->surrogate_evaluations;
+    for (size_t o = 0; o < v.order_values.size() && o < orders.size(); ++o) {
+      const auto [it, inserted] = ph->order_values.try_emplace(orders[o], v.order_values[o]);
+      if (!inserted) it->second = std::min(it->second, v.order_values[o]);
+    }
     if (!v.decoded.configs.empty()) starts.push_back(v.decoded);
     // The orders whose device decodes run: on a heterogeneous cluster, those the annealing
     // decoded fitting plans of (by their best plan), then the others by their value at the
@@ -647,30 +654,33 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
 
 // The group extension (RelaxOptions::extend_groups): the plans that fit and beat `best`
 // (best_seconds) among the exact decodes at every layer boundary of best's microbatch option,
-// along each order that adds one node group unused by `best` to its order. One decode per
-// order at best's levels ranks the orders; along each in turn, majorize-minimizes from best's
-// levels with theta scaled by 0.95, 0.9, 0.85, 0.8 while the best plan decoded improves. Best
-// first; stops at `deadline`.
+// along the orders that add one node group unused by `best` to its order and whose value in the
+// annealing (`values`: V^0 at its final levels) is below best_seconds, best value first. Along
+// each, majorize-minimizes from best's levels with theta scaled by 0.95, 0.9, 0.85, 0.8 while
+// the best plan decoded improves. Best first; stops at `deadline`.
 std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const SearchSpace& space,
+                                              const std::map<std::vector<int>, double>& values,
                                               const DiscretePlan& best, double best_seconds,
                                               PlanPolisher& polisher, double max_work,
                                               SearchClock::time_point deadline) {
   const std::vector<int> order = PlanRunOrder(tables, best);
-  std::vector<std::vector<int>> extended;
+  std::vector<std::pair<double, std::vector<int>>> extended;
   for (const std::vector<int>& candidate : space.GroupOrders()) {
     if (candidate.size() != order.size() + 1) continue;
+    const auto value = values.find(candidate);
+    if (value == values.end() || !(value->second < best_seconds)) continue;
     // `order` is `candidate` less one group.
     for (size_t skip = 0; skip < candidate.size(); ++skip) {
       std::vector<int> rest = candidate;
       rest.erase(rest.begin() + static_cast<long>(skip));
       if (rest == order) {
-        extended.push_back(candidate);
+        extended.emplace_back(value->second, candidate);
         break;
       }
     }
   }
-  std::vector<std::pair<double, DiscretePlan>> found;
   if (extended.empty()) return {};
+  std::sort(extended.begin(), extended.end());
   // The undominated configs (as the annealing's DPs), and best's own (the polish uses any).
   std::vector<int> configs = tables.undominated_configs;
   if (configs.empty()) {
@@ -682,13 +692,14 @@ std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const S
   configs.erase(std::unique(configs.begin(), configs.end()), configs.end());
   const SmoothedStageDp dp(tables, best.microbatch_option, configs);
   const SmoothedDpPoint from = dp.PlanLevels(best);
-  // Majorize-minimizes along `target` from best's levels with theta scaled (at most `steps`
-  // decodes); returns the best cost it decoded (infinity: none fits).
-  const auto descend = [&](const std::vector<int>& target, double scale, int steps) {
+  std::vector<std::pair<double, DiscretePlan>> found;
+  // Majorize-minimizes along `target` from best's levels with theta scaled; returns the best
+  // cost it decoded (infinity: none fits).
+  const auto descend = [&](const std::vector<int>& target, double scale) {
     SmoothedDpPoint x = from;
     x.theta_seconds *= scale;
     double least = std::numeric_limits<double>::infinity();
-    for (int step = 0; step < steps && SearchClock::now() < deadline; ++step) {
+    for (int step = 0; step < 16 && SearchClock::now() < deadline; ++step) {
       const DiscretePlan plan = dp.DecodeWithinDevices(x, max_work, nullptr, target);
       if (plan.configs.empty()) break;
       const DiscreteCost cost = polisher.Cost(plan);
@@ -702,14 +713,10 @@ std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const S
     }
     return least;
   };
-  std::vector<std::pair<double, size_t>> ranked;
-  for (size_t o = 0; o < extended.size(); ++o) ranked.emplace_back(descend(extended[o], 1, 1), o);
-  std::sort(ranked.begin(), ranked.end());
-  for (const auto& [first, o] : ranked) {
-    if (!std::isfinite(first)) continue;
-    double previous = first;
+  for (const auto& [value, target] : extended) {
+    double previous = std::numeric_limits<double>::infinity();
     for (int k = 1; k <= 4 && SearchClock::now() < deadline; ++k) {
-      const double least = descend(extended[o], 1 - 0.05 * k, 16);
+      const double least = descend(target, 1 - 0.05 * k);
       if (!(least < previous)) break;
       previous = least;
     }
@@ -758,7 +765,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
 
   // --- 1-2. The gradient phase: discrete starts for the polish. ---
   GradientPhase phase{problem, options,  ro,        tables, space, start, deadline,
-                      &summary, note,   &polisher, 0,      {},    false, false};
+                      &summary, note,   &polisher, 0,      {},    false, false, {}};
   std::vector<DiscretePlan> starts = ro.relaxation == RelaxOptions::Relaxation::kSmoothedDp
                                          ? SmoothedDpStarts(&phase)
                                          : CutRelaxationStarts(&phase);
@@ -831,7 +838,8 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
                                            std::chrono::duration<double>(
                                                ro.extend_time_fraction * elapsed())));
     const std::vector<DiscretePlan> extended = GroupExtensionPlans(
-        tables, space, candidates.front().plan, candidates.front().cost.iteration_seconds,
+        tables, space, phase.order_values, candidates.front().plan,
+        candidates.front().cost.iteration_seconds,
         polisher, ro.device_decode_max_work, extension_deadline);
     extension_plans = static_cast<int>(extended.size());
     if (!extended.empty()) {

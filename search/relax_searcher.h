@@ -113,15 +113,16 @@ struct RelaxOptions {
   // the DP optimum 16.4558 s in 33.6 s.
   int heterogeneous_coarse_layers = 16;
   // Smoothed DP, heterogeneous clusters, after the polish: the group extension. Coarse cuts can
-  // hide a node group whose GPUs hold only a layer or two per stage (the annealing then sees no
-  // fitting plan through it). When the best plan leaves a group unused, each order that adds
-  // one unused group to the plan's is decoded exactly at every layer boundary: one decode at the
-  // plan's levels ranks the orders, then along each a majorize-minimize from the plan's levels
-  // with theta scaled by 0.95, 0.9, ... 0.8 while it improves (the added devices shorten the
-  // bottleneck); the best plan that beats it is polished. It stops after extend_time_fraction x
-  // the time the search took before it (> 0). GPT-3 175B on dgx-h100-a100-v100 with
-  // h100=8,a100=8,v100=16: the DP optimum, 59.29 s, in 3.6 s, where the coarse phase and the
-  // polish end at 60.88 s (2.69% above) in 2.0 s.
+  // hide a node group whose GPUs hold only a layer or two per stage. When the best plan leaves a
+  // group unused, the orders that add one unused group to the plan's, and that the annealing
+  // values (V^0 at its final levels) below the plan, are decoded exactly at every layer
+  // boundary, best value first: a majorize-minimize from the plan's levels with theta scaled by
+  // 0.95, 0.9, ... 0.8 while it improves (the added devices shorten the bottleneck); the best
+  // plan that beats it is polished. It stops after extend_time_fraction x the time the search
+  // took before it (> 0). GPT-3 175B on dgx-h100-a100-v100 with h100=8,a100=8,v100=16: the DP
+  // optimum, 59.29 s, in 3.1 s, where the coarse phase and the polish end at 60.88 s (2.69%
+  // above) in 2.0 s; with h100=32,a100=32,v100=64 the annealing values the V100 orders above
+  // the plan and the extension does not run.
   bool extend_groups = true;
   double extend_time_fraction = 0.5;
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts

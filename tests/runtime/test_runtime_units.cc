@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -30,6 +31,32 @@ namespace {
 
 // As `stratos` and every worker process do at start.
 [[maybe_unused]] const bool kSingleThreadedBlas = (UseSingleThreadedBlas(), true);
+
+// Runs body(rank, groups, error) for ranks 0 and 1 on two threads, an in-process Gloo group.
+// Returns each rank's error text: what its body appended, or what it threw ("" when it passed).
+std::vector<std::string> OnTwoRanks(
+    const std::function<void(int, ProcessGroups&, std::string&)>& body) {
+  const int port = FreeTcpPort();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        RendezvousOptions rendezvous;
+        rendezvous.rank = r;
+        rendezvous.world_size = 2;
+        rendezvous.local_rank = r;
+        rendezvous.master_port = port;
+        rendezvous.backend = "gloo";
+        ProcessGroups groups(rendezvous);
+        body(r, groups, errors[r]);
+      } catch (const std::exception& e) {
+        errors[r] += e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
 
 TEST_CASE("an OpenBLAS behind LibTorch runs single-threaded") {
   UseSingleThreadedBlas();
@@ -133,53 +160,36 @@ TEST_CASE("ZeRO-3: a rank holds only its shard between passes, gathers each laye
   for (const auto& p : plain.Parameters()) plain_grads.push_back(p.grad().reshape({-1}));
   const torch::Tensor expected_grads = torch::cat(plain_grads);
 
-  // Two ranks on threads, an in-process Gloo group.
-  const int port = FreeTcpPort();
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        RendezvousOptions rendezvous;
-        rendezvous.rank = r;
-        rendezvous.world_size = 2;
-        rendezvous.local_rank = r;
-        rendezvous.master_port = port;
-        rendezvous.backend = "gloo";
-        ProcessGroups groups(rendezvous);
-        GptStage stage(model, 0, L, Recompute::kFull, self.get(), 3);
-        const int64_t n = stage.NumLocalParameters();
-        const auto [lo, hi] = ZeroShard(n, 2, r);
-        const torch::Tensor initial = stage.FlatParameters().detach().clone();
-        ParameterGatherer gatherer(stage, &groups.World());
-        const torch::Tensor flat = stage.FlatParameters().detach();
-        // Released: NaN outside the rank's shard, the shard intact.
-        const int64_t nan = flat.isnan().sum().item<int64_t>();
-        if (nan != n - (hi - lo)) errors[r] += fmt::format("{} NaN after release; ", nan);
-        if (!torch::equal(flat.narrow(0, lo, hi - lo), initial.narrow(0, lo, hi - lo)))
-          errors[r] += "shard changed; ";
-        const torch::Tensor loss = stage.Forward(batch.inputs, batch.targets);
-        torch::autograd::backward({loss});
-        gatherer.ReleaseAll();
-        // One gather per layer forward and per layer backward; the head also gathers the
-        // embedding's wte (a second range).
-        const int64_t expected_gathers = 2 * (L + 1);
-        if (gatherer.NumGathers() != expected_gathers)
-          errors[r] += fmt::format("{} gathers, expected {}; ", gatherer.NumGathers(),
-                                   expected_gathers);
-        if (loss.item<double>() != plain_loss.item<double>()) errors[r] += "loss differs; ";
-        std::vector<torch::Tensor> grads;
-        for (const auto& p : stage.Parameters()) grads.push_back(p.grad().reshape({-1}));
-        if (!torch::allclose(torch::cat(grads), expected_grads, 1e-5, 1e-7))
-          errors[r] += "gradients differ; ";
-        if (flat.isnan().sum().item<int64_t>() != nan) errors[r] += "not released after; ";
-        gatherer.GatherAll();
-        if (!torch::equal(flat, initial)) errors[r] += "GatherAll is not the whole stage; ";
-      } catch (const std::exception& e) {
-        errors[r] += e.what();
-      }
-    });
-  for (auto& thread : threads) thread.join();
+  const std::vector<std::string> errors = OnTwoRanks([&](int r, ProcessGroups& groups,
+                                                        std::string& error) {
+    GptStage stage(model, 0, L, Recompute::kFull, self.get(), 3);
+    const int64_t n = stage.NumLocalParameters();
+    const auto [lo, hi] = ZeroShard(n, 2, r);
+    const torch::Tensor initial = stage.FlatParameters().detach().clone();
+    ParameterGatherer gatherer(stage, &groups.World());
+    const torch::Tensor flat = stage.FlatParameters().detach();
+    // Released: NaN outside the rank's shard, the shard intact.
+    const int64_t nan = flat.isnan().sum().item<int64_t>();
+    if (nan != n - (hi - lo)) error += fmt::format("{} NaN after release; ", nan);
+    if (!torch::equal(flat.narrow(0, lo, hi - lo), initial.narrow(0, lo, hi - lo)))
+      error += "shard changed; ";
+    const torch::Tensor loss = stage.Forward(batch.inputs, batch.targets);
+    torch::autograd::backward({loss});
+    gatherer.ReleaseAll();
+    // One gather per layer forward and per layer backward; the head also gathers the
+    // embedding's wte (a second range).
+    const int64_t expected_gathers = 2 * (L + 1);
+    if (gatherer.NumGathers() != expected_gathers)
+      error += fmt::format("{} gathers, expected {}; ", gatherer.NumGathers(), expected_gathers);
+    if (loss.item<double>() != plain_loss.item<double>()) error += "loss differs; ";
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : stage.Parameters()) grads.push_back(p.grad().reshape({-1}));
+    if (!torch::allclose(torch::cat(grads), expected_grads, 1e-5, 1e-7))
+      error += "gradients differ; ";
+    if (flat.isnan().sum().item<int64_t>() != nan) error += "not released after; ";
+    gatherer.GatherAll();
+    if (!torch::equal(flat, initial)) error += "GatherAll is not the whole stage; ";
+  });
   CHECK(errors[0] == "");
   CHECK(errors[1] == "");
 }
@@ -239,51 +249,36 @@ TEST_CASE("one pipeline step of two stages runs 1F1B's passes in order, exchange
   for (size_t j = 0; j < whole.Parameters().size(); ++j)
     whole_grads[whole.ParameterInfos()[j].name] = whole.Parameters()[j].grad();
 
-  const int port = FreeTcpPort();
-  std::vector<std::string> regions(2), errors(2);
+  std::vector<std::string> regions(2);
   std::vector<double> losses(2, 0.0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        RendezvousOptions rendezvous;
-        rendezvous.rank = r;
-        rendezvous.world_size = 2;
-        rendezvous.local_rank = r;
-        rendezvous.master_port = port;
-        rendezvous.backend = "gloo";
-        ProcessGroups groups(rendezvous);
-        const PipelineLayout layout(plan, r);
-        GptStage stage(model, plan.stages[r].first_layer, plan.stages[r].last_layer,
-                       Recompute::kNone, self.get(), seed);
-        auto dp = MakeSelfCommunicator("dp");
-        GradientSynchronizer sync(stage, dp.get(), 1 << 20, false, nullptr);
-        PipelineStep step(plan, layout, model, data, seed, stage, groups.World(), *self, sync,
-                          torch::Device(torch::kCPU));
-        StepObserver observer;
-        int marks = 0;
-        observer.doing = [](const char*, bool, int, int) {};
-        observer.mark = [&] { return marks++; };
-        observer.region = [&](std::string name, const char*, int from, int to) {
-          regions[r] += name + " ";
-          if (to <= from) errors[r] += name + " ends before it starts; ";
-        };
-        sync.BeginStep();
-        const std::vector<torch::Tensor> out = step.Run(0, observer);
-        for (const torch::Tensor& loss : out) losses[r] += loss.item<double>() / out.size();
-        if (r == 0 && !out.empty()) errors[r] += "the first stage returned losses; ";
-        for (size_t j = 0; j < stage.Parameters().size(); ++j) {
-          const ParameterInfo& info = stage.ParameterInfos()[j];
-          if (info.word_embedding) continue;  // tied: the whole model's sums both copies
-          if (!torch::allclose(stage.Parameters()[j].grad(), whole_grads.at(info.name), 1e-4,
-                               1e-6))
-            errors[r] += info.name + " gradient differs; ";
-        }
-      } catch (const std::exception& e) {
-        errors[r] += e.what();
-      }
-    });
-  for (auto& thread : threads) thread.join();
+  const std::vector<std::string> errors = OnTwoRanks([&](int r, ProcessGroups& groups,
+                                                        std::string& error) {
+    const PipelineLayout layout(plan, r);
+    GptStage stage(model, plan.stages[r].first_layer, plan.stages[r].last_layer,
+                   Recompute::kNone, self.get(), seed);
+    auto dp = MakeSelfCommunicator("dp");
+    GradientSynchronizer sync(stage, dp.get(), 1 << 20, false, nullptr);
+    PipelineStep step(plan, layout, model, data, seed, stage, groups.World(), *self, sync,
+                      torch::Device(torch::kCPU));
+    StepObserver observer;
+    int marks = 0;
+    observer.doing = [](const char*, bool, int, int) {};
+    observer.mark = [&] { return marks++; };
+    observer.region = [&](std::string name, const char*, int from, int to) {
+      regions[r] += name + " ";
+      if (to <= from) error += name + " ends before it starts; ";
+    };
+    sync.BeginStep();
+    const std::vector<torch::Tensor> out = step.Run(0, observer);
+    for (const torch::Tensor& loss : out) losses[r] += loss.item<double>() / out.size();
+    if (r == 0 && !out.empty()) error += "the first stage returned losses; ";
+    for (size_t j = 0; j < stage.Parameters().size(); ++j) {
+      const ParameterInfo& info = stage.ParameterInfos()[j];
+      if (info.word_embedding) continue;  // tied: the whole model's sums both copies
+      if (!torch::allclose(stage.Parameters()[j].grad(), whole_grads.at(info.name), 1e-4, 1e-6))
+        error += info.name + " gradient differs; ";
+    }
+  });
   CHECK(errors[0] == "");
   CHECK(errors[1] == "");
   // 1F1B on 2 ranks and 2 microbatches: rank 0 runs F0 F1 B0 B1, rank 1 F0 B0 F1 B1.

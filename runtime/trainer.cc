@@ -22,7 +22,6 @@
 #include "runtime/pipeline_layout.h"
 #include "runtime/pipeline_step.h"
 #include "runtime/report.h"
-#include "costmodel/schedule.h"
 
 namespace stratos {
 

@@ -1150,7 +1150,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       return *table;
     };
     for (const std::vector<int>& order : orders) {
-      if (SecondsSince(start) >= options.time_limit_seconds) {
+      if (run.OutOfTime()) {
         stopped_by_time = true;
         break;
       }
@@ -1312,7 +1312,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
         stopped_by_time = true;
         break;
       }
-      if (options.max_evaluations > 0 && summary.evaluations >= options.max_evaluations) {
+      if (run.OutOfEvaluations(summary.evaluations)) {
         stopped_by_evaluations = true;
         break;
       }
@@ -1322,7 +1322,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       attempt(entry, entry.seconds_given);
     }
   }
-  if (SecondsSince(start) >= options.time_limit_seconds) stopped_by_time = true;
+  if (run.OutOfTime()) stopped_by_time = true;
 
   int num_settled = 0;
   double lower_bound = best;

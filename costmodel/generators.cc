@@ -160,6 +160,7 @@ ModelSpec MakeOperatorGranularityModel(const ModelSpec& model) {
     for (const LayerSpec& part : block) {
       LayerSpec copy = part;
       copy.name = layer.name + "." + part.name;
+      copy.block_operator = true;
       out.layers.push_back(copy);
     }
   }

@@ -47,6 +47,10 @@ struct LayerSpec {
   // Tensor-parallel all-reduces of output_bytes per forward pass (Megatron: 2 per block); the
   // backward pass does as many again.
   int tp_allreduces_per_forward = 0;
+  // One operator of a transformer block (MakeOperatorGranularityModel, kind kTransformer): its
+  // GEMMs take the block's shape, but a device's block curve (cluster.h LayerCurve), fitted on
+  // whole blocks, does not apply to it.
+  bool block_operator = false;
 
   double ActivationBytes() const {
     return activation_replicated_bytes + activation_sharded_bytes + activation_attention_bytes;

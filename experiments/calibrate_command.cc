@@ -81,8 +81,9 @@ void WriteCalibratedCluster(const ClusterSpec& cluster, const std::string& outpu
   if (!save_as.empty()) fmt::print("every command now takes it as --cluster {}\n", save_as);
 }
 
-// --vtrain-csv: the base cluster's device with matmul_efficiency and the block curve fitted on
-// every fifth row of vTrain's table (FitVtrainConstants, the fit of `stratos validate vtrain`).
+// --vtrain-csv: the base cluster's device with the GEMM curve (its asymptote the base's
+// matmul_efficiency, the measured large-GEMM share of peak) and the block curve fitted on every
+// fifth row of vTrain's table (FitVtrainConstants, the fit of `stratos validate vtrain`).
 int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
   const std::vector<VtrainRow> rows = ReadVtrain(args.vtrain_csv);
   std::vector<VtrainRow> fit_rows;
@@ -93,37 +94,42 @@ int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
                     "--vtrain-csv calibrates one device: the cluster must have one node group");
   VtrainAssumptions how;
   how.cluster = args.cluster;
-  const VtrainFit fit = FitVtrainConstants(fit_rows, how, /*with_floors=*/true);
+  const VtrainFit fit = FitVtrainConstants(fit_rows, how, VtrainFitForm::kGemmCurveAndFloors);
   const std::string base_name = cluster.name;
   DeviceSpec& device = *std::find_if(
       cluster.devices.begin(), cluster.devices.end(),
       [&](const DeviceSpec& d) { return d.name == cluster.Device().name; });
-  device.matmul_efficiency = fit.constants.matmul_efficiency;
+  device.matmul_curve = fit.constants.matmul_curve;
   device.layer_curve = fit.constants.layer_curve;
   device.source += fmt::format(
-      "; calibrated: matmul_efficiency and the block curve fitted on every fifth row of vTrain's "
-      "single-node A100 runs ({} of {})",
+      "; calibrated: the GEMM curve's half-efficiency dimension (its asymptote this "
+      "matmul_efficiency) and the block curve fitted on every fifth row of vTrain's single-node "
+      "A100 runs ({} of {})",
       fit_rows.size(), rows.size());
   cluster.name = !args.name.empty() ? args.name
                  : !args.save_as.empty() ? args.save_as
                                          : base_name + "-calibrated";
   const bool cluster_is_file = std::filesystem::is_regular_file(args.cluster);
   const std::string command =
-      fmt::format("stratos calibrate --vtrain-csv {} --cluster {}", PathForDisplay(args.vtrain_csv),
-                  cluster_is_file ? PathForDisplay(args.cluster) : args.cluster);
+      fmt::format("stratos calibrate --vtrain-csv {} --cluster {}{}", PathForDisplay(args.vtrain_csv),
+                  cluster_is_file ? PathForDisplay(args.cluster) : args.cluster,
+                  args.name.empty() ? "" : " --name " + args.name);
   cluster.calibration.source = fmt::format(
-      "{}: matmul_efficiency and the block curve (scales 1, floors) fitted by least squares on "
+      "{}: the GEMM curve's half-efficiency dimension (asymptote: {}'s matmul_efficiency, the "
+      "measured large-GEMM share of peak) and the block curve (scales 1, floors) fitted by least "
+      "squares on "
       "the relative iteration-time error of every fifth row ({} of {} rows; the rule of "
       "`stratos validate vtrain`, which reports the errors on the other rows); network and memory "
       "as in {}",
-      command, fit_rows.size(), rows.size(), base_name);
+      command, base_name, fit_rows.size(), rows.size(), base_name);
   cluster.calibration.layer_rows = static_cast<int>(fit_rows.size());
   const LayerCurve& curve = *fit.constants.layer_curve;
   fmt::print("calibrating {} on {} ({} of {} rows: every fifth)\n", base_name,
              PathForDisplay(args.vtrain_csv), fit_rows.size(), rows.size());
-  fmt::print("matmul_efficiency {:.4f}; block floors {:.0f} us forward / {:.0f} us backward "
-             "(power {:g}); RMS relative error on the fitted rows {:.1f}%\n",
-             fit.constants.matmul_efficiency, curve.forward_floor_seconds * 1e6,
+  const MatmulCurve& gemm = *fit.constants.matmul_curve;
+  fmt::print("GEMM curve {:.4f} / (1 + {:.1f} / min(m, n, k)); block floors {:.0f} us forward / "
+             "{:.0f} us backward (power {:g}); RMS relative error on the fitted rows {:.1f}%\n",
+             gemm.max_efficiency, gemm.half_efficiency_dim, curve.forward_floor_seconds * 1e6,
              curve.backward_floor_seconds * 1e6, curve.power, 100 * fit.rms_relative_error);
   const std::string header = fmt::format(
       "{}: {} calibrated by stratos on vTrain's single-node A100 runs.\n"
@@ -215,8 +221,8 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
   commands.calibrate
       ->add_option("--vtrain-csv", c.vtrain_csv,
                    "vTrain's single-node A100 runs (the shared data's "
-                   "reference/vtrain_a100_single_node.csv): fit the device's matmul efficiency "
-                   "and block curve on every fifth row")
+                   "reference/vtrain_a100_single_node.csv): fit the device's GEMM curve (its "
+                   "asymptote the base's matmul efficiency) and block curve on every fifth row")
       ->excludes(profile)
       ->excludes("--alpa-csv");
   commands.calibrate

@@ -34,6 +34,7 @@ void SetConstants(ClusterSpec& cluster, const VtrainAssumptions& constants) {
   DeviceSpec& device = PricedDevice(cluster);
   if (constants.matmul_efficiency > 0) device.matmul_efficiency = constants.matmul_efficiency;
   device.layer_curve = constants.layer_curve;
+  device.matmul_curve = constants.matmul_curve;
 }
 
 }  // namespace
@@ -120,8 +121,10 @@ double GoldenSection(F f, double lo, double hi) {
 }  // namespace
 
 VtrainFit FitVtrainConstants(const std::vector<VtrainRow>& rows, const VtrainAssumptions& how,
-                             bool with_floors) {
+                             VtrainFitForm form) {
   STRATOS_CHECK(!rows.empty(), "no rows to fit");
+  const bool with_floors = form != VtrainFitForm::kEfficiency;
+  const bool with_curve = form == VtrainFitForm::kGemmCurveAndFloors;
   std::vector<VtrainCase> cases;
   for (const VtrainRow& row : rows) cases.push_back(BuildVtrainCase(row, how));
   auto objective = [&](const VtrainAssumptions& constants) {
@@ -154,6 +157,12 @@ VtrainFit FitVtrainConstants(const std::vector<VtrainRow>& rows, const VtrainAss
   };
   VtrainAssumptions start = how;
   start.matmul_efficiency = 0.6;
+  if (with_curve) {
+    // The asymptote: the base device's large-GEMM share of peak, as the zoo file states it.
+    start.matmul_efficiency = -1;
+    ClusterSpec base = ZooCluster(how.cluster, 1);
+    start.matmul_curve = MatmulCurve{PricedDevice(base).matmul_efficiency, 512.0, 0.0};
+  }
   if (!with_floors) {
     descend(start, start.matmul_efficiency, 0.2, 1.0);
     keep_if_better(start);
@@ -163,8 +172,13 @@ VtrainFit FitVtrainConstants(const std::vector<VtrainRow>& rows, const VtrainAss
                                   : std::vector<double>{}) {
     VtrainAssumptions x = start;
     x.layer_curve = LayerCurve{1.0, 1.0, 0.5e-3, 1e-3, power};
-    for (int sweep = 0; sweep < 4; ++sweep) {
-      descend(x, x.matmul_efficiency, 0.2, 1.0);
+    // The curve's knee and the floors trade off against each other: more sweeps to settle.
+    const int sweeps = with_curve ? 8 : 4;
+    for (int sweep = 0; sweep < sweeps; ++sweep) {
+      if (with_curve)
+        descend(x, x.matmul_curve->half_efficiency_dim, 0.0, 16384.0);
+      else
+        descend(x, x.matmul_efficiency, 0.2, 1.0);
       descend(x, x.layer_curve->forward_floor_seconds, 0.0, 5e-3);
       descend(x, x.layer_curve->backward_floor_seconds, 0.0, 5e-3);
     }
@@ -187,45 +201,54 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
     fitted_row[i] = true;
     fit_rows.push_back(rows[i]);
   }
-  const VtrainFit fit = FitVtrainConstants(fit_rows, how, /*with_floors=*/true);
+  const VtrainFit fit = FitVtrainConstants(fit_rows, how, VtrainFitForm::kGemmCurveAndFloors);
   const VtrainAssumptions& fitted = fit.constants;
-  // Beside it: the efficiency alone fitted by the same rule (no block floors).
+  // Beside it, fitted by the same rule: one scalar efficiency for every GEMM with the floors (the
+  // form shipped before the curve), and the efficiency alone (no block floors).
+  const VtrainAssumptions scalar =
+      FitVtrainConstants(fit_rows, how, VtrainFitForm::kEfficiencyAndFloors).constants;
   const VtrainAssumptions efficiency_only =
-      FitVtrainConstants(fit_rows, how, /*with_floors=*/false).constants;
-
-  // The zoo's calibrated A100 as shipped (`stratos calibrate --vtrain-csv`, the same rule): its
-  // errors on the rows not fitted, and whether its constants are this fit's.
+      FitVtrainConstants(fit_rows, how, VtrainFitForm::kEfficiency).constants;
+  // The zoo's A100 as shipped (`stratos calibrate --vtrain-csv`, the same rule): its errors on
+  // the rows not fitted, and whether its constants are this fit's.
   VtrainAssumptions shipped;
-  shipped.cluster = how.cluster + "-calibrated";
+  shipped.cluster = kVtrainShippedCluster;
   {
     ClusterSpec cluster = ZooCluster(shipped.cluster, 1);
     const DeviceSpec& device = PricedDevice(cluster);
-    shipped.matmul_efficiency = device.matmul_efficiency;
     shipped.layer_curve = device.layer_curve;
+    shipped.matmul_curve = device.matmul_curve;
   }
   auto close = [](double a, double b) {
     return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
   };
-  const LayerCurve& fitted_curve = *fitted.layer_curve;
+  const LayerCurve& curve = *fitted.layer_curve;
+  const MatmulCurve& gemm = *fitted.matmul_curve;
   const bool shipped_is_this_fit =
-      shipped.layer_curve && close(shipped.matmul_efficiency, fitted.matmul_efficiency) &&
-      close(shipped.layer_curve->forward_floor_seconds, fitted_curve.forward_floor_seconds) &&
-      close(shipped.layer_curve->backward_floor_seconds, fitted_curve.backward_floor_seconds) &&
-      shipped.layer_curve->power == fitted_curve.power;
-  std::vector<double> shipped_held;
+      shipped.layer_curve && shipped.matmul_curve &&
+      close(shipped.matmul_curve->max_efficiency, gemm.max_efficiency) &&
+      close(shipped.matmul_curve->half_efficiency_dim, gemm.half_efficiency_dim) &&
+      close(shipped.layer_curve->forward_floor_seconds, curve.forward_floor_seconds) &&
+      close(shipped.layer_curve->backward_floor_seconds, curve.backward_floor_seconds) &&
+      shipped.layer_curve->power == curve.power;
 
-  // Per run, then per model (rows not fitted only).
+  // Per run, then per model (rows not fitted only). Series: 0 this fit, 1 scalar, 2 efficiency
+  // alone, 3 the shipped cluster.
+  const VtrainAssumptions* series[] = {&fitted, &scalar, &efficiency_only, &shipped};
+  constexpr int kSeries = 4;
   struct Model {
-    std::vector<double> predicted, measured, efficiency_only;
+    std::array<std::vector<double>, kSeries> predicted;
+    std::vector<double> measured;
     int fitted_rows = 0;
   };
   std::map<std::tuple<int, int, int, int>, Model> models;
   nlohmann::json runs = nlohmann::json::array();
-  std::vector<double> predicted_held, measured_held, efficiency_only_held;
+  std::array<std::vector<double>, kSeries> predicted_held;
+  std::vector<double> measured_held;
   for (size_t i = 0; i < rows.size(); ++i) {
     const VtrainRow& row = rows[i];
-    const double predicted = PredictVtrainMs(row, fitted);
-    const double efficiency_only_ms = PredictVtrainMs(row, efficiency_only);
+    std::array<double, kSeries> predicted{};
+    for (int k = 0; k < kSeries; ++k) predicted[k] = PredictVtrainMs(row, *series[k]);
     Model& model =
         models[{row.hidden_size, row.num_layers, row.attention_heads, row.seq_length}];
     runs.push_back({{"line", row.line},
@@ -238,19 +261,19 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
                     {"global_batch", row.global_batch_size},
                     {"fitted", fitted_row[i]},
                     {"measured_ms", row.iteration_ms},
-                    {"predicted_ms", predicted},
-                    {"efficiency_only_ms", efficiency_only_ms}});
+                    {"predicted_ms", predicted[0]},
+                    {"scalar_efficiency_ms", predicted[1]},
+                    {"efficiency_only_ms", predicted[2]}});
     if (fitted_row[i]) {
       ++model.fitted_rows;
       continue;
     }
-    model.predicted.push_back(predicted);
+    for (int k = 0; k < kSeries; ++k) {
+      model.predicted[k].push_back(predicted[k]);
+      predicted_held[k].push_back(predicted[k]);
+    }
     model.measured.push_back(row.iteration_ms);
-    model.efficiency_only.push_back(efficiency_only_ms);
-    predicted_held.push_back(predicted);
-    shipped_held.push_back(PredictVtrainMs(row, shipped));
     measured_held.push_back(row.iteration_ms);
-    efficiency_only_held.push_back(efficiency_only_ms);
   }
 
   ValidationReport report;
@@ -266,60 +289,71 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
                     {"bias_pct", "mean err %", 1},
                     {"spearman", "Spearman", 3},
                     {"kendall", "Kendall", 3},
+                    {"scalar_mape_pct", "scalar MAPE %", 1},
+                    {"scalar_spearman", "scalar Spearman", 3},
                     {"efficiency_only_mape_pct", "eff-only MAPE %", 1},
                     {"efficiency_only_spearman", "eff-only Spearman", 3}};
-  double worst_spearman = 1.0;
+  double worst_spearman = 1.0, worst_scalar_spearman = 1.0;
   for (const auto& [key, model] : models) {
+    const std::vector<double>& predicted = model.predicted[0];
     double bias = 0;
-    for (size_t i = 0; i < model.predicted.size(); ++i)
-      bias += model.predicted[i] / model.measured[i] - 1.0;
-    bias /= static_cast<double>(model.predicted.size());
-    const double spearman = SpearmanRho(model.predicted, model.measured);
+    for (size_t i = 0; i < predicted.size(); ++i) bias += predicted[i] / model.measured[i] - 1.0;
+    bias /= static_cast<double>(predicted.size());
+    const double spearman = SpearmanRho(predicted, model.measured);
     worst_spearman = std::min(worst_spearman, spearman);
+    const double scalar_spearman = SpearmanRho(model.predicted[1], model.measured);
+    worst_scalar_spearman = std::min(worst_scalar_spearman, scalar_spearman);
     report.rows.push_back(
         {{"model", fmt::format("h{} L{} a{} s{}", std::get<0>(key), std::get<1>(key),
                                std::get<2>(key), std::get<3>(key))},
-         {"rows", model.predicted.size()},
+         {"rows", predicted.size()},
          {"fitted_rows", model.fitted_rows},
-         {"mape_pct", MeanAbsolutePercentError(model.predicted, model.measured)},
+         {"mape_pct", MeanAbsolutePercentError(predicted, model.measured)},
          {"bias_pct", 100 * bias},
          {"spearman", spearman},
-         {"kendall", KendallTauB(model.predicted, model.measured)},
+         {"kendall", KendallTauB(predicted, model.measured)},
+         {"scalar_mape_pct", MeanAbsolutePercentError(model.predicted[1], model.measured)},
+         {"scalar_spearman", scalar_spearman},
          {"efficiency_only_mape_pct",
-          MeanAbsolutePercentError(model.efficiency_only, model.measured)},
-         {"efficiency_only_spearman", SpearmanRho(model.efficiency_only, model.measured)}});
+          MeanAbsolutePercentError(model.predicted[2], model.measured)},
+         {"efficiency_only_spearman", SpearmanRho(model.predicted[2], model.measured)}});
   }
-  const double mape = MeanAbsolutePercentError(predicted_held, measured_held);
-  const double efficiency_only_mape =
-      MeanAbsolutePercentError(efficiency_only_held, measured_held);
-  const double shipped_mape = MeanAbsolutePercentError(shipped_held, measured_held);
-  const LayerCurve& curve = *fitted.layer_curve;
+  std::array<double, kSeries> mape{};
+  for (int k = 0; k < kSeries; ++k)
+    mape[k] = MeanAbsolutePercentError(predicted_held[k], measured_held);
   report.summary = {{"rows", rows.size()},
                     {"shipped_cluster", shipped.cluster},
-                    {"shipped_mape_not_fitted_pct", shipped_mape},
+                    {"shipped_mape_not_fitted_pct", mape[3]},
                     {"shipped_constants_equal_this_fit", shipped_is_this_fit},
                     {"fitted_rows", calibration.size()},
                     {"fit_rule", "every fifth row of the file (data rows 5, 10, 15, ...)"},
-                    {"fitted_matmul_efficiency", fitted.matmul_efficiency},
+                    {"gemm_max_efficiency", gemm.max_efficiency},
+                    {"fitted_gemm_half_efficiency_dim", gemm.half_efficiency_dim},
                     {"fitted_forward_floor_us", curve.forward_floor_seconds * 1e6},
                     {"fitted_backward_floor_us", curve.backward_floor_seconds * 1e6},
                     {"fitted_power", curve.power},
                     {"fit_rms_relative_error", fit.rms_relative_error},
-                    {"mape_not_fitted_pct", mape},
-                    {"efficiency_only_matmul_efficiency", efficiency_only.matmul_efficiency},
-                    {"efficiency_only_mape_not_fitted_pct", efficiency_only_mape},
+                    {"mape_not_fitted_pct", mape[0]},
                     {"worst_spearman_within_model", worst_spearman},
+                    {"scalar_matmul_efficiency", scalar.matmul_efficiency},
+                    {"scalar_mape_not_fitted_pct", mape[1]},
+                    {"scalar_worst_spearman_within_model", worst_scalar_spearman},
+                    {"efficiency_only_matmul_efficiency", efficiency_only.matmul_efficiency},
+                    {"efficiency_only_mape_not_fitted_pct", mape[2]},
                     {"target_mape_pct", 8.0},
                     {"target_spearman", 0.9},
                     {"runs", runs}};
   report.headline = fmt::format(
       "{} rows not fitted: MAPE {:.1f}%, Spearman within each model >= {:.3f}; fitted on {} rows "
-      "(every fifth): matmul_efficiency {:.3f}, block floors {:.0f} us forward / {:.0f} us "
-      "backward (power {:g}); the efficiency alone: MAPE {:.1f}% [targets: MAPE <= 8%, Spearman "
-      ">= 0.9]; the zoo's {} as shipped: MAPE {:.1f}% on the same rows ({})",
-      measured_held.size(), mape, worst_spearman, calibration.size(), fitted.matmul_efficiency,
-      curve.forward_floor_seconds * 1e6, curve.backward_floor_seconds * 1e6, curve.power,
-      efficiency_only_mape, shipped.cluster, shipped_mape,
+      "(every fifth): GEMM curve {:.3f} / (1 + {:.0f} / min(m, n, k)) of peak, block floors "
+      "{:.0f} us forward / {:.0f} us backward (power {:g}); one scalar efficiency ({:.3f}) with "
+      "floors instead: MAPE {:.1f}%, Spearman >= {:.3f}; the efficiency alone: MAPE {:.1f}% "
+      "[targets: MAPE <= 8%, Spearman >= 0.9]; the zoo's {} as shipped: MAPE {:.1f}% on the same "
+      "rows ({})",
+      measured_held.size(), mape[0], worst_spearman, calibration.size(), gemm.max_efficiency,
+      gemm.half_efficiency_dim, curve.forward_floor_seconds * 1e6,
+      curve.backward_floor_seconds * 1e6, curve.power, scalar.matmul_efficiency, mape[1],
+      worst_scalar_spearman, mape[2], shipped.cluster, mape[3],
       shipped_is_this_fit ? "its constants are this fit's"
                           : "its constants differ from this fit: rerun stratos calibrate "
                             "--vtrain-csv");
@@ -337,11 +371,15 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
       "Pipeline: 1F1B with m = global batch / (micro batch x DP), L / PP blocks per stage "
       "(remainder on the last), the embedding on the first stage and the head on the last.",
       "Fitted on every fifth row of the file (a rule fixed before any error was seen), by least "
-      "squares on the relative error: the A100's matmul_efficiency and its block curve's floors "
+      "squares on the relative error: the A100's GEMM curve (costmodel/matmul_efficiency.h: "
+      "efficiency max / (1 + d / min(m, n, k)) of a block's MLP GEMM, the asymptote max fixed "
+      "at the base file's measured maximum achievable matmul FLOPs, hardware.csv's MAMF, and d "
+      "fitted) and its block curve's floors "
       "(cluster.h LayerCurve with scales 1: the host's time to launch a block's kernels, which "
       "the device hides only when its own work is longer; the power chosen on the fitted rows). "
-      "MAPE and rank correlations are over the other rows. 'eff-only' columns: the efficiency "
-      "alone fitted by the same rule, no floors."};
+      "MAPE and rank correlations are over the other rows. 'scalar' columns: one matmul "
+      "efficiency for every GEMM with the floors, fitted by the same rule; 'eff-only': the "
+      "efficiency alone, no floors."};
   return report;
 }
 

@@ -3,6 +3,7 @@
 // Megatron-DeepSpeed GPT runs on one A100 node (Bang et al., MICRO 2024; VIA-Research/vTrain
 // data/ground_truth_single.csv): MAPE on the rows not fitted and, within each model, the
 // Spearman rank correlation of the configurations.
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,13 +16,21 @@
 namespace stratos {
 
 // How a row becomes a Problem and a Plan (the report prints each with its source).
+// The zoo cluster `stratos calibrate --vtrain-csv` writes (the A100 default), and its base: the
+// same node with datasheet and MAMF constants only.
+inline constexpr const char* kVtrainShippedCluster = "dgx-a100-80gb";
+inline constexpr const char* kVtrainBaseCluster = "dgx-a100-80gb-datasheet";
+
 struct VtrainAssumptions {
-  std::string cluster = "dgx-a100-80gb";  // zoo cluster, one node; the row uses its first GPUs
+  std::string cluster = kVtrainBaseCluster;  // zoo cluster, one node; the row uses its first GPUs
   // Fitted constants. The device's achieved GEMM share of peak (< 0: the zoo cluster's own
   // value) and its block curve (cluster.h LayerCurve, scales 1: the host's floor per block pass;
   // nullopt: none, blocks priced from GEMMs and the roofline alone).
   double matmul_efficiency = -1;
   std::optional<LayerCurve> layer_curve;
+  // The device's GEMM curve (cluster.h MatmulCurve; nullopt: none, every GEMM at
+  // matmul_efficiency).
+  std::optional<MatmulCurve> matmul_curve;
 };
 
 struct VtrainCase {
@@ -48,17 +57,25 @@ double PredictVtrainMs(const VtrainRow& row, const VtrainAssumptions& how);
 // (rows 5, 10, 15, ... of the data), a fifth of the table. Returns their indices into `rows`.
 std::vector<size_t> VtrainCalibrationRows(const std::vector<VtrainRow>& rows);
 
-// The constants fitted to `rows` by least squares on the relative iteration-time error:
-// matmul_efficiency in [0.2, 1] and, for each power of calibrate/layer_fit.h's
-// kLayerCurvePowers, the block curve's forward and backward floors in [0, 5 ms] (coordinate
-// descent of golden-section searches from 0.6, 0.5 ms, 1 ms); the power with the least error on
-// `rows` is kept. With_floors false: matmul_efficiency alone, no block curve.
+// The constants of `form` fitted to `rows` by least squares on the relative iteration-time
+// error: matmul_efficiency in [0.2, 1] (or the GEMM curve's half-efficiency dimension) and, for
+// each power of calibrate/layer_fit.h's kLayerCurvePowers, the block curve's forward and backward
+// floors in [0, 5 ms] (coordinate descent of golden-section searches from 0.6 or 512 elements,
+// 0.5 ms, 1 ms); the power with the least error on `rows` is kept.
 struct VtrainFit {
   VtrainAssumptions constants;
   double rms_relative_error = 0;  // on the fitted rows
 };
+enum class VtrainFitForm {
+  kEfficiency,           // matmul_efficiency alone, no block curve
+  kEfficiencyAndFloors,  // matmul_efficiency and the block floors
+  // The GEMM curve's half-efficiency dimension in [0, 16384] with its asymptote fixed at the
+  // base device's matmul_efficiency (the measured maximum achievable matmul FLOPs of large
+  // GEMMs, hardware.csv's MAMF column), and the block floors.
+  kGemmCurveAndFloors,
+};
 VtrainFit FitVtrainConstants(const std::vector<VtrainRow>& rows, const VtrainAssumptions& how,
-                             bool with_floors);
+                             VtrainFitForm form);
 
 ValidationReport ValidateVtrain(const std::string& reference_path,
                                 const VtrainAssumptions& how = {});

@@ -358,9 +358,11 @@ expect "profile: all-reduce rows of the 2-process group" 0 "^all_reduce,f32,1,2,
 # The format must be read; the fit itself may refuse a profile that scheduling noise on a loaded
 # 2-core machine made flat (its own one-line error), which is not a format failure.
 expect "calibrate --vtrain-csv fits the A100 on vTrain's runs as the zoo ships it" 0 \
-  "matmul_efficiency 0.6572; block floors 1079 us forward / 1058 us backward" -- \
+  "GEMM curve 0.8692 / \\(1 \\+ 798.0 / min\\(m, n, k\\)\\); block floors 1064 us forward / 1118 us backward" -- \
   "$STRATOS" calibrate --vtrain-csv ../shared/data/reference/vtrain_a100_single_node.csv \
-  --cluster dgx-a100-80gb --output "$WORK/a100-vtrain.toml"
+  --cluster dgx-a100-80gb-datasheet --name dgx-a100-80gb --output "$WORK/a100-vtrain.toml"
+expect "the shipped dgx-a100-80gb is what calibrate --vtrain-csv writes" 0 "" -- \
+  diff data/clusters/dgx-a100-80gb.toml "$WORK/a100-vtrain.toml"
 expect "the vTrain-calibrated A100 is a cluster file every command reads" 0 "MFU" -- \
   "$STRATOS" evaluate --model gpt3-1.3b --cluster "$WORK/a100-vtrain.toml" --global-batch 64 --tp 1 --pp 1 --dp 8 --micro-batch 1
 expect_one_line_error "calibrate --vtrain-csv calibrates one device" \

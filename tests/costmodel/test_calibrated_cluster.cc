@@ -246,7 +246,7 @@ Problem SmallGptProblem() {
   m.seq_length = 1024;
   m.vocab_size = 50000;
   BuildTransformerLayers(m);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb"));
+  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb-datasheet"));
   problem.training.global_batch_size = 8;
   return problem;
 }
@@ -301,6 +301,11 @@ TEST_CASE("a layer curve reshapes each pass of a transformer block and nothing e
     const int head = m.NumLayers() - 1;
     CHECK(LayerComputeSeconds(m, head, curved, problem.training, 2, 1, recompute).TotalSeconds() ==
           LayerComputeSeconds(m, head, plain, problem.training, 2, 1, recompute).TotalSeconds());
+    // One operator of a block (operator granularity) is no whole block: untouched.
+    ModelSpec operators = m;
+    operators.layers[1].block_operator = true;
+    CHECK(LayerComputeSeconds(operators, 1, curved, problem.training, 2, 1, recompute)
+              .TotalSeconds() == raw.TotalSeconds());
   }
   // A large power takes the larger of the scaled device time and the floor.
   curve.power = 64;

@@ -2,6 +2,7 @@
 // the operator-granularity view sums to the block-level model.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "costmodel/error.h"
@@ -82,11 +83,16 @@ TEST_CASE("generators: operator granularity sums to the block-level model (gpt a
     CHECK(allreduces_ops == allreduces_block);
     CHECK(ops.NumCostClasses() == 12);
 
-    // A one-stage plan costs the same compute and memory in both views (same GEMM shape, sums).
+    // A one-stage plan costs the same compute and memory in both views (same GEMM shape, sums)
+    // on a device without a block curve; with one, the curve prices whole blocks only.
     Problem p_block, p_ops;
     p_block.model = block;
     p_ops.model = ops;
-    p_block.cluster = p_ops.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb")).WithNodes(1);
+    p_block.cluster = p_ops.cluster =
+        ReadClusterFile(ResolveClusterPath("dgx-a100-80gb-datasheet")).WithNodes(1);
+    CHECK(std::all_of(ops.layers.begin(), ops.layers.end(), [](const LayerSpec& l) {
+      return l.block_operator == (l.kind == LayerKind::kTransformer);
+    }));
     p_block.training.global_batch_size = p_ops.training.global_batch_size = 64;
     for (int tp : {1, 8}) {
       for (Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {

@@ -160,7 +160,7 @@ struct CalibrateArgs {
   // Base cluster: zoo name or file, or "local": this machine's worker processes as the runtime
   // describes them (LocalCpuCluster), as many as the profile's largest collective mesh, peak =
   // its fastest GEMM of matmul_dtype.
-  std::string cluster = "p3.16xlarge";
+  std::string cluster = "p3.16xlarge-datasheet";
   std::string holdout = "none";         // calibrate/calibrate.h ParseHoldout
   int ring_links = -1;                  // -1: the base cluster's
   // GEMM rows of this dtype fit the curve: f16 | bf16 | f32; "": f32 for --cluster local, else
@@ -179,7 +179,7 @@ int RunCalibrate(const CalibrateArgs& args);
 
 struct ValidateAlpaCommArgs {
   std::string alpa_csv;  // "": the shared Alpa V100 profile
-  std::string cluster = "p3.16xlarge";
+  std::string cluster = "p3.16xlarge-datasheet";  // the base the fit starts from
   int ring_links = 6;    // V100 SXM2 NVLink2 links per GPU (datasheet), not fitted
   std::string output_dir = "out/validate/alpa-comm";
 };

@@ -25,7 +25,7 @@ struct InitSearchArgs {
   int validation_windows = 64;
   double target_loss = 0;          // 0: automatic (the highest final loss of all compared runs)
   // The cluster view: the problem whose plans price "n candidates on N / n devices each".
-  ProblemArgs cluster_target = {"gpt3-2.7b", "p3.16xlarge-calibrated", "16", 512};
+  ProblemArgs cluster_target = {"gpt3-2.7b", "p3.16xlarge", "16", 512};
   bool cluster_view = true;
   int jobs = 0;                    // outer seeds trained at once; 0: this machine's hardware threads
   int threads = 1;                 // LibTorch intra-op threads (gpt-tiny's GEMMs are too small

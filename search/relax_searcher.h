@@ -63,7 +63,7 @@ struct RelaxOptions {
   // none) returns the same plans in 6.5 s instead of 7.2 s and 3.5 s instead of 4.7 s
   // (experiments/specs/scale-175b-ops.toml, the second figures with prune_microbatch_ratio = 0
   // added to its relax options); at 1.2 it stopped the best option early on GPT-3 13B / 8
-  // p3.16xlarge / 512 (before the level search).
+  // p3.16xlarge-datasheet / 512 (before the level search).
   double prune_microbatch_ratio = 2;
   // Smoothed DP: at the end, decode every microbatch option's final levels (theta, phi) exactly
   // with the device budget as a DP dimension (SmoothedStageDp::DecodeWithinDevices: no duality
@@ -73,9 +73,10 @@ struct RelaxOptions {
   bool device_decode = true;
   // Smoothed DP, device decode: the majorize-minimize also starts from the levels of the last
   // this many distinct decoded plans of the last quarter of the steps, per track (>= 0).
-  // Without a level search it mattered (GPT-3 13B / 8 p3.16xlarge / 512, polish none, 60 steps:
-  // 3.5% above the DP optimum with 0, 1.65% with 15); with one, 0 loses nothing on the ablation
-  // spec's problems and saves a quarter of the wall time on the largest (GPT-3 175B / 128 DGX).
+  // Without a level search it mattered (GPT-3 13B / 8 p3.16xlarge-datasheet / 512, polish none,
+  // 60 steps: 3.5% above the DP optimum with 0, 1.65% with 15); with one, 0 loses nothing on
+  // the ablation spec's problems and saves a quarter of the wall time on the largest (GPT-3 175B
+  // / 128 DGX).
   int late_decodes = 0;
   // Smoothed DP, heterogeneous clusters: the annealing spans every order of the node groups (a
   // soft-min over them: SmoothedStageDp::EvaluateOrders); the device decodes, the level search
@@ -93,9 +94,9 @@ struct RelaxOptions {
   // with 0 (up to 14.8% above), 4 with 3.
   int level_search_options = 3;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
-  // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge / 512, polish none,
-  // 60 steps, late_decodes 0, no level search: 14.4% above the DP optimum with 1, 3.5% with 2,
-  // at twice the gradient time; with the defaults, at the optimum with either.
+  // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge-datasheet / 512,
+  // polish none, 60 steps, late_decodes 0, no level search: 14.4% above the DP optimum with 1,
+  // 3.5% with 2, at twice the gradient time; with the defaults, at the optimum with either.
   int price_starts = 2;
   // Smoothed DP: models with more layers than this run the annealed phase, the majorize-minimize
   // and the level search on coarse cut positions (CoarseCutPositions: the start of each repeated

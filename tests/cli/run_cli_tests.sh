@@ -473,7 +473,7 @@ expect "search accepts the calibrated cluster file" 0 "gap %" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster "$WORK/cal.toml" --nodes 2 --global-batch 64 \
   --algo dp,grid --time-limit 60 --no-progress --output-dir "$WORK/cal-search"
 expect "search finds the calibrated zoo cluster by name" 0 "gap %" -- \
-  "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge-calibrated --nodes 2 --global-batch 64 \
+  "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 2 --global-batch 64 \
   --algo grid --time-limit 60 --no-progress --output-dir "$WORK/cal-zoo"
 mkdir -p "$WORK/badprofile"
 printf '{"schema": "stratos.profile/1", "device": "d", "backend": "b", "produced_by": "test"}\n' \
@@ -513,7 +513,7 @@ expect "cosearch's default base plan is data parallel over every device" 0 '"bas
 expect "cosearch: no data-parallel plan fits is a result, not a crash" 1 "no data-parallel plan of gpt3-2.7b fits" -- \
   "$STRATOS" cosearch --model gpt3-2.7b --nodes 2 --global-batch 64 --output-dir "$WORK/cosearch-bad"
 expect "cosearch takes relax's plan as the base" 0 "base plan \(relax, throughput only\)" -- \
-  "$STRATOS" cosearch --model gpt3-1.3b --cluster p3.16xlarge-calibrated --nodes 2 --global-batch 64 \
+  "$STRATOS" cosearch --model gpt3-1.3b --cluster p3.16xlarge --nodes 2 --global-batch 64 \
   --base-plan relax --search-steps 3 --warmup-steps 1 --batch-sizes 2 --batch-size 2 --eval-steps 2 --eval-every 1 \
   --eval-windows 4 --output-dir "$WORK/cosearch-relax"
 expect_one_line_error "cosearch: a compression's parameter is checked by name" \

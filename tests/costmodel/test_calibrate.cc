@@ -441,7 +441,7 @@ TEST_CASE("validation split: held-out collective MAPE <= 15% and matmul held-out
   options.holdout = ParseHoldout("1x8,2x8/g16,2x8/local,gemm>4096");
   options.ring_links_per_gpu = 6;
   const CalibrationResult result =
-      Calibrate(ReadClusterFile(ResolveClusterPath("p3.16xlarge")), alpa.profile, options);
+      Calibrate(ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")), alpa.profile, options);
   REQUIRE(result.collectives.size() == 3);
   for (const CollectiveReport& report : result.collectives) {
     INFO(CollectiveName(report.fit.kind), " held-out MAPE ", report.held_out.mape);
@@ -451,7 +451,7 @@ TEST_CASE("validation split: held-out collective MAPE <= 15% and matmul held-out
   REQUIRE(result.matmul.has_value());
   CHECK(result.matmul->held_out.rows == 6);
   CHECK(result.matmul->held_out.mape < 0.10);
-  CHECK(result.cluster.name == "p3.16xlarge-calibrated");
+  CHECK(result.cluster.name == "p3.16xlarge-datasheet-calibrated");
   CHECK(result.cluster.IntraNode().ring_links_per_gpu == 6);
   CHECK(result.skipped_rows.at("all_to_all: not priced by the cost model") > 0);
 }

@@ -91,7 +91,7 @@ void CheckSameCluster(const ClusterSpec& a, const ClusterSpec& b) {
 }
 
 ClusterSpec CalibratedExample() {
-  ClusterSpec cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge"));
+  ClusterSpec cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet"));
   cluster.name = "p3-test";
   cluster.devices[0].matmul_curve = MatmulCurve{0.9476, 557.4, 29.0e-6};
   cluster.devices[0].matmul_efficiency = 0.8162;
@@ -322,8 +322,8 @@ TEST_CASE("a layer curve reshapes each pass of a transformer block and nothing e
 }
 
 TEST_CASE("the shipped calibrated zoo cluster loads, says what it was fitted on, and prices") {
-  const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-calibrated"));
-  CHECK(cluster.name == "p3.16xlarge-calibrated");
+  const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge"));
+  CHECK(cluster.name == "p3.16xlarge");
   CHECK(Contains(cluster.calibration.source, "stratos calibrate"));
   CHECK(Contains(cluster.calibration.source, "alpa_v100_comm_1x1_to_2x8.csv"));
   CHECK(cluster.calibration.collective_rows > 1000);

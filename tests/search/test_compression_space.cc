@@ -29,7 +29,7 @@ SpaceOptions WithCompressions(std::initializer_list<GradCompression> kinds) {
 }  // namespace
 
 TEST_CASE("compression enters the space only where asked and only where it applies") {
-  Problem problem = ZooProblem("gpt3-1.3b", "p3.16xlarge", 2);
+  Problem problem = ZooProblem("gpt3-1.3b", "p3.16xlarge-datasheet", 2);
   problem.training.global_batch_size = 64;
   const SearchSpace plain = SearchSpace::Build(problem);
   for (const StageConfig& c : plain.configs)
@@ -53,7 +53,7 @@ TEST_CASE("compression enters the space only where asked and only where it appli
 
 TEST_CASE("with PowerSGD allowed on a communication-bound problem, DP and relax agree") {
   // GPT-3 1.3B on 16 p3.16xlarge nodes: the DP gradient sync is a large share of the iteration.
-  Problem problem = ZooProblem("gpt3-1.3b", "p3.16xlarge", 16);
+  Problem problem = ZooProblem("gpt3-1.3b", "p3.16xlarge-datasheet", 16);
   problem.training.global_batch_size = 512;
   SearchOptions options;
   options.time_limit_seconds = 120;

@@ -225,7 +225,7 @@ TEST_CASE("DP honours a tiny time limit") {
 TEST_CASE("DP stopped by its time limit returns its best plan and a valid lower bound") {
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath("gpt3-6.7b"));
-  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(8);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(8);
   problem.training.global_batch_size = 512;
   SearchOptions options;
   const SearchResult full = DpSearcher().Search(problem, options);
@@ -286,10 +286,10 @@ TEST_CASE("DP benchmark on GPT ladders" * doctest::skip()) {
   };
   const Case cases[] = {
       {"gpt3-1.3b", "dgx-a100-80gb", 1, 512, 0},   {"gpt3-6.7b", "dgx-a100-80gb", 2, 512, 0},
-      {"gpt3-6.7b", "dgx-a100-80gb", 8, 512, 0},   {"gpt3-13b", "p3.16xlarge", 8, 1024, 0},
+      {"gpt3-6.7b", "dgx-a100-80gb", 8, 512, 0},   {"gpt3-13b", "p3.16xlarge-datasheet", 8, 1024, 0},
       {"gpt3-13b", "dgx-a100-80gb", 16, 1024, 0},  {"llama2-70b", "g4dn.12xlarge", 64, 1024, 0},
       {"gpt3-175b", "dgx-a100-80gb", 64, 1536, 0}, {"gpt3-175b", "dgx-a100-80gb", 128, 1536, 0},
-      {"gpt3-175b", "p3.16xlarge", 128, 1536, 126}};
+      {"gpt3-175b", "p3.16xlarge-datasheet", 128, 1536, 126}};
   for (const Case& c : cases) {
     Problem problem;
     problem.model = ReadModelFile(ResolveModelPath(c.model));

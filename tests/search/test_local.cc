@@ -45,7 +45,7 @@ TEST_CASE("local: reaches the exhaustive optimum (within 1e-9) on most random sm
 }
 
 TEST_CASE("local: deterministic for a seed, different starts for another seed") {
-  const Problem problem = testing::ZooProblem("gpt3-13b", "p3.16xlarge", 2);
+  const Problem problem = testing::ZooProblem("gpt3-13b", "p3.16xlarge-datasheet", 2);
   SearchOptions options;
   options.seed = 3;
   const SearchResult a = LocalSearcher().Search(problem, options);
@@ -58,7 +58,7 @@ TEST_CASE("local: deterministic for a seed, different starts for another seed") 
 }
 
 TEST_CASE("local: starts = 0 runs until the time limit and reports it") {
-  const Problem problem = testing::ZooProblem("gpt3-13b", "p3.16xlarge", 2);
+  const Problem problem = testing::ZooProblem("gpt3-13b", "p3.16xlarge-datasheet", 2);
   SearchOptions options;
   options.time_limit_seconds = 0.3;
   LocalOptions local;
@@ -80,7 +80,7 @@ TEST_CASE("local: LocalOptions::Validate names the field and the rule") {
 
 TEST_CASE("relax: polish = none returns the repaired argmax plan; descent and iterated never do "
           "worse; the DP optimum bounds all three") {
-  const Problem problem = testing::ZooProblem("gpt3-13b", "p3.16xlarge", 8);
+  const Problem problem = testing::ZooProblem("gpt3-13b", "p3.16xlarge-datasheet", 8);
   SearchOptions options;
   options.seed = 1;
   double previous = 0;

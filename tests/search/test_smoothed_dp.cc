@@ -494,7 +494,7 @@ Problem NonUniformProblem(std::uint64_t seed) {
   model.num_layers = 48;
   Problem problem;
   problem.model = MakeNonUniformModel(model, seed);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(4);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(4);
   problem.training.global_batch_size = 256;
   return problem;
 }
@@ -560,7 +560,7 @@ TEST_CASE("relax: where the majorize-minimize stops 2% above the DP optimum (a s
   model.num_layers = 96;
   Problem problem;
   problem.model = MakeNonUniformModel(model, 7);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(16);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(16);
   problem.training.global_batch_size = 512;
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->level_search_options = 0; }, 0.001,
                          0.01);
@@ -571,7 +571,7 @@ TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase (device 
           "0.5% above it") {
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath("gpt3-13b"));
-  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge")).WithNodes(8);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(8);
   problem.training.global_batch_size = 512;
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->device_decode = false; }, 0.001, 0.005);
 }

@@ -23,8 +23,7 @@ double PipelineObjective(const std::vector<double>& t, const std::vector<double>
     tail = std::max(tail, e[s]);
     one_time += c[s];
   }
-  // For v = 1 this is sum + (m - 1) * max, bit for bit (x / 1.0 == x, m - 1.0 is exact).
-  return sum / v + (m - 1.0 / v) * max + tail + one_time;
+  return PipelineSeconds(sum, max, tail, one_time, m, v);
 }
 
 double InterleavedActivationFactor(int p, int v) {

@@ -69,6 +69,16 @@ Estimate Evaluate(const Problem& problem, const Plan& plan);
 // Same, reusing a CostModel (searchers evaluate many plans).
 Estimate Evaluate(const CostModel& cost_model, const Plan& plan);
 
+// The closed form of cost_model.h from its four reductions over the stages: the sum and the
+// largest of the microbatch times t, the largest exposed tail e and the sum of one-time costs c,
+// with m microbatches and v virtual stages (PipelineObjective below). Searchers that keep the
+// reductions themselves (relax's polish) price with it, so every objective is this one.
+inline double PipelineSeconds(double sum_t, double max_t, double max_e, double sum_c, int m,
+                              int v = 1) {
+  // For v = 1 this is sum + (m - 1) * max, bit for bit (x / 1.0 == x, m - 1.0 is exact).
+  return sum_t / v + (m - 1.0 / v) * max_t + max_e + sum_c;
+}
+
 // The closed form of cost_model.h over per-stage values: sum t + (m-1) max t + max e + sum c.
 // With v virtual stages per device (interleaved 1F1B, Narayanan et al. SC'21 §2.2.2) the fill
 // shrinks by v: sum t / v + (m - 1/v) max t + max e + sum c, which for uniform stages is

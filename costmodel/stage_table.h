@@ -21,9 +21,11 @@ class StageTable {
   // Prices every configuration of `configs` that CostModel::CheckConfig accepts with
   // `num_microbatches`; the others are listed as invalid (Valid(c) == false). The overheads
   // send to `next_group` and receive from `previous_group` (CostModel::StageOverhead; -1: the
-  // stage's own group).
+  // stage's own group). With `every_neighbour_group` on a cluster of several node groups, the
+  // overheads towards every pair of neighbour groups are priced too (OverheadBetween).
   StageTable(const CostModel& cost_model, const std::vector<StageConfig>& configs,
-             int num_microbatches, int previous_group = -1, int next_group = -1);
+             int num_microbatches, int previous_group = -1, int next_group = -1,
+             bool every_neighbour_group = false);
 
   int num_microbatches() const { return num_microbatches_; }
   int NumConfigs() const { return static_cast<int>(configs_.size()); }
@@ -43,6 +45,11 @@ class StageTable {
     return overhead_[static_cast<size_t>(config_index) * 4 + (first_stage ? 2 : 0) +
                      (last_stage ? 1 : 0)];
   }
+  // StageOverhead(Config(c), m, first_stage, last_stage, previous_group, next_group) for any
+  // neighbour groups (-1 or the stage's own group: its own). Requires Valid(c) and a table built
+  // with every_neighbour_group, unless both neighbours are the table's own (then: Overhead).
+  const StageTerms& OverheadBetween(int config_index, bool first_stage, bool last_stage,
+                                    int previous_group, int next_group) const;
   // Terms of the stage holding layers [first_layer, last_layer) with configuration c, summed as
   // Evaluate() sums them. O(last_layer - first_layer).
   StageTerms Terms(int first_layer, int last_layer, int config_index) const;
@@ -56,6 +63,11 @@ class StageTable {
   std::vector<int> layer_class_;         // (num_layers) dense index of each layer's cost class
   std::vector<StageTerms> layer_terms_;  // (num_classes, num_configs)
   std::vector<StageTerms> overhead_;     // (num_configs, 4): [first][last]
+  // With every_neighbour_group on G > 1 groups: (num_configs, 4, G + 1, G + 1), neighbour index
+  // 0 = the stage's own group, g + 1 = group g; empty otherwise.
+  int previous_group_ = -1, next_group_ = -1;  // the neighbours of Overhead()
+  int neighbour_slots_ = 0;                     // G + 1, or 0
+  std::vector<StageTerms> neighbour_overhead_;
 };
 
 }  // namespace stratos

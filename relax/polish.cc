@@ -8,6 +8,7 @@
 #include <set>
 
 #include "costmodel/error.h"
+#include "costmodel/evaluate.h"
 
 namespace stratos {
 
@@ -193,8 +194,7 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
   }
   cost.valid = true;
   cost.overflow_bytes = overflow;
-  // costmodel::PipelineObjective, in the same order of operations as Evaluate.
-  cost.iteration_seconds = sum_t + (tables_.num_microbatches[m] - 1) * max_t + max_e + sum_c;
+  cost.iteration_seconds = PipelineSeconds(sum_t, max_t, max_e, sum_c, tables_.num_microbatches[m]);
   return cost;
 }
 

@@ -130,8 +130,10 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
     t.cross_overhead.assign(static_cast<size_t>(K) * M * 4 * G1 * G1, TermScalars{});
   double largest_seconds = 0;
   for (int m = 0; m < M; ++m) {
-    // The stage terms every searcher prices from (costmodel/stage_table.h).
-    const StageTable table(cost_model, space.configs, space.num_microbatches[m]);
+    // The stage terms every searcher prices from (costmodel/stage_table.h), with the overheads
+    // towards neighbours in other node groups on a heterogeneous cluster.
+    const StageTable table(cost_model, space.configs, space.num_microbatches[m], -1, -1,
+                           /*every_neighbour_group=*/t.num_groups > 1);
     for (int k = 0; k < K; ++k) {
       if (!table.Valid(k)) continue;
       t.valid[static_cast<size_t>(k) * M + m] = 1;
@@ -155,12 +157,8 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
               if (p != own && n != own)
                 t.cross_overhead[((((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l) * G1 + p) *
                                    G1 +
-                               n] =
-                  p == 0 && n == 0
-                      ? s
-                      : TermScalars::From(cost_model.StageOverhead(
-                            space.configs[k], space.num_microbatches[m], f == 1, l == 1,
-                            static_cast<int>(p) - 1, static_cast<int>(n) - 1));
+                               n] = TermScalars::From(table.OverheadBetween(
+                    k, f == 1, l == 1, static_cast<int>(p) - 1, static_cast<int>(n) - 1));
         }
     }
   }

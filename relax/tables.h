@@ -1,7 +1,8 @@
 #pragma once
 // Cost tables of the relaxation (DESIGN.md §6): every number the continuous surrogate and the
 // discrete polish need, read ONCE from the stage terms every searcher uses (costmodel/stage_table.h:
-// CostModel::LayerTerms / StageOverhead), never re-derived. Additivity (cost_model.h) makes these tables exact:
+// CostModel::LayerTerms / StageOverhead, with every pair of neighbour groups on a heterogeneous
+// cluster), never re-derived. Additivity (cost_model.h) makes these tables exact:
 //
 //   terms(stage) = sum_c count_c(stage) * layer(c, config, m) + overhead(config, m, first, last)
 //
@@ -95,7 +96,8 @@ struct RelaxTables {
   int FindMicrobatchOption(int num_microbatches) const;
 };
 
-// Reads the tables from the cost model: C*K*M LayerTerms calls and 4*K*M StageOverhead calls.
+// Reads the tables from one StageTable per microbatch option (C*K*M LayerTerms calls, 4*K*M
+// StageOverhead calls, and 4*K*M*(G+1)^2 more on G > 1 node groups).
 // Throws InputError if the model has no layers.
 RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& space);
 

@@ -2,6 +2,7 @@
 // bit-identical to the same stage in Evaluate(), its neighbours' node groups included.
 #include <doctest/doctest.h>
 
+#include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/search_space.h"
 #include "costmodel/stage_table.h"
@@ -57,6 +58,43 @@ TEST_CASE("StageTable prices a two-stage plan's stages exactly as Evaluate() doe
   }
   MESSAGE(checked, " two-stage plans checked");
   CHECK(checked >= 100);
+}
+
+TEST_CASE("StageTable with every neighbour group: each overhead is StageOverhead's for them") {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    CAPTURE(seed);
+    const Problem problem = MakeRandomSmallHeterogeneousProblem(seed);
+    const CostModel cost_model(problem);
+    const SearchSpace space = SearchSpace::Build(problem);
+    const int groups = static_cast<int>(problem.cluster.node_groups.size());
+    REQUIRE(groups > 1);
+    const int m = space.num_microbatches.front();
+    const StageTable table(cost_model, space.configs, m, -1, -1, true);
+    const StageTable own_only(cost_model, space.configs, m);
+    for (int c : table.ValidConfigs()) {
+      const StageConfig& config = space.configs[c];
+      for (int first = 0; first < 2; ++first)
+        for (int last = 0; last < 2; ++last) {
+          for (int previous = -1; previous < groups; ++previous)
+            for (int next = -1; next < groups; ++next) {
+              const StageTerms expected =
+                  cost_model.StageOverhead(config, m, first, last, previous, next);
+              const StageTerms& got = table.OverheadBetween(c, first, last, previous, next);
+              CHECK(got.MicrobatchSeconds() == expected.MicrobatchSeconds());
+              CHECK(got.p2p_seconds == expected.p2p_seconds);
+              CHECK(got.OneTimeSeconds() == expected.OneTimeSeconds());
+              ++checked;
+            }
+          // A table of its own group only answers for its own neighbours, and refuses others.
+          CHECK(own_only.OverheadBetween(c, first, last, config.node_group, -1)
+                    .MicrobatchSeconds() == own_only.Overhead(c, first, last).MicrobatchSeconds());
+          const int other = (config.node_group + 1) % groups;
+          CHECK_THROWS_AS(own_only.OverheadBetween(c, first, last, other, -1), InternalError);
+        }
+    }
+  }
+  CHECK(checked > 100);
 }
 
 TEST_CASE("StageTable lists the configurations CheckConfig refuses as invalid") {

@@ -18,6 +18,7 @@
 #include "experiments/commands.h"
 #include "experiments/output.h"
 #include "runtime/trainer.h"
+#include "validate/megatron_h100.h"
 #include "validate/reference_tables.h"
 #include "validate/vtrain.h"
 
@@ -81,6 +82,37 @@ void WriteCalibratedCluster(const ClusterSpec& cluster, const std::string& outpu
   if (!save_as.empty()) fmt::print("every command now takes it as --cluster {}\n", save_as);
 }
 
+// A calibration of one device from published runs (--vtrain-csv, --megatron-h100-csv): the base
+// cluster (one node group), the device it prices, and what the written file says it came from.
+struct DeviceCalibration {
+  ClusterSpec cluster;
+  std::string base_name;
+  std::string command;  // the command line that reproduces the file
+
+  DeviceSpec& Device() {
+    return *std::find_if(cluster.devices.begin(), cluster.devices.end(),
+                         [&](const DeviceSpec& d) { return d.name == cluster.Device().name; });
+  }
+};
+
+DeviceCalibration StartDeviceCalibration(const CalibrateArgs& args, const std::string& flag,
+                                         const std::string& file) {
+  DeviceCalibration c;
+  c.cluster = ReadClusterFile(ResolveClusterPath(args.cluster));
+  if (!c.cluster.IsHomogeneous())
+    ThrowInputError("command line", "--cluster", args.cluster,
+                    flag + " calibrates one device: the cluster must have one node group");
+  c.base_name = c.cluster.name;
+  c.cluster.name = !args.name.empty() ? args.name
+                   : !args.save_as.empty() ? args.save_as
+                                           : c.base_name + "-calibrated";
+  const bool cluster_is_file = std::filesystem::is_regular_file(args.cluster);
+  c.command = fmt::format("stratos calibrate {} {} --cluster {}{}", flag, PathForDisplay(file),
+                          cluster_is_file ? PathForDisplay(args.cluster) : args.cluster,
+                          args.name.empty() ? "" : " --name " + args.name);
+  return c;
+}
+
 // --vtrain-csv: the base cluster's device with the GEMM curve (its asymptote the base's
 // matmul_efficiency, the measured large-GEMM share of peak) and the block curve fitted on every
 // fifth row of vTrain's table (FitVtrainConstants, the fit of `stratos validate vtrain`).
@@ -88,17 +120,11 @@ int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
   const std::vector<VtrainRow> rows = ReadVtrain(args.vtrain_csv);
   std::vector<VtrainRow> fit_rows;
   for (size_t i : VtrainCalibrationRows(rows)) fit_rows.push_back(rows[i]);
-  ClusterSpec cluster = ReadClusterFile(ResolveClusterPath(args.cluster));
-  if (!cluster.IsHomogeneous())
-    ThrowInputError("command line", "--cluster", args.cluster,
-                    "--vtrain-csv calibrates one device: the cluster must have one node group");
+  DeviceCalibration c = StartDeviceCalibration(args, "--vtrain-csv", args.vtrain_csv);
   VtrainAssumptions how;
   how.cluster = args.cluster;
   const VtrainFit fit = FitVtrainConstants(fit_rows, how, VtrainFitForm::kGemmCurveAndFloors);
-  const std::string base_name = cluster.name;
-  DeviceSpec& device = *std::find_if(
-      cluster.devices.begin(), cluster.devices.end(),
-      [&](const DeviceSpec& d) { return d.name == cluster.Device().name; });
+  DeviceSpec& device = c.Device();
   device.matmul_curve = fit.constants.matmul_curve;
   device.layer_curve = fit.constants.layer_curve;
   device.source += fmt::format(
@@ -106,25 +132,17 @@ int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
       "matmul_efficiency) and the block curve fitted on every fifth row of vTrain's single-node "
       "A100 runs ({} of {})",
       fit_rows.size(), rows.size());
-  cluster.name = !args.name.empty() ? args.name
-                 : !args.save_as.empty() ? args.save_as
-                                         : base_name + "-calibrated";
-  const bool cluster_is_file = std::filesystem::is_regular_file(args.cluster);
-  const std::string command =
-      fmt::format("stratos calibrate --vtrain-csv {} --cluster {}{}", PathForDisplay(args.vtrain_csv),
-                  cluster_is_file ? PathForDisplay(args.cluster) : args.cluster,
-                  args.name.empty() ? "" : " --name " + args.name);
-  cluster.calibration.source = fmt::format(
+  c.cluster.calibration.source = fmt::format(
       "{}: the GEMM curve's half-efficiency dimension (asymptote: {}'s matmul_efficiency, the "
       "measured large-GEMM share of peak) and the block curve (scales 1, floors) fitted by least "
       "squares on "
       "the relative iteration-time error of every fifth row ({} of {} rows; the rule of "
       "`stratos validate vtrain`, which reports the errors on the other rows); network and memory "
       "as in {}",
-      command, base_name, fit_rows.size(), rows.size(), base_name);
-  cluster.calibration.layer_rows = static_cast<int>(fit_rows.size());
+      c.command, c.base_name, fit_rows.size(), rows.size(), c.base_name);
+  c.cluster.calibration.layer_rows = static_cast<int>(fit_rows.size());
   const LayerCurve& curve = *fit.constants.layer_curve;
-  fmt::print("calibrating {} on {} ({} of {} rows: every fifth)\n", base_name,
+  fmt::print("calibrating {} on {} ({} of {} rows: every fifth)\n", c.base_name,
              PathForDisplay(args.vtrain_csv), fit_rows.size(), rows.size());
   const MatmulCurve& gemm = *fit.constants.matmul_curve;
   fmt::print("GEMM curve {:.4f} / (1 + {:.1f} / min(m, n, k)); block floors {:.0f} us forward / "
@@ -136,14 +154,65 @@ int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
       "Produced by: {}\n"
       "Errors on the rows not fitted: `stratos validate vtrain`; held-out checks on other tables: "
       "`stratos validate korthikanti` (22B layer times).",
-      cluster.name, base_name, command);
-  WriteCalibratedCluster(cluster, output, header, args.save_as);
+      c.cluster.name, c.base_name, c.command);
+  WriteCalibratedCluster(c.cluster, output, header, args.save_as);
+  return kExitSuccess;
+}
+
+// --megatron-h100-csv: the base cluster's matmul_efficiency fitted on the smallest and the
+// largest run of Megatron-Core's H100 table (FitMegatronConstants with the report's assumptions,
+// the fit of `stratos validate megatron-h100`).
+int RunCalibrateMegatron(const CalibrateArgs& args, const std::string& output) {
+  const std::vector<MegatronScalingRow> rows = ReadMegatronScaling(args.megatron_h100_csv);
+  if (rows.size() < 2)
+    throw InputError(fmt::format("{}: {} rows: needs at least 2 (the smallest and the largest "
+                                 "run)",
+                                 PathForDisplay(args.megatron_h100_csv), rows.size()));
+  std::vector<MegatronScalingRow> fit_rows;
+  for (size_t i : MegatronCalibrationRows(rows)) fit_rows.push_back(rows[i]);
+  DeviceCalibration c =
+      StartDeviceCalibration(args, "--megatron-h100-csv", args.megatron_h100_csv);
+  MegatronAssumptions how;
+  how.cluster = args.cluster;
+  const MegatronFit fit = FitMegatronConstants(fit_rows, how);
+  DeviceSpec& device = c.Device();
+  const double datasheet = device.matmul_efficiency;
+  device.matmul_efficiency = fit.matmul_efficiency;
+  device.source += fmt::format(
+      "; calibrated: matmul_efficiency (datasheet MAMF share {:.3f}) fitted end to end on "
+      "Megatron-Core's H100 runs {} and {}",
+      datasheet, fit_rows[0].model, fit_rows[1].model);
+  c.cluster.calibration.source = fmt::format(
+      "{}: matmul_efficiency fitted by grid search (least squares on the relative TFLOP/s error) "
+      "on the smallest and the largest run ({} on {} GPUs, {} on {} GPUs; the rule of `stratos "
+      "validate megatron-h100`, which reports the errors on the other {} rows), with "
+      "communication overlap {:g} and the report's other assumptions; an end-to-end figure "
+      "that absorbs the kernels the model does not price; network and memory as in {}",
+      c.command, fit_rows[0].model, fit_rows[0].num_gpus, fit_rows[1].model, fit_rows[1].num_gpus,
+      rows.size() - fit_rows.size(), how.comm_overlap_fraction, c.base_name);
+  c.cluster.calibration.layer_rows = static_cast<int>(fit_rows.size());
+  fmt::print("calibrating {} on {} ({} of {} rows: the smallest and the largest run)\n",
+             c.base_name, PathForDisplay(args.megatron_h100_csv), fit_rows.size(), rows.size());
+  fmt::print("matmul_efficiency {:.4f} (datasheet {:.4f}); RMS relative error on the fitted rows "
+             "{:.1f}%\n",
+             fit.matmul_efficiency, datasheet, 100 * fit.rms_relative_error);
+  const std::string header = fmt::format(
+      "{}: {} calibrated by stratos on Megatron-Core's H100 weak-scaling runs.\n"
+      "Produced by: {}\n"
+      "Errors on the rows not fitted: `stratos validate megatron-h100`.",
+      c.cluster.name, c.base_name, c.command);
+  WriteCalibratedCluster(c.cluster, output, header, args.save_as);
   return kExitSuccess;
 }
 
 }  // namespace
 
-int RunCalibrate(const CalibrateArgs& args) {
+int RunCalibrate(const CalibrateArgs& given) {
+  CalibrateArgs args = given;
+  if (args.cluster.empty())
+    args.cluster = !args.vtrain_csv.empty()          ? kVtrainBaseCluster
+                   : !args.megatron_h100_csv.empty() ? kMegatronBaseCluster
+                                                     : "p3.16xlarge-datasheet";
   if (!args.profile_dir.empty() && !args.alpa_csv.empty()) {
     throw InputError("command line: give --profile DIR or --alpa-csv FILE, not both");
   }
@@ -154,6 +223,7 @@ int RunCalibrate(const CalibrateArgs& args) {
                              : !args.output.empty() ? args.output
                                                     : "out/calibrate/cluster.toml";
   if (!args.vtrain_csv.empty()) return RunCalibrateVtrain(args, output);
+  if (!args.megatron_h100_csv.empty()) return RunCalibrateMegatron(args, output);
   const LoadedProfile loaded = LoadProfile(args.profile_dir, args.alpa_csv);
   const std::string matmul_dtype =
       !args.matmul_dtype.empty() ? args.matmul_dtype : local ? "f32" : "f16";
@@ -226,10 +296,18 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
       ->excludes(profile)
       ->excludes("--alpa-csv");
   commands.calibrate
-      ->add_option("--cluster", c.cluster,
-                   "base cluster: zoo name or .toml file, or local (this machine's worker "
-                   "processes, sized from the profile)")
-      ->capture_default_str();
+      ->add_option("--megatron-h100-csv", c.megatron_h100_csv,
+                   "Megatron-Core's H100 weak-scaling runs (the shared data's "
+                   "reference/megatron_h100_weak_scaling_2024.csv): fit the device's matmul "
+                   "efficiency on the smallest and the largest run")
+      ->excludes(profile)
+      ->excludes("--alpa-csv")
+      ->excludes("--vtrain-csv");
+  commands.calibrate->add_option(
+      "--cluster", c.cluster,
+      "base cluster: zoo name or .toml file, or local (this machine's worker processes, sized "
+      "from the profile); default: p3.16xlarge-datasheet, with --vtrain-csv "
+      "dgx-a100-80gb-datasheet, with --megatron-h100-csv dgx-h100-datasheet");
   commands.calibrate
       ->add_option("--holdout", c.holdout,
                    "rows not fitted, only predicted: comma list of NxG[/gS][/local|/cross], "

@@ -154,13 +154,18 @@ int RunValidate(const ValidateArgs& args);
 struct CalibrateArgs {
   std::string profile_dir;  // a profile directory (calibrate/profile.h), or
   std::string alpa_csv;     // an Alpa profile CSV; neither: the shared Alpa V100 profile, or
-  // vTrain's single-node A100 runs (validate/vtrain.h): the device's matmul_efficiency and block
-  // curve fitted on every fifth row (what `stratos validate vtrain` fits), nothing else.
+  // vTrain's single-node A100 runs (validate/vtrain.h): the device's GEMM curve and block curve
+  // fitted on every fifth row (what `stratos validate vtrain` fits), nothing else.
   std::string vtrain_csv;
+  // Megatron-Core's H100 runs (validate/megatron_h100.h): the device's matmul_efficiency fitted
+  // on the smallest and the largest run (what `stratos validate megatron-h100` fits).
+  std::string megatron_h100_csv;
   // Base cluster: zoo name or file, or "local": this machine's worker processes as the runtime
   // describes them (LocalCpuCluster), as many as the profile's largest collective mesh, peak =
-  // its fastest GEMM of matmul_dtype.
-  std::string cluster = "p3.16xlarge-datasheet";
+  // its fastest GEMM of matmul_dtype. "": p3.16xlarge-datasheet, or the datasheet node of the
+  // published runs (--vtrain-csv: dgx-a100-80gb-datasheet, --megatron-h100-csv:
+  // dgx-h100-datasheet).
+  std::string cluster;
   std::string holdout = "none";         // calibrate/calibrate.h ParseHoldout
   int ring_links = -1;                  // -1: the base cluster's
   // GEMM rows of this dtype fit the curve: f16 | bf16 | f32; "": f32 for --cluster local, else

@@ -10,19 +10,25 @@
 
 namespace stratos {
 
+// The zoo cluster `stratos calibrate --megatron-h100-csv` writes (the H100 default), and its base:
+// the same node with datasheet and MAMF constants only.
+inline constexpr const char* kMegatronShippedCluster = "dgx-h100";
+inline constexpr const char* kMegatronBaseCluster = "dgx-h100-datasheet";
+
 // How a row becomes a Problem and a Plan; the free constants are the last two fields.
 struct MegatronAssumptions {
-  std::string cluster = "dgx-h100";  // zoo cluster; nodes = GPUs / GPUs per node
+  std::string cluster = kMegatronBaseCluster;  // zoo cluster; nodes = GPUs / GPUs per node
   // Interleaved 1F1B with one transformer layer per virtual stage (v = layers / PP) on rows with
   // PP > 1; false: plain 1F1B.
   bool interleaved = true;
   // FlashAttention (UseFlashAttention: no attention scores in memory); false: the scores are
   // stored and streamed as in Korthikanti et al. Table 2.
   bool flash_attention = true;
-  // Free constants: the device's achieved GEMM share of peak (< 0: the zoo cluster's own value)
-  // and the share of TP, PP and DP communication hidden behind compute.
+  // The device's achieved GEMM share of peak (< 0: the zoo cluster's own value), fitted, and the
+  // share of TP, PP and DP communication hidden behind compute: 1 as Megatron-Core's README ran
+  // it (gradient reduce, parameter gather, TP and PP communication overlapped), or fitted.
   double matmul_efficiency = -1;
-  double comm_overlap_fraction = 0;
+  double comm_overlap_fraction = 1;
 };
 
 struct MegatronCase {
@@ -45,15 +51,16 @@ double MegatronModelFlops(const MegatronScalingRow& row);
 // Predicted TFLOP/s per GPU (model FLOPs / (iteration seconds x GPUs)) of a row.
 double PredictMegatronTflops(const MegatronScalingRow& row, const MegatronAssumptions& how);
 
-// The two free constants fitted to `rows` by least squares on the relative TFLOP/s error
-// (grid search, efficiency in [0.2, 1], overlap in [0, 1]).
+// The free constants fitted to `rows` by least squares on the relative TFLOP/s error (grid search,
+// efficiency in [0.2, 1]; with fit_overlap the overlap too, in [0, 1], else how's overlap).
+// `stratos calibrate --megatron-h100-csv` ships the efficiency fitted with the overlap of `how`.
 struct MegatronFit {
   double matmul_efficiency = 0;
   double comm_overlap_fraction = 0;
   double rms_relative_error = 0;  // on the fitted rows
 };
 MegatronFit FitMegatronConstants(const std::vector<MegatronScalingRow>& rows,
-                                 const MegatronAssumptions& how);
+                                 const MegatronAssumptions& how, bool fit_overlap = false);
 
 // Calibration rows by a rule fixed before looking at any error: the smallest and the largest
 // run of the table (fewest and most GPUs). Returns their indices into `rows`.

@@ -162,6 +162,12 @@ TEST_CASE("Megatron report: held-out MAPE within the 10% target (regression chec
   CHECK(report.summary["num_held_out"] == 7);
   CHECK(report.summary["mape_held_out_pct"].get<double>() <= 10.0);
   CHECK(report.summary["mape_all_pct"].get<double>() <= 10.0);
+  // The zoo ships this fit (stratos calibrate --megatron-h100-csv): a stale file fails here.
+  CHECK(report.summary["shipped_cluster"] == "dgx-h100");
+  CHECK(report.summary["shipped_constants_equal_this_fit"] == true);
+  // Fitted jointly, the overlap comes out at the bound the report assumes.
+  CHECK(report.summary["joint_fit_comm_overlap_fraction"].get<double>() ==
+        doctest::Approx(report.summary["comm_overlap_fraction"].get<double>()).epsilon(0.02));
 }
 
 TEST_CASE("AMP: layer-list boundaries map to our layers; a stage of no-ops is refused") {

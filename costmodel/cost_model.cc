@@ -1,7 +1,6 @@
 #include "costmodel/cost_model.h"
 
 #include <algorithm>
-#include <map>
 #include <fmt/format.h>
 
 #include "costmodel/collective.h"
@@ -63,22 +62,9 @@ CostModel::CostModel(const Problem& problem) : problem_(problem) {
   const ClusterSpec& cluster = problem.cluster;
   if (cluster.NumGroups() > 1)
     for (int g = 0; g < cluster.NumGroups(); ++g) group_views_.push_back(cluster.GroupView(g));
-  // A block-level layer's largest weight matrix (LayerWeightMatrixRows x hidden), capped by the
-  // layer's own parameters: an operator-granularity layer is one operator. Explicit layers name
-  // no operators: they add nothing (the term is a lower bound there).
-  std::map<LayerKind, double> largest_matrix;
-  for (const LayerSpec& layer : problem.model.layers) {
-    if (layer.kind == LayerKind::kExplicit) continue;
-    auto [it, inserted] = largest_matrix.try_emplace(layer.kind, 0.0);
-    if (inserted) {
-      const std::vector<double> rows = LayerWeightMatrixRows(problem.model, layer.kind);
-      it->second = rows.empty() ? 0.0
-                                : *std::max_element(rows.begin(), rows.end()) *
-                                      problem.model.hidden_size;
-    }
-    largest_operator_params_ =
-        std::max(largest_operator_params_, std::min(layer.stored_param_count, it->second));
-  }
+  // ZeRO-3 gathers a layer's parameters at a time: the largest layer sets its working memory.
+  for (const LayerSpec& layer : problem.model.layers)
+    largest_layer_params_ = std::max(largest_layer_params_, layer.stored_param_count);
 }
 
 const ClusterSpec& CostModel::GroupCluster(int node_group) const {
@@ -443,14 +429,16 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
   }
 
-  // ZeRO-3's model-state working memory (Rajbhandari et al., ZeRO-Infinity SC'21 §3, "MSWM"):
-  // the gathered parameters and the full gradient of the operator being computed, at its peak
-  // the model's largest parameter tensor (on this TP rank), before its gradient is
-  // reduce-scattered and its parameters released. The model's largest, not the stage's, as the
-  // recomputation's working set below: a per-stage constant keeps the stage terms additive.
+  // ZeRO-3's parameters in flight (Rajbhandari et al. SC'20 §5.3; PyTorch FSDP's per-block
+  // units): the layer being computed holds its gathered parameters and, in backward, its full
+  // gradient until the reduce-scatter, while the next layer's parameters are gathered ahead
+  // (FSDP's default backward prefetch, at most two all-gathers in flight; DeepSpeed's
+  // prefetch). At its peak: 2 layers of parameters and 1 of gradients, of the model's largest
+  // layer (on this TP rank), not the stage's: a per-stage constant keeps the stage terms
+  // additive. It contains ZeRO-Infinity's model-state working memory (SC'21 §3, one operator).
   if (c.zero_stage == 3 && c.data_parallel > 1)
-    terms.working_bytes += largest_operator_params_ / tp *
-                           (training.param_dtype_bytes + training.grad_dtype_bytes);
+    terms.working_bytes += largest_layer_params_ / tp *
+                           (2.0 * training.param_dtype_bytes + training.grad_dtype_bytes);
 
   // Full recomputation re-materializes one layer's activations at a time: the largest one.
   if (c.recompute == Recompute::kFull) {

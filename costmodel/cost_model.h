@@ -141,9 +141,9 @@ class CostModel {
  private:
   const Problem& problem_;
   std::vector<ClusterSpec> group_views_;  // one per node group when there are several
-  // Elements of the model's largest weight matrix at TP 1 (LayerWeightMatrixRows; 0 for explicit
-  // models): the operator whose gathered parameters and gradient ZeRO-3 holds at its peak.
-  double largest_operator_params_ = 0;
+  // Stored parameters of the model's largest layer at TP 1: the unit whose gathered parameters
+  // (and the next one's, prefetched) and gradient ZeRO-3 holds at its peak.
+  double largest_layer_params_ = 0;
 };
 
 }  // namespace stratos

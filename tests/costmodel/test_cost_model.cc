@@ -61,28 +61,32 @@ TEST_CASE("ZeRO model-state bytes match Rajbhandari et al. Figure 1 (7.5B params
     CHECK(cost_model.LayerTerms(0, config, 1).state_bytes / 1e9 ==
           doctest::Approx(expected_gb[zero]).epsilon(0.01));
   }
-  // An explicit layer names no operators: no ZeRO-3 working set is added for it.
+  // ZeRO-3 holds the layer's gathered parameters, the next layer's prefetched and its gradient.
+  const double pb = problem.training.param_dtype_bytes, gb = problem.training.grad_dtype_bytes;
   CHECK(cost_model.StageOverhead({8, 8, 64, 1, 3, Recompute::kNone, {}}, 1, true, true)
-            .working_bytes == 0);
+            .working_bytes == doctest::Approx(7.5e9 * (2 * pb + gb)));
 }
 
-TEST_CASE("ZeRO-3 holds the largest operator's gathered parameters and full gradient "
-          "(ZeRO-Infinity's model-state working memory), on every stage with DP > 1") {
-  // h = 1024, V = 51200: the largest tensor is the word embeddings (V x h), above fc1 (4h x h).
+TEST_CASE("ZeRO-3 holds the largest layer's gathered parameters and gradient and the next "
+          "layer's prefetched parameters, on every stage with DP > 1") {
+  // h = 1024, V = 51200, s = 512: the largest layer is the embedding, (V + s) x h with learned
+  // positions, above a block (12 h^2 + 13 h).
   Problem problem = GptProblem(1024, 16, 512, 2, 8);
   problem.training.param_dtype_bytes = 2;
   problem.training.grad_dtype_bytes = 4;
   const CostModel cost_model(problem);
-  // The block's (other, h) matrices: fused QKV, the output projection, fc1 and fc2.
+  const double largest = (51200.0 + 512) * 1024;
+  CHECK(problem.model.layers.front().stored_param_count == largest);
+  // The block's (other, h) weight matrices (what gradient compression compresses): fused QKV,
+  // the output projection, fc1 and fc2.
   CHECK(LayerWeightMatrixRows(problem.model, LayerKind::kTransformer) ==
         std::vector<double>{3 * 1024, 1024, 4 * 1024, 4 * 1024});
   CHECK(LayerWeightMatrixRows(problem.model, LayerKind::kEmbedding) ==
         std::vector<double>{51200, 512});
   CHECK(LayerWeightMatrixRows(problem.model, LayerKind::kExplicit).empty());
-  const double largest = 51200.0 * 1024;
   for (int tp : {1, 2}) {
     const auto zero3 = cost_model.StageOverhead(Config(4, tp, 3, Recompute::kNone), 2, true, true);
-    CHECK(zero3.working_bytes == doctest::Approx(largest / tp * (2 + 4)));
+    CHECK(zero3.working_bytes == doctest::Approx(largest / tp * (2 * 2 + 4)));
     // Full recomputation's working set adds to it.
     const auto both = cost_model.StageOverhead(Config(4, tp, 3, Recompute::kFull), 2, true, true);
     const auto full = cost_model.StageOverhead(Config(4, tp, 2, Recompute::kFull), 2, true, true);
@@ -94,14 +98,15 @@ TEST_CASE("ZeRO-3 holds the largest operator's gathered parameters and full grad
         0);
   CHECK(cost_model.StageOverhead(Config(4, 2, 2, Recompute::kNone), 2, true, true).working_bytes ==
         0);
-  // A small vocabulary: fc1 (4h x h) is the largest.
+  // A small vocabulary: a block, 12 h^2 + 13 h, is the largest layer.
   Problem small_vocab = GptProblem(1024, 16, 512, 2, 8);
   small_vocab.model.vocab_size = 1000;
   BuildTransformerLayers(small_vocab.model);
   const CostModel small(small_vocab);
   CHECK(small.StageOverhead(Config(4, 1, 3, Recompute::kNone), 2, true, true).working_bytes ==
-        doctest::Approx(4.0 * 1024 * 1024 * (small_vocab.training.param_dtype_bytes +
-                                             small_vocab.training.grad_dtype_bytes)));
+        doctest::Approx((12.0 * 1024 * 1024 + 13 * 1024) *
+                        (2 * small_vocab.training.param_dtype_bytes +
+                         small_vocab.training.grad_dtype_bytes)));
 }
 
 TEST_CASE("activation bytes per transformer layer follow Korthikanti et al. Table 2") {

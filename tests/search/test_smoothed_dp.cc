@@ -559,7 +559,7 @@ TEST_CASE("relax: where the majorize-minimize stops 2% above the DP optimum (a s
   NonUniformModelOptions model;
   model.num_layers = 96;
   Problem problem;
-  problem.model = MakeNonUniformModel(model, 7);
+  problem.model = MakeNonUniformModel(model, 0);
   problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(16);
   problem.training.global_batch_size = 512;
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->level_search_options = 0; }, 0.001,

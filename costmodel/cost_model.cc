@@ -231,8 +231,8 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
                             b * layer.activation_attention_bytes / tp / hbm;
   }
   // A whole transformer block (not one of its operators) on a device with a calibrated block
-  // curve (cluster.h LayerCurve): each pass through it; a full recomputation is one more forward pass, a selective one runs inside
-  // the backward pass (scaled, no floor of its own).
+  // curve (cluster.h LayerCurve): each pass through it; a full recomputation is one more forward
+  // pass, a selective one runs inside the backward pass (scaled, no floor of its own).
   if (use_layer_curve && device.layer_curve && layer.kind == LayerKind::kTransformer &&
       !layer.block_operator) {
     const LayerCurve& curve = *device.layer_curve;

@@ -441,7 +441,8 @@ TEST_CASE("validation split: held-out collective MAPE <= 15% and matmul held-out
   options.holdout = ParseHoldout("1x8,2x8/g16,2x8/local,gemm>4096");
   options.ring_links_per_gpu = 6;
   const CalibrationResult result =
-      Calibrate(ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")), alpa.profile, options);
+      Calibrate(ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")), alpa.profile,
+                options);
   REQUIRE(result.collectives.size() == 3);
   for (const CollectiveReport& report : result.collectives) {
     INFO(CollectiveName(report.fit.kind), " held-out MAPE ", report.held_out.mape);

@@ -26,7 +26,8 @@ struct TargetCase {
 TargetCase SmallTarget(int zero_stage_of_stage_1 = 1, int global_batch = 64) {
   TargetCase target;
   target.problem.model = ReadModelFile(ResolveModelPath("gpt3-1.3b"), 0);
-  target.problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(2);
+  target.problem.cluster =
+      ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(2);
   target.problem.training.global_batch_size = global_batch;
   Plan& plan = target.plan;
   plan.global_batch_size = global_batch;

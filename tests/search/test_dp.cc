@@ -285,10 +285,14 @@ TEST_CASE("DP benchmark on GPT ladders" * doctest::skip()) {
     int num_layers;  // 0: the model's own
   };
   const Case cases[] = {
-      {"gpt3-1.3b", "dgx-a100-80gb", 1, 512, 0},   {"gpt3-6.7b", "dgx-a100-80gb", 2, 512, 0},
-      {"gpt3-6.7b", "dgx-a100-80gb", 8, 512, 0},   {"gpt3-13b", "p3.16xlarge-datasheet", 8, 1024, 0},
-      {"gpt3-13b", "dgx-a100-80gb", 16, 1024, 0},  {"llama2-70b", "g4dn.12xlarge", 64, 1024, 0},
-      {"gpt3-175b", "dgx-a100-80gb", 64, 1536, 0}, {"gpt3-175b", "dgx-a100-80gb", 128, 1536, 0},
+      {"gpt3-1.3b", "dgx-a100-80gb", 1, 512, 0},
+      {"gpt3-6.7b", "dgx-a100-80gb", 2, 512, 0},
+      {"gpt3-6.7b", "dgx-a100-80gb", 8, 512, 0},
+      {"gpt3-13b", "p3.16xlarge-datasheet", 8, 1024, 0},
+      {"gpt3-13b", "dgx-a100-80gb", 16, 1024, 0},
+      {"llama2-70b", "g4dn.12xlarge", 64, 1024, 0},
+      {"gpt3-175b", "dgx-a100-80gb", 64, 1536, 0},
+      {"gpt3-175b", "dgx-a100-80gb", 128, 1536, 0},
       {"gpt3-175b", "p3.16xlarge-datasheet", 128, 1536, 126}};
   for (const Case& c : cases) {
     Problem problem;

@@ -369,6 +369,10 @@ expect "calibrate --megatron-h100-csv fits the H100 on Megatron-Core's runs as t
   --cluster dgx-h100-datasheet --name dgx-h100 --output "$WORK/h100-megatron.toml"
 expect "the shipped dgx-h100 is what calibrate --megatron-h100-csv writes" 0 "" -- \
   diff data/clusters/dgx-h100.toml "$WORK/h100-megatron.toml"
+expect_one_line_error "calibrate --megatron-h100-csv calibrates one device" \
+  "--megatron-h100-csv calibrates one device: the cluster must have one node group" -- \
+  "$STRATOS" calibrate --megatron-h100-csv ../shared/data/reference/megatron_h100_weak_scaling_2024.csv \
+  --cluster dgx-h100-a100 --output "$WORK/bad.toml"
 expect "the vTrain-calibrated A100 is a cluster file every command reads" 0 "MFU" -- \
   "$STRATOS" evaluate --model gpt3-1.3b --cluster "$WORK/a100-vtrain.toml" --global-batch 64 --tp 1 --pp 1 --dp 8 --micro-batch 1
 expect_one_line_error "calibrate --vtrain-csv calibrates one device" \

@@ -190,7 +190,6 @@ int RunCalibrateMegatron(const CalibrateArgs& args, const std::string& output) {
       "that absorbs the kernels the model does not price; network and memory as in {}",
       c.command, fit_rows[0].model, fit_rows[0].num_gpus, fit_rows[1].model, fit_rows[1].num_gpus,
       rows.size() - fit_rows.size(), how.comm_overlap_fraction, c.base_name);
-  c.cluster.calibration.layer_rows = static_cast<int>(fit_rows.size());
   fmt::print("calibrating {} on {} ({} of {} rows: the smallest and the largest run)\n",
              c.base_name, PathForDisplay(args.megatron_h100_csv), fit_rows.size(), rows.size());
   fmt::print("matmul_efficiency {:.4f} (datasheet {:.4f}); RMS relative error on the fitted rows "

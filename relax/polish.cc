@@ -194,7 +194,8 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
   }
   cost.valid = true;
   cost.overflow_bytes = overflow;
-  cost.iteration_seconds = PipelineSeconds(sum_t, max_t, max_e, sum_c, tables_.num_microbatches[m]);
+  cost.iteration_seconds =
+      PipelineSeconds(sum_t, max_t, max_e, sum_c, tables_.num_microbatches[m]);
   return cost;
 }
 

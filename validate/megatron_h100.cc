@@ -167,9 +167,9 @@ ValidationReport ValidateMegatronH100(const std::string& reference_path,
   // fitted on the calibration rows by this rule) with the assumptions as given; the report
   // refits and says whether the shipped efficiency is this fit's.
   const MegatronFit fit = FitMegatronConstants(fit_rows, how);
-  MegatronAssumptions fitted = how;
-  fitted.cluster = kMegatronShippedCluster;
-  fitted.matmul_efficiency = -1;
+  MegatronAssumptions shipped = how;
+  shipped.cluster = kMegatronShippedCluster;
+  shipped.matmul_efficiency = -1;
   double shipped_efficiency = 0;
   {
     ClusterSpec shipped = ZooCluster(kMegatronShippedCluster, 1);
@@ -181,8 +181,8 @@ ValidationReport ValidateMegatronH100(const std::string& reference_path,
   MegatronAssumptions zoo = how;
   zoo.matmul_efficiency = -1;
   zoo.comm_overlap_fraction = 0;
-  // Sensitivity: the overlap fitted too, and the two structural assumptions, each flipped and
-  // refitted by the same rule.
+  // Sensitivity: the overlap fitted too, and the two structural assumptions, each flipped; each
+  // with the efficiency and the overlap fitted together on the calibration rows.
   auto refit = [&](MegatronAssumptions changed, bool fit_overlap) {
     const MegatronFit changed_fit = FitMegatronConstants(fit_rows, changed, fit_overlap);
     changed.matmul_efficiency = changed_fit.matmul_efficiency;
@@ -234,7 +234,7 @@ ValidationReport ValidateMegatronH100(const std::string& reference_path,
   std::vector<double> predicted_all, published_all, predicted_held, published_held, zoo_all;
   for (size_t i = 0; i < rows.size(); ++i) {
     const MegatronScalingRow& row = rows[i];
-    const MegatronCase c = BuildMegatronCase(row, fitted);
+    const MegatronCase c = BuildMegatronCase(row, shipped);
     const Estimate estimate = Evaluate(c.problem, c.plan);
     const double flops = MegatronModelFlops(row);
     const double predicted = flops / (estimate.iteration_seconds * row.num_gpus) / 1e12;

@@ -74,7 +74,8 @@ struct DeviceSpec {
   // Achievable share of peak on large GEMMs (e.g. measured maximum achievable matmul FLOPs /
   // peak, stas00/ml-engineering MAMF table); in (0, 1].
   double matmul_efficiency = 1.0;
-  // Memory not available to the model (CUDA context, NCCL buffers, fragmentation).
+  // Memory not available to the model: what the process holds outside the framework's caching
+  // allocator (CUDA context and kernel images, library handles, NCCL buffers), bytes.
   double reserved_memory_bytes = 0;
   std::string source;
   // Calibrated keys come last so that positional initializers of the fields above still work.
@@ -85,6 +86,10 @@ struct DeviceSpec {
   // Optional calibrated block curve; when set, transformer blocks' compute goes through it
   // (cost_model.h LayerComputeSeconds).
   std::optional<LayerCurve> layer_curve = std::nullopt;
+  // The caching allocator's overhead over the bytes in tensors at the peak (blocks rounded up,
+  // split and cached but not reusable for the request at hand), as a fraction >= 0: a plan
+  // whose tensors peak at x bytes needs x (1 + memory_fragmentation) from the allocator.
+  double memory_fragmentation = 0;
 };
 
 // Nodes of one kind (DESIGN.md §3): several groups make a heterogeneous cluster. A stage's mesh

@@ -83,7 +83,7 @@ LayerCurve ReadLayerCurve(const TomlTableReader& c) {
 DeviceSpec ReadDevice(const TomlTableReader& d) {
   d.AllowOnly({"name", "peak_TFLOPS", "memory_GB", "memory_GiB", "hbm_GBps", "matmul_efficiency",
                "measured_matmul_TFLOPS", "reserved_memory_GB", "reserved_memory_GiB",
-               "matmul_curve", "layer_curve", "source"});
+               "memory_fragmentation", "matmul_curve", "layer_curve", "source"});
   DeviceSpec device;
   device.name = d.RequireString("name");
   const double peak_tflops = d.Positive("peak_TFLOPS");
@@ -110,6 +110,8 @@ DeviceSpec ReadDevice(const TomlTableReader& d) {
     d.Fail(reserved_unit == 0 ? "reserved_memory_GB" : "reserved_memory_GiB",
            "must be less than the device memory");
   }
+  device.memory_fragmentation = d.NonNegative("memory_fragmentation").value_or(0.0);
+  if (device.memory_fragmentation >= 1.0) d.Fail("memory_fragmentation", "must be < 1");
   if (const std::optional<TomlTableReader> curve = SubTable(d, "matmul_curve")) {
     device.matmul_curve = ReadMatmulCurve(*curve);
   }

@@ -25,7 +25,8 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   hbm_GBps = 2039                 # > 0
 //   matmul_efficiency = 0.869       # optional, in (0, 1], default 1; or instead:
 //   measured_matmul_TFLOPS = 271.2  #   optional, in (0, peak]: efficiency = measured / peak
-//   reserved_memory_GiB = 0         # optional, >= 0 (or reserved_memory_GB)
+//   reserved_memory_GiB = 0         # optional, >= 0 (or reserved_memory_GB): outside the allocator
+//   memory_fragmentation = 0        # optional, in [0, 1): allocator overhead over tensor bytes
 //   source = "..."
 //   [device.matmul_curve]           # optional, calibrated (cluster.h MatmulCurve), all 3 keys:
 //   max_efficiency = 0.95           #   in (0, 1]

@@ -79,7 +79,7 @@ const ClusterSpec& CostModel::GroupCluster(int node_group) const {
 
 double CostModel::DeviceMemoryCapacityBytes(int node_group) const {
   const DeviceSpec& device = GroupCluster(node_group).Device();
-  return device.memory_bytes - device.reserved_memory_bytes;
+  return (device.memory_bytes - device.reserved_memory_bytes) / (1.0 + device.memory_fragmentation);
 }
 
 double CostModel::ReplicaMicrobatchSize(const StageConfig& config, int num_microbatches) const {
@@ -195,6 +195,13 @@ double ActivationBytesPerSample(const LayerSpec& layer, int tp, bool sequence_pa
   return bytes;
 }
 
+// Stored activations are built at 2 bytes per element (model.cc, Korthikanti et al.'s bf16/fp16
+// accounting); a training whose activations are fp32 stores twice as many bytes. Applied to the
+// memory terms only: the compute terms' HBM roofline and the messages keep the 2-byte sizes.
+double ActivationMemoryScale(const TrainingSpec& training) {
+  return training.activation_dtype_bytes / 2.0;
+}
+
 }  // namespace
 
 LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
@@ -295,8 +302,10 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     case 2: terms.state_bytes = params * (pb + (gb + kb) / dp); break;
     default: terms.state_bytes = params * (pb + gb + kb) / dp; break;
   }
-  terms.activation_bytes =
-      b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, c.recompute);
+  terms.state_bytes += params * training.buffer_bytes_per_param;
+  terms.activation_bytes = ActivationMemoryScale(training) * b *
+                           ActivationBytesPerSample(layer, tp, training.sequence_parallel,
+                                                    c.recompute);
 
   // Data parallelism. Gradient sync once per iteration (bandwidth part here, latency once per
   // stage in StageOverhead): all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
@@ -447,7 +456,7 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
       if (Recomputes(layer))
         largest = std::max(largest, ActivationBytesPerSample(layer, tp, training.sequence_parallel,
                                                              Recompute::kNone));
-    terms.working_bytes += b * largest;
+    terms.working_bytes += ActivationMemoryScale(training) * b * largest;
   }
   if (!last_stage) terms.cut_cost_seconds = model.cut_cost_seconds;
   return terms;

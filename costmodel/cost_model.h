@@ -125,7 +125,8 @@ class CostModel {
   // Samples one DP replica processes per microbatch: global_batch / (m * dp).
   double ReplicaMicrobatchSize(const StageConfig& config, int num_microbatches) const;
 
-  // Usable memory per device of node group `node_group`, bytes.
+  // Usable memory per device of node group `node_group`, bytes: what tensors may take at their
+  // peak, (memory - reserved_memory) / (1 + memory_fragmentation) of the group's device.
   double DeviceMemoryCapacityBytes(int node_group = 0) const;
 
   // Ring collective times over a group laid out as `nodes` x `gpus_per_node_in_group` GPUs of

@@ -210,6 +210,11 @@ LayerSpec Head(const ModelSpec& model, const Shape& x) {
 
 }  // namespace
 
+void UseFlashAttention(ModelSpec& model) {
+  for (LayerSpec& layer : model.layers)
+    if (layer.kind == LayerKind::kTransformer) layer.activation_attention_bytes = 0;
+}
+
 void BuildTransformerLayers(ModelSpec& model) {
   const Shape shape = ValidateShape(model);
   model.layers.clear();

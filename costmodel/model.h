@@ -101,4 +101,13 @@ struct ModelSpec {
 // max_position_embeddings).
 void BuildTransformerLayers(ModelSpec& model);
 
+// The same model computing attention with FlashAttention (Dao et al., NeurIPS'22), as
+// Megatron-Core with Transformer Engine and PyTorch's scaled_dot_product_attention on CUDA do:
+// the attention scores and their dropout mask (5 a s^2 bytes per sample and layer, Korthikanti
+// et al. 2022 Table 2) are never written to memory, neither stored for the backward pass nor
+// streamed through HBM. Sets each transformer block's activation_attention_bytes to 0; its FLOPs
+// are unchanged (FlashAttention's extra backward QK^T, 2 s^2 h per sample and layer, is not
+// counted).
+void UseFlashAttention(ModelSpec& model);
+
 }  // namespace stratos

@@ -42,6 +42,9 @@ void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where
       {"training.pp_comm_overlap_fraction", training.pp_comm_overlap_fraction}};
   for (const auto& [key, value] : fractions)
     if (!(value >= 0.0 && value <= 1.0)) ThrowInputError(where, key, value, "must be in [0, 1]");
+  if (!(training.buffer_bytes_per_param >= 0.0))
+    ThrowInputError(where, "training.buffer_bytes_per_param", training.buffer_bytes_per_param,
+                    "must be >= 0");
   if (training.virtual_pipeline_stages < 1)
     ThrowInputError(where, "training.virtual_pipeline_stages", training.virtual_pipeline_stages,
                     "must be >= 1");

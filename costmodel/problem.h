@@ -19,7 +19,9 @@ Recompute ParseRecompute(const std::string& text, const std::string& where);
 struct TrainingSpec {
   int global_batch_size = 512;        // samples (sequences) per optimizer step
   Schedule schedule = Schedule::kOneFOneB;
-  double activation_dtype_bytes = 2;  // bf16
+  // Bytes per stored activation element: 2 (bf16/fp16, the layers' own accounting), 4 (fp32:
+  // the activations' memory doubles; compute and messages are priced at 2 bytes still).
+  double activation_dtype_bytes = 2;
   double param_dtype_bytes = 2;       // bf16 weights
   double grad_dtype_bytes = 2;        // bf16 gradients (reduced in bf16)
   // fp32 master weights + Adam m and v: K = 12 bytes/param (ZeRO, Rajbhandari et al. SC'20 §3).
@@ -27,6 +29,10 @@ struct TrainingSpec {
   // Bytes the optimizer step reads and writes per parameter it updates (Adam: read fp32 p, m, v
   // and the grad, write fp32 p, m, v and the bf16 copy).
   double optimizer_step_bytes_per_param = 32;
+  // Bytes per parameter the framework keeps beside the weights, gradients and optimizer states
+  // at its peak, not sharded by ZeRO: e.g. a flat gradient buffer beside per-parameter gradients
+  // (stratos's runtime: 4), autocast's cache of half-precision copies of the weights (2).
+  double buffer_bytes_per_param = 0;
   // Share of the DP gradient synchronization hidden behind the backward pass, in [0, 1].
   double dp_overlap_fraction = 0.0;
   // Tensor parallelism uses Megatron sequence parallelism (activations split by TP everywhere).
@@ -61,7 +67,7 @@ struct TrainingSpec {
 
 // Throws InputError naming `where`, the field, its value and the rule if an option of
 // TrainingSpec is out of range (overlap fractions outside [0, 1], virtual_pipeline_stages < 1,
-// global_batch_size < 1).
+// global_batch_size < 1, buffer_bytes_per_param < 0).
 void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where);
 
 struct Problem {

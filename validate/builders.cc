@@ -27,11 +27,6 @@ ModelSpec GptModel(const std::string& name, int hidden_size, int num_attention_h
   return model;
 }
 
-void UseFlashAttention(ModelSpec& model) {
-  for (LayerSpec& layer : model.layers)
-    if (layer.kind == LayerKind::kTransformer) layer.activation_attention_bytes = 0;
-}
-
 DeviceSpec& PricedDevice(ClusterSpec& cluster) {
   const std::string& name = cluster.node_groups.at(0).device;
   for (DeviceSpec& device : cluster.devices)

@@ -16,14 +16,6 @@ namespace stratos {
 ModelSpec GptModel(const std::string& name, int hidden_size, int num_attention_heads,
                    int num_layers, int seq_length, int vocab_size);
 
-// The same model computing attention with FlashAttention (Dao et al., NeurIPS'22), as
-// Megatron-Core with Transformer Engine does: the attention scores and their dropout mask
-// (5 a s^2 bytes per sample and layer, Korthikanti et al. 2022 Table 2) are never written to
-// memory, neither stored for the backward pass nor streamed through HBM. Sets each transformer
-// block's activation_attention_bytes to 0; its FLOPs are unchanged (FlashAttention's extra
-// backward QK^T, 2 s^2 h per sample and layer, is not counted).
-void UseFlashAttention(ModelSpec& model);
-
 // The zoo cluster `name` (data/clusters/<name>.toml) with `num_nodes` nodes.
 ClusterSpec ZooCluster(const std::string& name, int num_nodes);
 

@@ -32,6 +32,7 @@ void CheckSameCluster(const ClusterSpec& a, const ClusterSpec& b) {
     CHECK(Close(x.hbm_bytes_per_second, y.hbm_bytes_per_second));
     CHECK(Close(x.matmul_efficiency, y.matmul_efficiency));
     CHECK(Close(x.reserved_memory_bytes, y.reserved_memory_bytes));
+    CHECK(Close(x.memory_fragmentation, y.memory_fragmentation));
     CHECK(x.source == y.source);
     REQUIRE(x.matmul_curve.has_value() == y.matmul_curve.has_value());
     if (x.matmul_curve) {
@@ -96,6 +97,8 @@ ClusterSpec CalibratedExample() {
   cluster.devices[0].matmul_curve = MatmulCurve{0.9476, 557.4, 29.0e-6};
   cluster.devices[0].matmul_efficiency = 0.8162;
   cluster.devices[0].layer_curve = LayerCurve{1.08, 1.19, 509e-6, 1198e-6, 3};
+  cluster.devices[0].reserved_memory_bytes = 0.75 * 1024 * 1024 * 1024;
+  cluster.devices[0].memory_fragmentation = 0.079;
   cluster.networks[0].ring_links_per_gpu = 6;
   cluster.networks[0].collective_fits[0] = LinkFit{22.95e9, 10.89e-6};
   cluster.networks[0].collective_fits[2] = LinkFit{17.41e9 / 3, 29.2e-6 / 7};
@@ -164,6 +167,15 @@ latency_us = 10
                  "\"hierarchical\" or \"ring\""));
   CHECK(Contains(error("[collective.all_gather]\nlaunch_us = -1\n"),
                  "collective.all_gather.launch_us = -1: must be >= 0"));
+  auto device_error = [&](const std::string& key_value) {
+    std::string text = base;
+    text.replace(text.find("hbm_GBps = 900\n"), 15, "hbm_GBps = 900\n" + key_value + "\n");
+    return InputErrorMessage([&] { ParseClusterToml(text, "c.toml"); });
+  };
+  CHECK(Contains(device_error("memory_fragmentation = 1.2"),
+                 "c.toml: device[0].memory_fragmentation = 1.2: must be < 1"));
+  CHECK(Contains(device_error("memory_fragmentation = -0.5"),
+                 "c.toml: device[0].memory_fragmentation = -0.5: must be >= 0"));
   CHECK(Contains(error("[calibration]\nmatmul_rows = 3\n"),
                  "c.toml: calibration.source: missing required key"));
   const std::string device_curve = ClusterToToml(CalibratedExample(), "");
@@ -249,6 +261,19 @@ Problem SmallGptProblem() {
   problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb-datasheet"));
   problem.training.global_batch_size = 8;
   return problem;
+}
+
+TEST_CASE("usable memory: the device's memory less what lies outside the allocator, over its "
+          "fragmentation") {
+  Problem problem = SmallGptProblem();
+  DeviceSpec& device = problem.cluster.devices.front();
+  const double memory = device.memory_bytes;  // 80 GB
+  CHECK(CostModel(problem).DeviceMemoryCapacityBytes() == memory);
+  device.reserved_memory_bytes = 2e9;
+  device.memory_fragmentation = 0.25;
+  // (80 - 2) GB / 1.25 = 62.4 GB for tensors.
+  CHECK(CostModel(problem).DeviceMemoryCapacityBytes() == doctest::Approx(62.4e9).epsilon(1e-12));
+  CHECK(memory == 80e9);
 }
 
 TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficiency exactly") {

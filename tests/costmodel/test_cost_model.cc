@@ -6,6 +6,7 @@
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/synthetic.h"
+#include "test_util.h"
 
 using namespace stratos;
 
@@ -127,6 +128,38 @@ TEST_CASE("activation bytes per transformer layer follow Korthikanti et al. Tabl
   CHECK(act(1, t, Recompute::kSelective, false) == doctest::Approx(sbh * (10 + 24.0 / t)));
   CHECK(act(1, t, Recompute::kSelective, true) == doctest::Approx(sbh * 34.0 / t));
   CHECK(act(1, 1, Recompute::kFull, false) == doctest::Approx(sbh * 2));
+}
+
+TEST_CASE("with FlashAttention a block stores no attention scores: s h 34 bytes per sample") {
+  const int h = 1024, a = 16, s = 512;
+  Problem problem = GptProblem(h, a, s, 2, 8);
+  problem.training.global_batch_size = 8;
+  UseFlashAttention(problem.model);
+  CHECK(problem.model.layers[0].ActivationBytes() > 0);  // the embedding keeps its own
+  const CostModel cost_model(problem);
+  const double sbh = 1.0 * s * h;
+  CHECK(cost_model.LayerTerms(1, Config(1, 1, 0, Recompute::kNone), 8).activation_bytes ==
+        doctest::Approx(sbh * 34));
+  CHECK(cost_model.LayerTerms(1, Config(1, 1, 0, Recompute::kSelective), 8).activation_bytes ==
+        doctest::Approx(sbh * 34));
+  // Its FLOPs stay those of attention with the scores (4 s^2 h per sample in forward).
+  CHECK(problem.model.layers[1].attention_flops == 4.0 * s * s * h);
+}
+
+TEST_CASE("framework buffers add their bytes per parameter to the model states, unsharded") {
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const double params = problem.model.layers[1].stored_param_count;
+  const double before = CostModel(problem).LayerTerms(1, Config(2, 1, 1, Recompute::kNone), 4)
+                            .state_bytes;
+  problem.training.buffer_bytes_per_param = 6;  // e.g. a flat fp32 gradient + bf16 weight copies
+  const double after = CostModel(problem).LayerTerms(1, Config(2, 1, 1, Recompute::kNone), 4)
+                           .state_bytes;
+  CHECK(after - before == doctest::Approx(6 * params));
+  problem.training.buffer_bytes_per_param = -1;
+  CHECK(testing::Contains(testing::InputErrorMessage([&] {
+                            ValidateTrainingSpec(problem.training, "run options");
+                          }),
+                          "run options: training.buffer_bytes_per_param = -1: must be >= 0"));
 }
 
 TEST_CASE("recomputation costs one forward (full) or the attention scores (selective)") {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "calibrate/alpa_profile.h"
@@ -137,6 +138,17 @@ int RunRun(const RunArgs& args) {
                stage.at("backward_seconds").get<double>(),
                stage.at("communication_seconds").get<double>(),
                stage.at("idle_seconds").get<double>());
+  for (const auto& stage : comparison.at("stages")) {
+    if (!stage.contains("measured_peak_allocated_bytes")) continue;
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    fmt::print("  stage {}: peak memory predicted {:.2f} GiB; measured {:.2f} GiB in tensors, "
+               "{:.2f} GiB held by the caching allocator, {:.2f} GiB outside it\n",
+               stage.at("stage").get<int>(),
+               stage.at("predicted_peak_memory_bytes").get<double>() / kGiB,
+               stage.at("measured_peak_allocated_bytes").get<double>() / kGiB,
+               stage.at("measured_peak_reserved_bytes").get<double>() / kGiB,
+               stage.at("measured_outside_allocator_bytes").get<double>() / kGiB);
+  }
   PrintMfu(measurement);
   fmt::print("wrote {0}/measurement.json, {0}/trace.json, {0}/predicted_vs_measured.json\n",
              options.output_dir);
@@ -164,12 +176,89 @@ nlohmann::json RederiveRun(const std::string& where, const std::string& cluster,
     record.losses = measurement.at("losses").get<std::vector<double>>();
     record.flops_per_worker =
         measurement.at("predicted_vs_measured").at("flops_per_worker").get<double>();
+    // Runs measured before the key existed: CUDA runs had LibTorch 2.x (fused attention).
+    record.flash_attention =
+        measurement.contains("attention")
+            ? measurement.at("attention").get<std::string>() == "fused"
+            : record.options.value("device", "cpu") == "cuda";
     for (const nlohmann::json& rank : measurement.at("ranks")) record.ranks.push_back(rank);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not a stratos.measurement/1 file ({})", where, e.what()));
   }
   EnsureDirectory(output_dir);
   return WriteRunReports(record, output_dir);
+}
+
+}  // namespace
+
+namespace {
+
+// The stage of a run whose measured peak of tensor bytes is largest, with its predicted peak and
+// the device memory figures; null for a run without memory measurements (CPU).
+nlohmann::json PeakMemoryStage(const nlohmann::json& comparison) {
+  nlohmann::json worst;
+  for (const nlohmann::json& stage : comparison.at("stages")) {
+    if (!stage.contains("measured_peak_allocated_bytes")) continue;
+    if (worst.is_null() || stage.at("measured_peak_allocated_bytes").get<double>() >
+                               worst.at("measured_peak_allocated_bytes").get<double>())
+      worst = stage;
+  }
+  if (worst.is_null()) return worst;
+  const double predicted = worst.at("predicted_peak_memory_bytes").get<double>();
+  const double allocated = worst.at("measured_peak_allocated_bytes").get<double>();
+  return {{"stage", worst.at("stage")},
+          {"predicted_peak_bytes", predicted},
+          {"measured_peak_allocated_bytes", allocated},
+          {"measured_peak_reserved_bytes", worst.at("measured_peak_reserved_bytes")},
+          {"measured_outside_allocator_bytes", worst.at("measured_outside_allocator_bytes")},
+          {"relative_error", allocated > 0 ? predicted / allocated - 1.0 : 0.0}};
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Over the runs with memory measurements: the predicted peak of tensor bytes against the
+// measured one (MAPE), and the two framework constants a cluster description carries
+// (cluster.h DeviceSpec): the bytes held outside the caching allocator and the allocator's
+// overhead over the tensors at their peak (medians over the runs). Printed; null without runs.
+nlohmann::json MemoryReport(const nlohmann::json& runs) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::vector<double> errors, outside, fragmentation;
+  for (const nlohmann::json& run : runs) {
+    const nlohmann::json& m = run.at("memory");
+    if (m.is_null()) continue;
+    if (errors.empty())
+      fmt::print("\n{:<48} {:>10} {:>10} {:>8} {:>10} {:>9}\n", "peak memory of the run (GiB)",
+                 "measured", "predicted", "error", "allocator", "outside");
+    const double allocated = m.at("measured_peak_allocated_bytes").get<double>();
+    const double reserved = m.at("measured_peak_reserved_bytes").get<double>();
+    errors.push_back(std::abs(m.at("relative_error").get<double>()));
+    outside.push_back(m.at("measured_outside_allocator_bytes").get<double>());
+    fragmentation.push_back(reserved / allocated - 1.0);
+    fmt::print("{:<48} {:>10.2f} {:>10.2f} {:>+7.1f}% {:>10.2f} {:>9.2f}\n",
+               PathForDisplay(run.at("measurement").get<std::string>()), allocated / kGiB,
+               m.at("predicted_peak_bytes").get<double>() / kGiB,
+               100 * m.at("relative_error").get<double>(), reserved / kGiB, outside.back() / kGiB);
+  }
+  if (errors.empty()) return nullptr;
+  double sum = 0;
+  for (double e : errors) sum += e;
+  const double mape = sum / static_cast<double>(errors.size());
+  const double median_outside = Median(outside), median_fragmentation = Median(fragmentation);
+  fmt::print("MAPE of the predicted peak memory (tensors) over {} run(s): {:.1f}%\n",
+             errors.size(), 100 * mape);
+  fmt::print("held outside the caching allocator: median {:.3f} GiB; the allocator's peak over "
+             "the tensors' peak: median +{:.1f}% (min +{:.1f}%, max +{:.1f}%)\n",
+             median_outside / kGiB, 100 * median_fragmentation,
+             100 * *std::min_element(fragmentation.begin(), fragmentation.end()),
+             100 * *std::max_element(fragmentation.begin(), fragmentation.end()));
+  return {{"runs", errors.size()},
+          {"mape", mape},
+          {"median_outside_allocator_bytes", median_outside},
+          {"median_fragmentation", median_fragmentation}};
 }
 
 }  // namespace
@@ -197,13 +286,16 @@ int RunRunReport(const RunReportArgs& args) {
                     {"measured_iteration_seconds", measured},
                     {"predicted_iteration_seconds", predicted},
                     {"relative_error", error},
-                    {"mfu", derived.at("mfu")}});
+                    {"mfu", derived.at("mfu")},
+                    {"memory", PeakMemoryStage(comparison)}});
   }
   const double mape = sum_abs_error / static_cast<double>(args.measurement_files.size());
   fmt::print("MAPE of the predicted iteration time over {} run(s): {:.1f}%\n",
              args.measurement_files.size(), 100 * mape);
-  WriteJsonAtomically(args.output_dir + "/summary.json",
-            {{"schema", "stratos.run_report/1"}, {"runs", runs}, {"mape", mape}});
+  nlohmann::json summary = {{"schema", "stratos.run_report/1"}, {"runs", runs}, {"mape", mape}};
+  if (const nlohmann::json memory = MemoryReport(runs); !memory.is_null())
+    summary["memory"] = memory;
+  WriteJsonAtomically(args.output_dir + "/summary.json", summary);
   fmt::print("wrote {}/summary.json and each run's reports in {}/<i>/\n", args.output_dir,
              args.output_dir);
   return kExitSuccess;

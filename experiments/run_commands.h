@@ -75,7 +75,10 @@ struct RunReportArgs {
 // predicted_vs_measured.json, into OUTPUT_DIR/<i>/) from its measurement.json, predicted on
 // `cluster` — e.g. a cluster calibrated after the runs — and prints per run the measured and
 // predicted iteration time, the error and MFU, then the mean absolute percentage error over the
-// runs (output_dir/summary.json). Throws InputError for an unreadable or malformed file.
+// runs; for runs with device memory measurements (CUDA), the measured and predicted peak memory
+// of the stage with the largest one, their MAPE, and the medians of the memory held outside the
+// caching allocator and of its overhead over the tensors at the peak (output_dir/summary.json).
+// Throws InputError for an unreadable or malformed file.
 int RunRunReport(const RunReportArgs& args);
 
 struct WorkerArgs {

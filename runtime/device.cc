@@ -10,6 +10,17 @@
 
 #include "costmodel/error.h"
 
+// The device-generic allocator API (c10::getDeviceAllocator with statistics).
+#if STRATOS_TORCH_AT_LEAST(2, 9) && !defined(STRATOS_NO_DEVICE_MEMORY_STATS)
+#define STRATOS_DEVICE_MEMORY_STATS 1
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include <type_traits>
+#include <utility>
+#else
+#define STRATOS_DEVICE_MEMORY_STATS 0
+#endif
+
 namespace stratos {
 
 // The device-generic autocast API and c10::Event's timing (elapsedTime, synchronize).
@@ -87,6 +98,57 @@ torch::Tensor AutocastInput(const torch::Tensor& x) {
   if (x.is_cuda() && AutocastEnabled()) return x.to(at::autocast::get_autocast_dtype(at::kCUDA));
 #endif
   return x;
+}
+
+#if STRATOS_DEVICE_MEMORY_STATS
+namespace {
+
+// Free and total bytes of a device: the allocator's getMemoryInfo where this LibTorch has it,
+// else the CUDA runtime's cudaMemGetInfo (C ABI, looked up in the loaded libraries; it reads the
+// current device, which the trainer's device guard sets).
+template <typename Allocator, typename = void>
+struct HasMemoryInfo : std::false_type {};
+template <typename Allocator>
+struct HasMemoryInfo<Allocator, std::void_t<decltype(std::declval<Allocator&>().getMemoryInfo(
+                                    c10::DeviceIndex{}))>> : std::true_type {};
+
+template <typename Allocator>
+std::optional<std::pair<size_t, size_t>> FreeAndTotal(Allocator* allocator,
+                                                      c10::DeviceIndex index) {
+  if constexpr (HasMemoryInfo<Allocator>::value) {
+    return allocator->getMemoryInfo(index);
+  } else {
+    using MemGetInfo = int (*)(size_t*, size_t*);
+    auto get = reinterpret_cast<MemGetInfo>(dlsym(RTLD_DEFAULT, "cudaMemGetInfo"));
+    size_t free_bytes = 0, total_bytes = 0;
+    if (get == nullptr || get(&free_bytes, &total_bytes) != 0) return std::nullopt;
+    return std::make_pair(free_bytes, total_bytes);
+  }
+}
+
+}  // namespace
+#endif
+
+std::optional<DeviceMemory> ReadDeviceMemory(torch::Device device) {
+  if (!device.is_cuda()) return std::nullopt;
+#if STRATOS_DEVICE_MEMORY_STATS
+  c10::DeviceAllocator* allocator = c10::getDeviceAllocator(device.type());
+  if (allocator == nullptr || !allocator->initialized()) return std::nullopt;
+  const auto stats = allocator->getDeviceStats(device.index());
+  const auto all = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+  const auto free_and_total = FreeAndTotal(allocator, device.index());
+  if (!free_and_total) return std::nullopt;
+  const auto [free_bytes, total_bytes] = *free_and_total;
+  DeviceMemory memory;
+  memory.peak_allocated_bytes = static_cast<double>(stats.allocated_bytes[all].peak);
+  memory.peak_reserved_bytes = static_cast<double>(stats.reserved_bytes[all].peak);
+  memory.reserved_bytes = static_cast<double>(stats.reserved_bytes[all].current);
+  memory.device_total_bytes = static_cast<double>(total_bytes);
+  memory.device_free_bytes = static_cast<double>(free_bytes);
+  return memory;
+#else
+  return std::nullopt;
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------

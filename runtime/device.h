@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,28 @@ bool AutocastEnabled();
 // x cast once to the autocast dtype when autocast is on for x's device (so that the several
 // linear layers reading x do not each cast it), else x.
 torch::Tensor AutocastInput(const torch::Tensor& x);
+
+// A rank's device memory as LibTorch's caching allocator and the driver see it, in bytes.
+struct DeviceMemory {
+  double peak_allocated_bytes = 0;  // most bytes in live tensors at once since the process began
+  double peak_reserved_bytes = 0;   // most bytes the caching allocator held from the driver
+  double reserved_bytes = 0;        // bytes it holds now
+  double device_total_bytes = 0;    // the device's memory
+  double device_free_bytes = 0;     // free on the device now, for every process
+  // Held on the device outside the caching allocator now: the CUDA context and kernel images,
+  // library handles and workspaces not taken from the allocator, NCCL's buffers (and any other
+  // process's memory): total - free - reserved.
+  double OutsideAllocatorBytes() const {
+    return device_total_bytes - device_free_bytes - reserved_bytes;
+  }
+};
+
+// Reads `device`'s memory through LibTorch's device-generic allocator API
+// (c10::DeviceAllocator::getDeviceStats, LibTorch >= 2.9; free and total bytes from its
+// getMemoryInfo, or cudaMemGetInfo where it has none). std::nullopt on the CPU, before the
+// allocator's first use, on an older LibTorch and in a build that defines
+// STRATOS_NO_DEVICE_MEMORY_STATS.
+std::optional<DeviceMemory> ReadDeviceMemory(torch::Device device);
 
 // Marks on a device's timeline. On CPU a mark is the host clock; on CUDA a timing event recorded
 // on the current stream (LibTorch >= 2.3; older ones synchronize the device at each mark). Read

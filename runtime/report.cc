@@ -48,9 +48,14 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
   const int num_stages = plan.NumPipelineRanks();
   std::vector<std::map<std::string, double>> stage_means(num_stages);
   std::vector<int> stage_ranks(num_stages, 0);
+  // Per stage, the largest of its ranks' device memory figures (CUDA runs; empty otherwise).
+  std::vector<json> stage_memory(num_stages, json::object());
   double iteration_seconds = 0;
   for (const json& rank : record.ranks) {
     const int s = rank.at("stage").get<int>();
+    if (rank.contains("memory"))
+      for (const auto& [key, value] : rank.at("memory").items())
+        stage_memory[s][key] = std::max(stage_memory[s].value(key, 0.0), value.get<double>());
     const auto mean = RankMeans(rank);
     for (const auto& [key, value] : mean) stage_means[s][key] += value;
     ++stage_ranks[s];
@@ -91,6 +96,7 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
       {"world_size", world},
       {"first_step", record.first_step},
       {"losses", record.losses},
+      {"attention", record.flash_attention ? "fused" : "materialized"},
       {"iteration_seconds", iteration_seconds},
       {"tokens_per_second", iteration_seconds > 0 ? tokens / iteration_seconds : 0.0},
       {"stages", stages},
@@ -104,8 +110,8 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
   const std::string cluster = record.options.value("cluster", "");
   const std::string device = record.options.value("device", "cpu");
   const std::string dtype = record.options.value("dtype", "f32");
-  Problem problem =
-      RuntimeProblem(record.model, plan, world, record.flops_per_worker, cluster, dtype);
+  Problem problem = RuntimeProblem(record.model, plan, world, record.flops_per_worker, cluster,
+                                   dtype, record.flash_attention);
   if (cluster.empty() && device == "cuda") {
     problem.cluster.name = "local-cuda";
     problem.cluster.devices.front().source =
@@ -139,16 +145,26 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
     auto ratio = [](double measured, double predicted) {
       return predicted > 0 ? measured / predicted : 0.0;
     };
-    rows.push_back({{"stage", s},
-                    {"predicted_forward_seconds_per_microbatch", predicted_forward},
-                    {"measured_forward_seconds_per_microbatch", measured_forward},
-                    {"forward_ratio", ratio(measured_forward, predicted_forward)},
-                    {"predicted_backward_seconds_per_microbatch", predicted_backward},
-                    {"measured_backward_seconds_per_microbatch", measured_backward},
-                    {"backward_ratio", ratio(measured_backward, predicted_backward)},
-                    {"predicted_tail_seconds", predicted_tail},
-                    {"measured_tail_seconds", measured_tail},
-                    {"predicted_model_flops_per_microbatch", terms.model_flops}});
+    json row = {{"stage", s},
+                {"predicted_forward_seconds_per_microbatch", predicted_forward},
+                {"measured_forward_seconds_per_microbatch", measured_forward},
+                {"forward_ratio", ratio(measured_forward, predicted_forward)},
+                {"predicted_backward_seconds_per_microbatch", predicted_backward},
+                {"measured_backward_seconds_per_microbatch", measured_backward},
+                {"backward_ratio", ratio(measured_backward, predicted_backward)},
+                {"predicted_tail_seconds", predicted_tail},
+                {"measured_tail_seconds", measured_tail},
+                {"predicted_model_flops_per_microbatch", terms.model_flops},
+                {"predicted_peak_memory_bytes", estimate.stages[s].peak_memory_bytes}};
+    // Measured on CUDA: the caching allocator's peaks and what the device holds outside it.
+    if (!stage_memory[s].empty()) {
+      row["measured_peak_allocated_bytes"] = stage_memory[s]["peak_allocated_bytes"];
+      row["measured_peak_reserved_bytes"] = stage_memory[s]["peak_reserved_bytes"];
+      row["measured_outside_allocator_bytes"] = stage_memory[s]["outside_allocator_bytes"];
+      row["memory_ratio"] = ratio(stage_memory[s]["peak_allocated_bytes"].get<double>(),
+                                  estimate.stages[s].peak_memory_bytes);
+    }
+    rows.push_back(row);
   }
   json comparison = {
       {"schema", "stratos.predicted_vs_measured/1"},

@@ -19,6 +19,7 @@ struct RunRecord {
   int first_step = 0;
   std::vector<double> losses;     // steps first_step ..
   double flops_per_worker = 0;    // measured fp32 matmul FLOP/s of one worker thread
+  bool flash_attention = false;   // attention stored no scores (RuntimeFlashAttention)
   // Per rank: {"rank", "stage", "dp_rank", "tp_rank", "steps": [{"step_seconds",
   // "forward_seconds", "backward_seconds", "p2p_wait_seconds", "dp_sync_seconds",
   // "optimizer_seconds", "tp_comm_seconds"}], "events": [[name, category, start_s, duration_s]]}

@@ -72,6 +72,9 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   training.param_dtype_bytes = 4;
   training.grad_dtype_bytes = 4;
   training.optimizer_state_bytes_per_param = 8;
+  // Beside each parameter's fp32 gradient, the gradient synchronizer's flat fp32 buffer
+  // (data_parallel.h); with bf16 autocast, its cache of bf16 weight copies during the passes.
+  training.buffer_bytes_per_param = 4 + (dtype == "bf16" ? 2 : 0);
   training.optimizer_step_bytes_per_param = 28;
   training.dp_overlap_fraction = 0.5;
   training.pp_scatter_gather = true;  // 1/tp per TP rank, then a TP all-gather (pipeline_step.h)
@@ -79,9 +82,11 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   return training;
 }
 
+bool RuntimeFlashAttention() { return TORCH_VERSION_MAJOR >= 2; }
+
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
                        double flops_per_worker, const std::string& cluster,
-                       const std::string& dtype) {
+                       const std::string& dtype, bool flash_attention) {
   Problem problem;
   problem.model = model;
   problem.cluster = cluster.empty() ? LocalCpuCluster(num_workers, flops_per_worker)
@@ -102,6 +107,7 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
     }
   }
   problem.training = RuntimeTraining(plan.global_batch_size, plan.schedule, dtype);
+  if (flash_attention) UseFlashAttention(problem.model);
   return problem;
 }
 
@@ -117,7 +123,9 @@ void CheckRuntimePlan(const ModelSpec& model, const Plan& plan, int world_size,
     ThrowInputError(where, "stages", fmt::format("{} devices in all", plan.NumDevices()),
                     fmt::format("must equal the {} worker processes (--nproc / WORLD_SIZE)",
                                 world_size));
-  ValidatePlan(RuntimeProblem(model, plan, world_size, 1e10, cluster), plan, where);
+  ValidatePlan(RuntimeProblem(model, plan, world_size, 1e10, cluster, "f32",
+                              RuntimeFlashAttention()),
+               plan, where);
   for (int s = 0; s < plan.NumStages(); ++s) {
     const StageConfig& c = plan.stages[s].config;
     const int tp = c.tensor_parallel;

@@ -41,10 +41,17 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule,
 // description `cluster` (zoo name or file; "": LocalCpuCluster(num_workers, flops_per_worker),
 // split into one node group of the workers per node group the plan's stages name, so that a
 // plan searched on a heterogeneous cluster runs with its groups on worker subsets) and
-// RuntimeTraining at the plan's batch and schedule. Throws InputError for an unreadable cluster.
+// RuntimeTraining at the plan's batch and schedule; with `flash_attention` (the run's attention
+// kept no scores: RuntimeFlashAttention) the model's blocks store no attention scores
+// (UseFlashAttention). Throws InputError for an unreadable cluster.
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
                        double flops_per_worker = 1e10, const std::string& cluster = "",
-                       const std::string& dtype = "f32");
+                       const std::string& dtype = "f32", bool flash_attention = false);
+
+// Whether this build's runtime computes attention without storing its scores: LibTorch >= 2.0
+// runs at::scaled_dot_product_attention (gpt.cc; FlashAttention or the memory-efficient kernel
+// on CUDA, a fused kernel on the CPU); older ones materialize the softmax.
+bool RuntimeFlashAttention();
 
 // Refuses, before any process is launched, a plan this runtime cannot execute: ValidatePlan
 // against RuntimeProblem (on `cluster`), plus the world size equal to the plan's devices, TP

@@ -501,6 +501,13 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     for (const TraceEvent& e : events)
       events_json.push_back({e.name, e.category, e.start_seconds, e.duration_seconds});
     mine["events"] = events_json;
+    if (const auto memory = ReadDeviceMemory(device))
+      mine["memory"] = {{"peak_allocated_bytes", memory->peak_allocated_bytes},
+                        {"peak_reserved_bytes", memory->peak_reserved_bytes},
+                        {"reserved_bytes", memory->reserved_bytes},
+                        {"device_total_bytes", memory->device_total_bytes},
+                        {"device_free_bytes", memory->device_free_bytes},
+                        {"outside_allocator_bytes", memory->OutsideAllocatorBytes()}};
     groups.StoreSet(fmt::format("measure/{}", rank), mine.dump());
     if (rank == 0) {
       RunRecord record;
@@ -508,6 +515,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       record.model = model;
       record.first_step = start_step;
       record.losses = result.losses;
+      record.flash_attention = RuntimeFlashAttention();
       // The local description's peak: a matmul on this rank's device in the run's dtype.
       if (options.cluster.empty())
         record.flops_per_worker =

@@ -11,8 +11,12 @@
 #   5. profiles GEMMs and transformer blocks in bf16 and calibrates the GPU's description (its
 #      GEMM curve and its block curve),
 #   6. runs single-GPU plans (microbatch, recomputation, sequence length) whose measured
-#      iteration times are compared with the calibrated description's predictions.
-# Usage: [PARTS=tests,interop,parity,mfu,profile,plans] bash experiments/gpu/gpu_checks.sh RESULTS_DIR
+#      iteration times are compared with the calibrated description's predictions,
+#   7. (PARTS=memory, not in the default set) measures device memory: what a PyTorch process
+#      holds outside its tensors (experiments/gpu/framework_memory.py), and the peak memory of
+#      GPT-3 plans (experiments/gpu/memory_plans.txt, or the file MEMORY_PLANS names) against
+#      the cost model's predicted peak.
+# Usage: [PARTS=tests,interop,parity,mfu,profile,plans,memory] bash experiments/gpu/gpu_checks.sh RESULTS_DIR
 #        [BUDGET_SECONDS]
 # Leaves RESULTS_DIR/gpu_checks.tgz (every output, refreshed after each part) and
 # RESULTS_DIR/summary.txt; stops starting new parts once BUDGET_SECONDS (default 480) have passed.
@@ -31,7 +35,7 @@ SUMMARY=$RESULTS/summary.txt
 say() { echo "== $(date +%T) [${SECONDS}s] $*" | tee -a "$SUMMARY"; }
 pack() { tar czf "$RESULTS/gpu_checks.tgz" -C "$WORK" . 2>/dev/null; }
 left() { [ "$SECONDS" -lt "$BUDGET" ]; }
-PARTS=${PARTS:-tests,interop,parity,mfu,profile,plans}
+PARTS=${PARTS:-tests,interop,parity,mfu,profile,plans}  # memory: on request
 part() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
@@ -58,12 +62,17 @@ build() {
 say "configure and build"
 if ! build; then
   grep -E "error|Error" "$WORK/configure.log" "$WORK/build.log" | head -30 | tee -a "$SUMMARY"
-  say "build failed; again without Kineto and the fused Adam kernel"
-  if ! build -DSTRATOS_KINETO=OFF -DCMAKE_CXX_FLAGS=-DSTRATOS_NO_FUSED_ADAM; then
+  say "build failed; again without the device memory statistics"
+  if ! build -DCMAKE_CXX_FLAGS=-DSTRATOS_NO_DEVICE_MEMORY_STATS; then
     grep -E "error" "$WORK/build.log" | tail -20 | tee -a "$SUMMARY"
-    say "build failed; again without NCCL, Kineto and the fused Adam kernel"
-    build -DSTRATOS_NCCL=OFF -DSTRATOS_KINETO=OFF -DCMAKE_CXX_FLAGS=-DSTRATOS_NO_FUSED_ADAM ||
-      grep -E "error" "$WORK/build.log" | tail -30 | tee -a "$SUMMARY"
+    say "build failed; again without Kineto, the fused Adam kernel and the memory statistics"
+    NO="-DSTRATOS_NO_FUSED_ADAM -DSTRATOS_NO_DEVICE_MEMORY_STATS"
+    if ! build -DSTRATOS_KINETO=OFF "-DCMAKE_CXX_FLAGS=$NO"; then
+      grep -E "error" "$WORK/build.log" | tail -20 | tee -a "$SUMMARY"
+      say "build failed; again without NCCL too"
+      build -DSTRATOS_NCCL=OFF -DSTRATOS_KINETO=OFF "-DCMAKE_CXX_FLAGS=$NO" ||
+        grep -E "error" "$WORK/build.log" | tail -30 | tee -a "$SUMMARY"
+    fi
   fi
   [ -x "$B" ] || { say "no stratos binary"; pack; exit 1; }
 fi
@@ -116,11 +125,12 @@ fi
 # 4. MFU: GPT-3 1.3B-shaped, bf16, sequence 2048.
 run_plan() {  # name micro_batch recompute seq global_batch cluster [steps [extra flags]]
   local name=$1 mb=$2 rc=$3 seq=$4 gb=$5 cluster=$6 steps=${7:-3} extra=${8:-}
-  "$B" run --model gpt3-1.3b --device cuda --dtype bf16 --micro-batch "$mb" --recompute "$rc" \
+  "$B" run --model "${MODEL:-gpt3-1.3b}" --device cuda --dtype "${DTYPE:-bf16}" --micro-batch "$mb" --recompute "$rc" \
     --seq-length "$seq" --global-batch "$gb" --steps "$steps" --threads 8 --cluster "$cluster" \
     --deadline 240 --output-dir "$WORK/$name" $extra > "$WORK/$name.log" 2>&1
   local rc_=$?
-  echo "$name (mb $mb, recompute $rc, seq $seq, global batch $gb): exit $rc_; $(grep -E '^iteration|^MFU' "$WORK/$name.log" | tr '\n' ' ')" | tee -a "$SUMMARY"
+  echo "$name (mb $mb, recompute $rc, seq $seq, global batch $gb): exit $rc_; $(grep -E '^iteration|^MFU|peak memory' "$WORK/$name.log" | tr '\n' ' ')" | tee -a "$SUMMARY"
+  grep -qi "out of memory" "$WORK/$name.log" && echo "$name: out of memory" | tee -a "$SUMMARY"
   [ $rc_ = 0 ] || tail -4 "$WORK/$name.log" | tee -a "$SUMMARY"
 }
 if part mfu; then
@@ -197,6 +207,39 @@ if part profile && left; then
 fi
 PREDICT_ON=$CLUSTER
 [ -f "$WORK/calibrated.toml" ] && PREDICT_ON=$WORK/calibrated.toml
+
+# 7. Device memory: outside the tensors, and plans' peaks against the predicted peak.
+if part memory && left; then
+  say "memory a PyTorch process holds outside its tensors"
+  python3 experiments/gpu/framework_memory.py "$WORK/framework_memory.json" 2>&1 | tee -a "$SUMMARY"
+  pack
+  say "memory of plans (2 steps of 2 microbatches each), predicted on $CLUSTER-calibrated"
+  MEMORY_CLUSTER=$CLUSTER
+  [ -f "data/clusters/$CLUSTER-calibrated.toml" ] && MEMORY_CLUSTER=$CLUSTER-calibrated
+  while read -r line; do
+    read -r model name mb rc dtype _ <<<"${line%%#*}"
+    [ -z "$model" ] && continue
+    left || { say "budget spent: $name and later memory plans not run"; break; }
+    MODEL=$model DTYPE=${dtype:-bf16} run_plan "$name" "$mb" "$rc" 2048 $((2 * mb)) \
+      "$MEMORY_CLUSTER" 2
+    pack
+  done < "${MEMORY_PLANS:-experiments/gpu/memory_plans.txt}"
+  python3 - "$WORK" <<'PY' | tee -a "$SUMMARY"
+import glob, json, os, sys
+GiB = 1024.0 ** 3
+print(f"{'run':18s} {'predicted':>9s} {'allocated':>9s} {'reserved':>9s} {'outside':>8s} "
+      f"{'alloc/pred':>10s} {'resv/alloc':>10s}  (GiB)")
+for path in sorted(glob.glob(f"{sys.argv[1]}/*/measurement.json")):
+    for row in json.load(open(path))["predicted_vs_measured"]["stages"]:
+        if "measured_peak_allocated_bytes" not in row:
+            continue
+        p, a = row["predicted_peak_memory_bytes"], row["measured_peak_allocated_bytes"]
+        r, o = row["measured_peak_reserved_bytes"], row["measured_outside_allocator_bytes"]
+        print(f"{os.path.basename(os.path.dirname(path)):18s} {p / GiB:9.2f} {a / GiB:9.2f} "
+              f"{r / GiB:9.2f} {o / GiB:8.2f} {a / p:10.3f} {r / a:10.3f}")
+PY
+  pack
+fi
 
 # 6. Single-GPU plans: predicted (calibrated description) vs measured.
 part plans || { say "done"; exit 0; }

@@ -12,6 +12,7 @@
 #include "runtime/device.h"
 #include "runtime/kineto_trace.h"
 #include "runtime/profiler.h"
+#include "runtime/runtime_plan.h"
 #include "runtime/trainer.h"
 
 namespace stratos {
@@ -113,6 +114,12 @@ TEST_CASE("a GPU run is predicted on its cluster description, bf16 activations a
   CHECK(problem.cluster.Device().name == "H200-SXM5-141GB");
   CHECK(problem.training.activation_dtype_bytes == 2);
   CHECK(problem.training.param_dtype_bytes == 4);
+  // The gradient synchronizer's flat buffer and autocast's bf16 weight copies.
+  CHECK(problem.training.buffer_bytes_per_param == 6);
+  CHECK(problem.model.layers[1].activation_attention_bytes > 0);
+  const Problem fused = RuntimeProblem(model, plan, 1, 0, "h200-node", "bf16", true);
+  CHECK(fused.model.layers[1].activation_attention_bytes == 0);
+  CHECK(!ReadDeviceMemory(torch::Device(torch::kCPU)).has_value());
   CHECK(RuntimeProblem(model, plan, 1).cluster.name == "local-cpu");
   CHECK_THROWS_AS(RuntimeProblem(model, plan, 1, 0, "no-such-cluster"), InputError);
 }

@@ -205,6 +205,21 @@ TEST_CASE("a CUDA run's measurement and trace come from GPU timings") {
   }
   CHECK(forwards == 3 * 2);  // trace_steps x microbatches
   CHECK(m.at("predicted_vs_measured").at("cluster") == "local-cuda");
+  // Device memory (LibTorch >= 2.9): the allocator's peaks, what lies outside it, and the
+  // predicted peak beside the measured one.
+  const auto& rank = m.at("ranks").at(0);
+  if (rank.contains("memory")) {
+    const auto& memory = rank.at("memory");
+    CHECK(memory.at("peak_allocated_bytes").get<double>() > 0);
+    CHECK(memory.at("peak_reserved_bytes").get<double>() >=
+          memory.at("peak_allocated_bytes").get<double>());
+    CHECK(memory.at("outside_allocator_bytes").get<double>() > 0);  // the CUDA context at least
+    const auto& stage = m.at("predicted_vs_measured").at("stages").at(0);
+    CHECK(stage.at("predicted_peak_memory_bytes").get<double>() > 0);
+    CHECK(stage.contains("measured_peak_allocated_bytes"));
+  } else {
+    MESSAGE("no device memory statistics in this LibTorch (" << TORCH_VERSION << ")");
+  }
 }
 
 TEST_CASE("a Kineto trace of one CUDA step holds the step's GPU kernels") {

@@ -235,13 +235,15 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
     DeviceSpec* device = &FittedDevice(cluster);
     LayerReport report;
     report.other_dtype_rows = other_dtype_layers;
-    report.choice = ChooseLayerCurve(layer_rows, *device);
+    // Blocks profiled with a fused attention kernel kept no attention scores in memory.
+    const bool flash = profile.info.FlashAttention();
+    report.choice = ChooseLayerCurve(layer_rows, *device, flash);
     std::vector<double> forward, backward, measured_forward, measured_backward;
     for (size_t i = 0; i < layer_rows.size(); ++i) {
       measured_forward.push_back(layer_rows[i].forward_seconds);
       measured_backward.push_back(layer_rows[i].backward_seconds);
     }
-    for (const auto& [f, b] : PredictLayerRows(layer_rows, *device, report.choice.curve)) {
+    for (const auto& [f, b] : PredictLayerRows(layer_rows, *device, report.choice.curve, flash)) {
       forward.push_back(f);
       backward.push_back(b);
     }

@@ -28,6 +28,9 @@ toml::table DeviceTable(const DeviceSpec& device) {
   if (device.reserved_memory_bytes > 0) {
     table.insert("reserved_memory_GB", device.reserved_memory_bytes / kGB);
   }
+  if (device.memory_fragmentation > 0) {
+    table.insert("memory_fragmentation", device.memory_fragmentation);
+  }
   if (device.matmul_curve) {
     table.insert(
         "matmul_curve",

@@ -60,7 +60,8 @@ std::pair<double, double> FitOneDirection(double power, const std::vector<double
 }  // namespace
 
 std::vector<std::pair<double, double>> LayerRowDeviceSeconds(const std::vector<LayerRow>& rows,
-                                                             const DeviceSpec& device) {
+                                                             const DeviceSpec& device,
+                                                             bool flash_attention) {
   std::vector<std::pair<double, double>> out;
   for (const LayerRow& row : rows) {
     ModelSpec model;
@@ -73,6 +74,7 @@ std::vector<std::pair<double, double>> LayerRowDeviceSeconds(const std::vector<L
     model.seq_length = row.seq_len;
     try {
       BuildTransformerLayers(model);
+      if (flash_attention) UseFlashAttention(model);
     } catch (const InputError& e) {
       throw InputError(fmt::format("layer row hidden {} heads {} seq_len {}: {}", row.hidden,
                                    row.heads, row.seq_len, e.what()));
@@ -108,10 +110,12 @@ LayerCurve FitLayerCurve(const std::vector<LayerRow>& rows,
   return curve;
 }
 
-LayerChoice ChooseLayerCurve(const std::vector<LayerRow>& rows, const DeviceSpec& device) {
+LayerChoice ChooseLayerCurve(const std::vector<LayerRow>& rows, const DeviceSpec& device,
+                             bool flash_attention) {
   if (rows.size() < 4)
     throw InputError(fmt::format("layer curve: {} block rows, at least 4 needed", rows.size()));
-  const std::vector<std::pair<double, double>> x = LayerRowDeviceSeconds(rows, device);
+  const std::vector<std::pair<double, double>> x =
+      LayerRowDeviceSeconds(rows, device, flash_attention);
   LayerChoice choice;
   choice.rows = static_cast<int>(rows.size());
   double best = std::numeric_limits<double>::infinity();
@@ -142,9 +146,10 @@ LayerChoice ChooseLayerCurve(const std::vector<LayerRow>& rows, const DeviceSpec
 
 std::vector<std::pair<double, double>> PredictLayerRows(const std::vector<LayerRow>& rows,
                                                         const DeviceSpec& device,
-                                                        const LayerCurve& curve) {
+                                                        const LayerCurve& curve,
+                                                        bool flash_attention) {
   std::vector<std::pair<double, double>> out;
-  for (const auto& [f, b] : LayerRowDeviceSeconds(rows, device)) {
+  for (const auto& [f, b] : LayerRowDeviceSeconds(rows, device, flash_attention)) {
     out.emplace_back(curve.Forward(f), curve.Backward(b));
   }
   return out;

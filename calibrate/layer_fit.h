@@ -21,10 +21,13 @@ namespace stratos {
 inline constexpr double kLayerCurvePowers[] = {1, 2, 3, 4, 8};
 
 // The cost model's device time of each row's block, forward and backward (seconds, per block
-// and microbatch) on `device`, without any layer curve. Throws InputError naming the row for a
-// shape the cost model cannot build (e.g. heads not dividing the hidden size).
+// and microbatch) on `device`, without any layer curve; with `flash_attention` the blocks store
+// no attention scores (UseFlashAttention), as blocks profiled with a fused attention kernel.
+// Throws InputError naming the row for a shape the cost model cannot build (e.g. heads not
+// dividing the hidden size).
 std::vector<std::pair<double, double>> LayerRowDeviceSeconds(const std::vector<LayerRow>& rows,
-                                                             const DeviceSpec& device);
+                                                             const DeviceSpec& device,
+                                                             bool flash_attention = false);
 
 // Forward and backward (scale, floor) at `power`, fitted to `rows` given their device times
 // (`device_seconds`, as LayerRowDeviceSeconds returns). Throws InputError for fewer than 3 rows.
@@ -39,13 +42,15 @@ struct LayerChoice {
   std::vector<std::pair<double, double>> cross_validation_mape;
 };
 
-// Fits every power of kLayerCurvePowers and keeps the one with the lowest leave-one-out MAPE.
-// Throws InputError for fewer than 4 rows.
-LayerChoice ChooseLayerCurve(const std::vector<LayerRow>& rows, const DeviceSpec& device);
+// Fits every power of kLayerCurvePowers and keeps the one with the lowest leave-one-out MAPE
+// (`flash_attention` as for LayerRowDeviceSeconds). Throws InputError for fewer than 4 rows.
+LayerChoice ChooseLayerCurve(const std::vector<LayerRow>& rows, const DeviceSpec& device,
+                             bool flash_attention = false);
 
 // The cost model's forward and backward time for each row with `curve` on `device`.
 std::vector<std::pair<double, double>> PredictLayerRows(const std::vector<LayerRow>& rows,
                                                         const DeviceSpec& device,
-                                                        const LayerCurve& curve);
+                                                        const LayerCurve& curve,
+                                                        bool flash_attention = false);
 
 }  // namespace stratos

@@ -167,10 +167,10 @@ ProfileInfo ReadInfo(const std::string& path) {
   if (!json.is_object()) throw InputError(fmt::format("{}: must be a JSON object", path));
   for (const auto& [key, value] : json.items()) {
     if (key != "schema" && key != "device" && key != "backend" && key != "produced_by" &&
-        key != "notes") {
-      throw InputError(fmt::format(
-          "{}: {}: unknown key (known keys: schema, device, backend, produced_by, notes)", path,
-          key));
+        key != "notes" && key != "attention") {
+      throw InputError(fmt::format("{}: {}: unknown key (known keys: schema, device, backend, "
+                                   "produced_by, notes, attention)",
+                                   path, key));
     }
     if (!value.is_string()) {
       throw InputError(fmt::format("{}: {} = {}: must be a string", path, key, value.dump()));
@@ -191,6 +191,10 @@ ProfileInfo ReadInfo(const std::string& path) {
   info.backend = required("backend");
   info.produced_by = required("produced_by");
   info.notes = json.value("notes", "");
+  info.attention = json.value("attention", "");
+  if (!info.attention.empty() && info.attention != "fused" && info.attention != "materialized")
+    throw InputError(fmt::format("{}: attention = \"{}\": must be \"fused\" or \"materialized\"",
+                                 path, info.attention));
   return info;
 }
 
@@ -260,6 +264,7 @@ void WriteProfileDir(const Profile& profile, const std::string& dir) {
                          {"backend", profile.info.backend},
                          {"produced_by", profile.info.produced_by}};
   if (!profile.info.notes.empty()) info["notes"] = profile.info.notes;
+  if (!profile.info.attention.empty()) info["attention"] = profile.info.attention;
   const fs::path root(dir);
   WriteFileAtomically((root / "matmul.csv").string(), matmul);
   WriteFileAtomically((root / "collective.csv").string(), collective);

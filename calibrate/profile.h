@@ -77,6 +77,14 @@ struct ProfileInfo {
   std::string backend;      // e.g. "NCCL 2.10 / cuBLAS", "gloo"
   std::string produced_by;  // command or source that measured it
   std::string notes;        // optional prose
+  // How the profiled blocks computed attention: "fused" (scaled_dot_product_attention: no
+  // attention scores in memory), "materialized" (softmax of stored scores), "" (not recorded).
+  std::string attention;
+  // Whether the blocks stored no attention scores: "fused", or not recorded on a CUDA device
+  // (every CUDA profile stratos wrote before the key existed ran LibTorch 2.x's fused kernel).
+  bool FlashAttention() const {
+    return attention == "fused" || (attention.empty() && device.rfind("cuda", 0) == 0);
+  }
 };
 
 struct Profile {

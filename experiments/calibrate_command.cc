@@ -5,12 +5,15 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "calibrate/alpa_profile.h"
 #include "calibrate/calibrate.h"
 #include "calibrate/cluster_writer.h"
+#include "calibrate/memory_fit.h"
 #include "costmodel/cluster_io.h"
+#include "costmodel/json_reader.h"
 #include "costmodel/error.h"
 #include "costmodel/zoo.h"
 #include "experiments/calibration_report.h"
@@ -39,12 +42,51 @@ std::string CommandLine(const CalibrateArgs& args, const std::string& profile_fl
   if (!args.matmul_dtype.empty()) line += fmt::format(" --matmul-dtype {}", args.matmul_dtype);
   if (!args.name.empty()) line += fmt::format(" --name {}", args.name);
   if (args.no_layer_curve) line += " --no-layer-curve";
+  if (!args.memory_runs.empty())
+    line += fmt::format(" --memory-runs {}", PathForDisplay(args.memory_runs));
   if (!args.save_as.empty()) {
     line += fmt::format(" --save-as {}", args.save_as);
   } else if (!args.output.empty()) {
     line += fmt::format(" --output {}", PathForDisplay(args.output));
   }
   return line;
+}
+
+// The memory rows of the runs in `dir` (its *.json files, sorted; each a measurement.json of
+// `stratos run`): per run, the rank whose tensors peaked highest. Runs without device memory
+// measurements (CPU runs) are skipped. Throws InputError for a missing directory or a file that
+// is not a measurement.
+std::vector<RunMemoryRow> ReadMemoryRuns(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir))
+    throw InputError(fmt::format("--memory-runs {}: not a directory", dir));
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  std::vector<RunMemoryRow> rows;
+  for (const std::string& file : files) {
+    const nlohmann::json measurement = ReadJsonInputFile(file, "measurement");
+    if (!measurement.contains("ranks") || !measurement.at("ranks").is_array())
+      throw InputError(fmt::format("{}: not a stratos.measurement/1 file (no ranks)", file));
+    std::optional<RunMemoryRow> best;
+    for (const nlohmann::json& rank : measurement.at("ranks")) {
+      if (!rank.contains("memory")) continue;
+      const nlohmann::json& m = rank.at("memory");
+      RunMemoryRow row;
+      row.run = PathForDisplay(file);
+      try {
+        row.device_total_bytes = m.at("device_total_bytes").get<double>();
+        row.outside_allocator_bytes = m.at("outside_allocator_bytes").get<double>();
+        row.peak_allocated_bytes = m.at("peak_allocated_bytes").get<double>();
+        row.peak_reserved_bytes = m.at("peak_reserved_bytes").get<double>();
+      } catch (const nlohmann::json::exception& e) {
+        throw InputError(fmt::format("{}: ranks[].memory: {}", file, e.what()));
+      }
+      if (!best || row.peak_allocated_bytes > best->peak_allocated_bytes) best = row;
+    }
+    if (best) rows.push_back(*best);
+  }
+  return rows;
 }
 
 // --cluster local: the runtime's description of this machine's CPU workers (LocalCpuCluster),
@@ -238,6 +280,16 @@ int RunCalibrate(const CalibrateArgs& given) {
   options.source = fmt::format("{}: fitted on {}; held out: {}", command, loaded.description,
                                options.holdout.ToString());
   CalibrationResult result = Calibrate(base, loaded.profile, options);
+  std::optional<MemoryFit> memory;
+  if (!args.memory_runs.empty()) {
+    memory = FitDeviceMemory(ReadMemoryRuns(args.memory_runs), "--memory-runs " + args.memory_runs);
+    DeviceSpec& device = result.cluster.devices.front();
+    device = WithMemoryFit(device, *memory);
+    device.source += fmt::format("; memory as measured in {} CUDA runs ({}): the driver's total, "
+                                 "the median held outside the caching allocator and the median "
+                                 "allocator overhead over the tensors' peak",
+                                 memory->runs, PathForDisplay(args.memory_runs));
+  }
   // Local workers beyond the machine's hardware threads share them: a plan on every worker (what
   // the search prices) runs each at threads / workers of the speed its rows were profiled at.
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -253,6 +305,12 @@ int RunCalibrate(const CalibrateArgs& given) {
   fmt::print("calibrating {} on {}\n", base.name, loaded.description);
   fmt::print("held out: {}\n\n", options.holdout.ToString());
   fmt::print("{}", CalibrationTable(result));
+  if (memory)
+    fmt::print("\ndevice memory from {} runs: {:.2f} GiB in all, {:.3f} GiB outside the caching "
+               "allocator (median), allocator overhead +{:.1f}% over the tensors' peak (median)\n",
+               memory->runs, memory->memory_bytes / (1024.0 * 1024 * 1024),
+               memory->reserved_memory_bytes / (1024.0 * 1024 * 1024),
+               100 * memory->memory_fragmentation);
   if (slowdown > 1)
     fmt::print("\n{} workers share this machine's {} hardware threads: the device's compute "
                "constants are {:.3g}x slower than profiled (one worker alone)\n",
@@ -323,6 +381,13 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "`stratos profile --device cuda --dtype bf16`); default: f32 for --cluster "
                    "local, else f16")
       ->check(cli::OneOf({"f16", "bf16", "f32"}));
+  commands.calibrate
+      ->add_option("--memory-runs", c.memory_runs,
+                   "directory of CUDA runs' measurement.json files (`stratos run --device cuda`): "
+                   "set the device's memory, what lies outside the caching allocator and its "
+                   "fragmentation from them")
+      ->excludes("--vtrain-csv")
+      ->excludes("--megatron-h100-csv");
   commands.calibrate->add_flag(
       "--no-layer-curve", c.no_layer_curve,
       "fit no block curve from the profile's transformer blocks (blocks are then priced from the "

@@ -18,6 +18,7 @@
 #include "runtime/device_info.h"
 #include "runtime/launcher.h"
 #include "runtime/profiler.h"
+#include "runtime/runtime_plan.h"
 
 namespace stratos {
 
@@ -94,6 +95,7 @@ int RunProfile(const ProfileArgs& args) {
   profile.info.device = args.device == "cpu" ? "cpu-worker" : "cuda:0";
   profile.info.backend = args.device == "cpu" ? "gloo" : (NcclAvailable() ? "nccl" : "gloo");
   profile.info.produced_by = "stratos profile";
+  profile.info.attention = RuntimeFlashAttention() ? "fused" : "materialized";
   profile.info.notes = fmt::format(
       "LibTorch {}; {} intra-op thread(s) per process; collectives over {} processes; {} "
       "hardware threads; median of {} runs; blocks timed per block of a stack of {}",

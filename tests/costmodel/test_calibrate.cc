@@ -14,6 +14,7 @@
 #include "calibrate/layer_fit.h"
 #include "calibrate/least_squares.h"
 #include "calibrate/matmul_fit.h"
+#include "calibrate/memory_fit.h"
 #include "calibrate/profile.h"
 #include "costmodel/cluster_io.h"
 #include "costmodel/collective.h"
@@ -235,6 +236,45 @@ TEST_CASE("the layer fit recovers the block curve and its power from times it ge
   CHECK_THROWS_AS(ChooseLayerCurve({rows[0], rows[1], rows[2]}, device), InputError);
 }
 
+TEST_CASE("blocks profiled with fused attention are priced without attention scores") {
+  DeviceSpec device = ReadClusterFile(ResolveClusterPath("h200-node")).Device();
+  const std::vector<LayerRow> rows = {{2048, 16, 2048, 4, 1, "bf16", 0.0, 0.0, 0.0}};
+  const auto materialized = LayerRowDeviceSeconds(rows, device, false);
+  const auto fused = LayerRowDeviceSeconds(rows, device, true);
+  // The scores (5 a s^2 bytes per sample) leave the HBM roofline: written once in forward, read
+  // and written in backward.
+  const double scores = 4 * 5.0 * 16 * 2048 * 2048 / device.hbm_bytes_per_second;
+  CHECK(materialized[0].first - fused[0].first == doctest::Approx(scores));
+  CHECK(materialized[0].second - fused[0].second == doctest::Approx(2 * scores));
+  ProfileInfo info{"cuda:0", "nccl", "stratos profile", ""};
+  CHECK(info.FlashAttention());  // a CUDA profile from before the key: LibTorch 2.x
+  info.attention = "materialized";
+  CHECK(!info.FlashAttention());
+  info = {"cpu-worker", "gloo", "stratos profile", "", "fused"};
+  CHECK(info.FlashAttention());
+}
+
+TEST_CASE("device memory constants: the driver's total and medians over the runs") {
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  // Allocator overheads +5%, +10%, +50% (median 10%); outside 0.7, 0.8, 3 GiB (median 0.8).
+  const std::vector<RunMemoryRow> rows = {{"a", 139.8 * GiB, 0.7 * GiB, 20 * GiB, 21 * GiB},
+                                          {"b", 139.8 * GiB, 0.8 * GiB, 40 * GiB, 44 * GiB},
+                                          {"c", 139.8 * GiB, 3.0 * GiB, 10 * GiB, 15 * GiB}};
+  const MemoryFit fit = FitDeviceMemory(rows, "runs");
+  CHECK(fit.runs == 3);
+  CHECK(fit.memory_bytes == 139.8 * GiB);
+  CHECK(fit.reserved_memory_bytes == 0.8 * GiB);
+  CHECK(fit.memory_fragmentation == doctest::Approx(0.10));
+  const DeviceSpec device = WithMemoryFit(DeviceSpec{}, fit);
+  CHECK(device.memory_fragmentation == fit.memory_fragmentation);
+  CHECK(Contains(InputErrorMessage([&] { FitDeviceMemory({}, "--memory-runs d"); }),
+                 "--memory-runs d: no run with device memory measurements"));
+  std::vector<RunMemoryRow> bad = rows;
+  bad[1].peak_reserved_bytes = 30 * GiB;
+  CHECK(Contains(InputErrorMessage([&] { FitDeviceMemory(bad, "runs"); }),
+                 "b: peak_reserved_bytes = 32212254720: must be >= peak_allocated_bytes"));
+}
+
 TEST_CASE("calibrate fits the block curve on the matmul dtype's block rows") {
   const ClusterSpec base = ReadClusterFile(ResolveClusterPath("h200-node"));
   Profile profile;
@@ -313,6 +353,8 @@ TEST_CASE("a profile directory round-trips exactly through its writer and reader
   CHECK(read.info.device == written.info.device);
   CHECK(read.info.produced_by == written.info.produced_by);
   CHECK(read.info.notes == written.info.notes);
+  CHECK(read.info.attention == "");
+  CHECK(!read.info.FlashAttention());  // not recorded, not a CUDA device
   REQUIRE(read.matmuls.size() == 2);
   CHECK(read.matmuls[0].m == 128);
   CHECK(read.matmuls[0].seconds == written.matmuls[0].seconds);

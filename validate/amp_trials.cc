@@ -86,6 +86,11 @@ Problem AmpProblem(const AmpAssumptions& how) {
   } else {
     device->matmul_efficiency = AmpProfiledMatmulEfficiency(problem);
   }
+  if (!how.framework_memory_cluster.empty()) {
+    const DeviceSpec measured = ZooCluster(how.framework_memory_cluster, 1).Device();
+    device->reserved_memory_bytes = measured.reserved_memory_bytes;
+    device->memory_fragmentation = measured.memory_fragmentation;
+  }
   problem.cluster.networks.at(0).latency_seconds = how.intra_node_latency_seconds >= 0
                                                        ? how.intra_node_latency_seconds
                                                        : AmpProfiledIntraNodeLatency(problem);
@@ -415,6 +420,17 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                   1e6 * problem.cluster.IntraNode().latency_seconds,
                   1e3 * kAmpProfiledBlockForwardSecondsTp2,
                   1e3 * kAmpProfiledBlockForwardSecondsTp4),
+      how.framework_memory_cluster.empty()
+          ? std::string("memory: all of the T4's 16 GB for tensors (no framework overheads)")
+          : fmt::format("memory: of the T4's 16 GB, {:.2f} GiB outside PyTorch's caching allocator "
+                        "and the allocator's overhead +{:.1f}% over the tensors' peak, as measured "
+                        "on one H200 with PyTorch 2.11 ({}; "
+                        "experiments/gpu/results/h200-2026-11-27) and assumed alike for the T4 "
+                        "runs: the tensors may take {:.2f} GiB",
+                        problem.cluster.Device().reserved_memory_bytes / kGiB,
+                        100 * problem.cluster.Device().memory_fragmentation,
+                        how.framework_memory_cluster,
+                        CostModel(problem).DeviceMemoryCapacityBytes() / kGiB),
       "DeepSpeed 3D parallelism as in AMP's Megatron-LM v1.1.5 example: fp16, no ZeRO, no "
       "sequence parallelism, no recomputation, gradients all-reduced in fp32 (ds_config.json "
       "fp32_allreduce), FP16_Optimizer states 2 + 4 + 16 bytes per parameter, 1F1B, TP innermost "

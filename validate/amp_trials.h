@@ -29,6 +29,11 @@ struct AmpAssumptions {
   // Intra-node latency per ring step, seconds: < 0 fits it to AMP's profiled tensor-parallel
   // block times (AmpProfiledIntraNodeLatency); >= 0 uses this value.
   double intra_node_latency_seconds = -1;
+  // The framework's memory (what a PyTorch process holds outside its caching allocator, and the
+  // allocator's overhead over the tensors' peak: cluster.h reserved_memory_bytes,
+  // memory_fragmentation) taken from this zoo cluster's device, where they were measured; "":
+  // none (every byte of the T4 for tensors).
+  std::string framework_memory_cluster = "h200-node-calibrated";
 };
 
 // Maps a boundary of AMP's GPT-2 layer list to ours. AMP lists 30 entries for 24 blocks

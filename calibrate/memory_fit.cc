@@ -5,17 +5,9 @@
 #include <algorithm>
 
 #include "costmodel/error.h"
+#include "costmodel/statistics.h"
 
 namespace stratos {
-namespace {
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-}  // namespace
 
 MemoryFit FitDeviceMemory(const std::vector<RunMemoryRow>& rows, const std::string& where) {
   if (rows.empty())

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/error.h"
+#include "costmodel/statistics.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
 
@@ -33,13 +34,6 @@ struct Row {
   double gap_best = kInf, gap_optimum = NAN;  // fractions; NAN: no optimum known
   nlohmann::json anytime;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::string Percent(double fraction) {
   if (std::isnan(fraction)) return "-";

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "calibrate/alpa_profile.h"
+#include "calibrate/memory_fit.h"
 #include "costmodel/error.h"
 #include "costmodel/json_reader.h"
 #include "experiments/commands.h"
@@ -211,54 +212,53 @@ nlohmann::json PeakMemoryStage(const nlohmann::json& comparison) {
           {"measured_peak_allocated_bytes", allocated},
           {"measured_peak_reserved_bytes", worst.at("measured_peak_reserved_bytes")},
           {"measured_outside_allocator_bytes", worst.at("measured_outside_allocator_bytes")},
+          {"measured_device_total_bytes", worst.at("measured_device_total_bytes")},
           {"relative_error", allocated > 0 ? predicted / allocated - 1.0 : 0.0}};
 }
 
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // Over the runs with memory measurements: the predicted peak of tensor bytes against the
-// measured one (MAPE), and the two framework constants a cluster description carries
-// (cluster.h DeviceSpec): the bytes held outside the caching allocator and the allocator's
-// overhead over the tensors at their peak (medians over the runs). Printed; null without runs.
+// measured one (MAPE), and the framework constants `calibrate --memory-runs` would fit from them
+// (calibrate/memory_fit.h: the medians of the bytes held outside the caching allocator and of its
+// overhead over the tensors at their peak). Printed; null without runs.
 nlohmann::json MemoryReport(const nlohmann::json& runs) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  std::vector<double> errors, outside, fragmentation;
+  double sum_abs_error = 0;
+  std::vector<double> overheads;
+  std::vector<RunMemoryRow> rows;
   for (const nlohmann::json& run : runs) {
     const nlohmann::json& m = run.at("memory");
     if (m.is_null()) continue;
-    if (errors.empty())
+    if (rows.empty())
       fmt::print("\n{:<48} {:>10} {:>10} {:>8} {:>10} {:>9}\n", "peak memory of the run (GiB)",
                  "measured", "predicted", "error", "allocator", "outside");
-    const double allocated = m.at("measured_peak_allocated_bytes").get<double>();
-    const double reserved = m.at("measured_peak_reserved_bytes").get<double>();
-    errors.push_back(std::abs(m.at("relative_error").get<double>()));
-    outside.push_back(m.at("measured_outside_allocator_bytes").get<double>());
-    fragmentation.push_back(reserved / allocated - 1.0);
-    fmt::print("{:<48} {:>10.2f} {:>10.2f} {:>+7.1f}% {:>10.2f} {:>9.2f}\n",
-               PathForDisplay(run.at("measurement").get<std::string>()), allocated / kGiB,
-               m.at("predicted_peak_bytes").get<double>() / kGiB,
-               100 * m.at("relative_error").get<double>(), reserved / kGiB, outside.back() / kGiB);
+    RunMemoryRow row;
+    row.run = PathForDisplay(run.at("measurement").get<std::string>());
+    row.device_total_bytes = m.at("measured_device_total_bytes").get<double>();
+    row.outside_allocator_bytes = m.at("measured_outside_allocator_bytes").get<double>();
+    row.peak_allocated_bytes = m.at("measured_peak_allocated_bytes").get<double>();
+    row.peak_reserved_bytes = m.at("measured_peak_reserved_bytes").get<double>();
+    rows.push_back(row);
+    overheads.push_back(row.peak_reserved_bytes / row.peak_allocated_bytes - 1.0);
+    const double error = m.at("relative_error").get<double>();
+    sum_abs_error += std::abs(error);
+    fmt::print("{:<48} {:>10.2f} {:>10.2f} {:>+7.1f}% {:>10.2f} {:>9.2f}\n", row.run,
+               row.peak_allocated_bytes / kGiB, m.at("predicted_peak_bytes").get<double>() / kGiB,
+               100 * error, row.peak_reserved_bytes / kGiB, row.outside_allocator_bytes / kGiB);
   }
-  if (errors.empty()) return nullptr;
-  double sum = 0;
-  for (double e : errors) sum += e;
-  const double mape = sum / static_cast<double>(errors.size());
-  const double median_outside = Median(outside), median_fragmentation = Median(fragmentation);
-  fmt::print("MAPE of the predicted peak memory (tensors) over {} run(s): {:.1f}%\n",
-             errors.size(), 100 * mape);
+  if (rows.empty()) return nullptr;
+  const MemoryFit fit = FitDeviceMemory(rows, "run-report");
+  const double mape = sum_abs_error / static_cast<double>(rows.size());
+  fmt::print("MAPE of the predicted peak memory (tensors) over {} run(s): {:.1f}%\n", rows.size(),
+             100 * mape);
   fmt::print("held outside the caching allocator: median {:.3f} GiB; the allocator's peak over "
              "the tensors' peak: median +{:.1f}% (min +{:.1f}%, max +{:.1f}%)\n",
-             median_outside / kGiB, 100 * median_fragmentation,
-             100 * *std::min_element(fragmentation.begin(), fragmentation.end()),
-             100 * *std::max_element(fragmentation.begin(), fragmentation.end()));
-  return {{"runs", errors.size()},
+             fit.reserved_memory_bytes / kGiB, 100 * fit.memory_fragmentation,
+             100 * *std::min_element(overheads.begin(), overheads.end()),
+             100 * *std::max_element(overheads.begin(), overheads.end()));
+  return {{"runs", rows.size()},
           {"mape", mape},
-          {"median_outside_allocator_bytes", median_outside},
-          {"median_fragmentation", median_fragmentation}};
+          {"median_outside_allocator_bytes", fit.reserved_memory_bytes},
+          {"median_fragmentation", fit.memory_fragmentation}};
 }
 
 }  // namespace

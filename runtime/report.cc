@@ -161,6 +161,7 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
       row["measured_peak_allocated_bytes"] = stage_memory[s]["peak_allocated_bytes"];
       row["measured_peak_reserved_bytes"] = stage_memory[s]["peak_reserved_bytes"];
       row["measured_outside_allocator_bytes"] = stage_memory[s]["outside_allocator_bytes"];
+      row["measured_device_total_bytes"] = stage_memory[s]["device_total_bytes"];
       row["memory_ratio"] = ratio(stage_memory[s]["peak_allocated_bytes"].get<double>(),
                                   estimate.stages[s].peak_memory_bytes);
     }

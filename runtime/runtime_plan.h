@@ -32,8 +32,9 @@ double MeasureMatmulFlops(int n = 256, torch::Device device = torch::Device(torc
                           torch::ScalarType dtype = torch::kFloat32);
 
 // The runtime's training as the cost model prices it: fp32 weights and gradients, Adam moments
-// 8 bytes/param, activations 4 bytes (2 with dtype "bf16"), half the DP sync hidden behind
-// backward (its bucketed overlap).
+// 8 bytes/param, buffers 4 bytes/param (the gradient synchronizer's flat gradient; 6 with dtype
+// "bf16": autocast's bf16 weight copies), activations 4 bytes (2 with "bf16"), half the DP sync
+// hidden behind backward (its bucketed overlap).
 TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule,
                              const std::string& dtype = "f32");
 

@@ -20,6 +20,7 @@
 #include "costmodel/collective.h"
 #include "costmodel/error.h"
 #include "costmodel/matmul_efficiency.h"
+#include "costmodel/statistics.h"
 #include "costmodel/zoo.h"
 #include "test_util.h"
 #include "tests/scratch_dir.h"
@@ -252,6 +253,12 @@ TEST_CASE("blocks profiled with fused attention are priced without attention sco
   CHECK(!info.FlashAttention());
   info = {"cpu-worker", "gloo", "stratos profile", "", "fused"};
   CHECK(info.FlashAttention());
+}
+
+TEST_CASE("the median of an odd count is the middle value, of an even one the middle mean") {
+  CHECK(Median({3, 1, 2}) == 2);
+  CHECK(Median({4, 1, 3, 2}) == 2.5);
+  CHECK(std::isnan(Median({})));
 }
 
 TEST_CASE("device memory constants: the driver's total and medians over the runs") {

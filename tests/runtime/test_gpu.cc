@@ -208,6 +208,9 @@ TEST_CASE("a CUDA run's measurement and trace come from GPU timings") {
   // Device memory (LibTorch >= 2.9): the allocator's peaks, what lies outside it, and the
   // predicted peak beside the measured one.
   const auto& rank = m.at("ranks").at(0);
+#if STRATOS_TORCH_AT_LEAST(2, 9)
+  REQUIRE(rank.contains("memory"));
+#endif
   if (rank.contains("memory")) {
     const auto& memory = rank.at("memory");
     CHECK(memory.at("peak_allocated_bytes").get<double>() > 0);

@@ -217,25 +217,41 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
   // forward is 24bsh^2 + 4bs^2h, backward twice that, full recomputation one forward more,
   // selective recomputation the attention scores; Korthikanti et al. 2022 §5), plus a roofline
   // term for memory-bound ops: every stored activation byte is written in forward and read and
-  // written (as its gradient) in backward.
+  // written (as its gradient) in backward. On a device with a GEMM curve a whole block's GEMMs
+  // are priced one by one, each at its own shape, and its attention core by its roofline
+  // (matmul_efficiency.h TransformerBlockGemms, AttentionCoreSeconds); otherwise every GEMM of
+  // the layer runs at the efficiency of the layer's largest GEMM (LayerGemmShape).
   out.forward_flops = layer.forward_flops * b / tp;
   const bool recomputes = Recomputes(layer);
-  const double flops_per_second =
-      device.peak_flops * MatmulEfficiency(device, LayerGemmShape(model, layer, b, tp));
+  double gemm_seconds = 0, gemm_backward_seconds = 0, attention_seconds = 0;
+  if (device.matmul_curve && layer.kind == LayerKind::kTransformer && !layer.block_operator &&
+      model.hidden_size > 0) {
+    for (const GemmShape& shape : TransformerBlockGemms(model, b, tp).dense)
+      gemm_seconds += MatmulSeconds(*device.matmul_curve, device.peak_flops, shape);
+    attention_seconds =
+        AttentionCoreSeconds(device, model, b, tp, layer.activation_attention_bytes > 0);
+    gemm_seconds += attention_seconds;
+    gemm_backward_seconds = ratio * gemm_seconds;
+  } else {
+    const double flops_per_second =
+        device.peak_flops * MatmulEfficiency(device, LayerGemmShape(model, layer, b, tp));
+    gemm_seconds = out.forward_flops / flops_per_second;
+    gemm_backward_seconds = ratio * out.forward_flops / flops_per_second;
+    attention_seconds = layer.attention_flops * b / tp / flops_per_second;
+  }
   const double full_activation_bytes =
       b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone);
   const double hbm = device.hbm_bytes_per_second;
-  out.forward_seconds = out.forward_flops / flops_per_second + full_activation_bytes / hbm;
-  out.backward_seconds =
-      ratio * out.forward_flops / flops_per_second + 2.0 * full_activation_bytes / hbm;
+  out.forward_seconds = gemm_seconds + full_activation_bytes / hbm;
+  out.backward_seconds = gemm_backward_seconds + 2.0 * full_activation_bytes / hbm;
   if (recomputes && recompute == Recompute::kFull) {
     out.recompute_flops = out.forward_flops;
     out.recompute_seconds = out.forward_seconds;
   }
   if (recomputes && recompute == Recompute::kSelective) {
     out.recompute_flops = layer.attention_flops * b / tp;
-    out.recompute_seconds = out.recompute_flops / flops_per_second +
-                            b * layer.activation_attention_bytes / tp / hbm;
+    out.recompute_seconds =
+        attention_seconds + b * layer.activation_attention_bytes / tp / hbm;
   }
   // A whole transformer block (not one of its operators) on a device with a calibrated block
   // curve (cluster.h LayerCurve): each pass through it; a full recomputation is one more forward

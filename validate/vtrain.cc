@@ -372,7 +372,8 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
       "(remainder on the last), the embedding on the first stage and the head on the last.",
       "Fitted on every fifth row of the file (a rule fixed before any error was seen), by least "
       "squares on the relative error: the A100's GEMM curve (costmodel/matmul_efficiency.h: "
-      "efficiency max / (1 + d / min(m, n, k)) of a block's MLP GEMM, the asymptote max fixed "
+      "efficiency max / (1 + d / min(m, n, k)) of each of a block's GEMMs, the attention core by "
+      "its roofline; the asymptote max fixed "
       "at the base file's measured maximum achievable matmul FLOPs, hardware.csv's MAMF, and d "
       "fitted) and its block curve's floors "
       "(cluster.h LayerCurve with scales 1: the host's time to launch a block's kernels, which "

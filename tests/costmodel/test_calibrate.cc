@@ -340,6 +340,63 @@ TEST_CASE("GEMM efficiency follows the layer's MLP GEMM and falls back to the sc
   CHECK(MatmulEfficiency(device, GemmShape{}) == 0.7);
 }
 
+TEST_CASE("a block's GEMMs add up to its FLOPs, shape by shape") {
+  for (const char* family : {"gpt", "llama"}) {
+    CAPTURE(family);
+    ModelSpec model;
+    model.family = family;
+    model.hidden_size = 1024;
+    model.num_layers = 1;
+    model.num_attention_heads = 16;
+    model.num_key_value_heads = std::string(family) == "llama" ? 4 : 0;
+    model.ffn_hidden_size = std::string(family) == "llama" ? 2816 : 0;
+    model.seq_length = 512;
+    model.vocab_size = 1000;
+    BuildTransformerLayers(model);
+    const LayerSpec& block = model.layers[1];
+    const BlockGemms gemms = TransformerBlockGemms(model, 2, 4);
+    CHECK(gemms.dense.size() == (std::string(family) == "llama" ? 5u : 4u));
+    CHECK(gemms.DenseFlops() + gemms.AttentionFlops() ==
+          doctest::Approx(block.forward_flops * 2 / 4).epsilon(1e-12));
+    CHECK(gemms.AttentionFlops() == doctest::Approx(block.attention_flops * 2 / 4));
+    // QKV: 1024 tokens x (1024 + 2 kv width) / 4 @ 1024; one head: 512 x 512 @ 64, 2 x 16 / 4 times.
+    const double kv_width = std::string(family) == "llama" ? 256 : 1024;
+    CHECK(gemms.dense[0].m == 1024);
+    CHECK(gemms.dense[0].n == (1024 + 2 * kv_width) / 4);
+    CHECK(gemms.dense[0].k == 1024);
+    CHECK(gemms.dense[1].k == 256);  // output projection, row-parallel
+    CHECK(gemms.attention.m == 512);
+    CHECK(gemms.attention.k == 64);
+    CHECK(gemms.attention_batch == 8);
+  }
+}
+
+TEST_CASE("the attention core is priced by its roofline, per kernel") {
+  // 100 TFLOP/s peak, 1 TB/s HBM; asymptote 0.5 and 10 us per GEMM kernel.
+  DeviceSpec device{"gpu", 100e12, 1e12, 1e12, 0.7, 0.0, "test"};
+  device.matmul_curve = MatmulCurve{0.5, 4096, 10e-6};
+  ModelSpec model;
+  model.family = "gpt";
+  model.hidden_size = 1024;
+  model.num_attention_heads = 16;
+  model.seq_length = 512;
+  // 1 sample, TP 1: FLOPs 4 s^2 h = 1.073741824e9 -> 21.47 us at 50 TFLOP/s. Bytes: Q, K, V, O
+  // 2 x 512 x 4096 = 4.19 MB; materialized scores 2 x 2 x 16 x 512^2 = 16.78 MB more -> 20.97 us.
+  const double flops_seconds = 4.0 * 512 * 512 * 1024 / 50e12;
+  CHECK(AttentionCoreSeconds(device, model, 1, 1, false) ==
+        doctest::Approx(flops_seconds + 10e-6));  // FlashAttention: compute bound, one kernel
+  const double bytes = 2.0 * 512 * 4096 + 4.0 * 16 * 512 * 512;
+  CHECK(bytes / 1e12 < flops_seconds);
+  CHECK(AttentionCoreSeconds(device, model, 1, 1, true) ==
+        doctest::Approx(flops_seconds + 20e-6));
+  device.hbm_bytes_per_second = 0.5e12;  // now the bytes bind: 41.9 us
+  CHECK(AttentionCoreSeconds(device, model, 1, 1, true) ==
+        doctest::Approx(bytes / 0.5e12 + 20e-6));
+  device.matmul_curve.reset();  // without a curve: the scalar efficiency, no per-kernel cost
+  CHECK(AttentionCoreSeconds(device, model, 1, 1, false) ==
+        doctest::Approx(4.0 * 512 * 512 * 1024 / 70e12));
+}
+
 Profile SampleProfile() {
   Profile profile;
   profile.info = {"V100-SXM2-16GB", "NCCL 2.10", "test, with \"quotes\" and, commas", "notes"};

@@ -9,6 +9,7 @@
 #include "costmodel/collective.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
+#include "costmodel/matmul_efficiency.h"
 #include "costmodel/zoo.h"
 #include "test_util.h"
 
@@ -300,6 +301,19 @@ TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficienc
   problem.cluster.devices[0].matmul_curve = MatmulCurve{0.9, 1024, 0};
   const CostModel curved(problem);
   CHECK(curved.LayerTerms(1, config, 8).compute_seconds > terms.compute_seconds);
+  // ... each of the block's GEMMs at its own shape and the attention core by its roofline:
+  // forward = sum of MatmulSeconds + AttentionCoreSeconds + activation bytes / HBM, backward
+  // twice the GEMMs and the activation bytes read and written.
+  problem.cluster.devices[0].matmul_curve = MatmulCurve{0.9, 1024, 5e-6};
+  const DeviceSpec& with_curve = problem.cluster.devices[0];
+  double gemms = 0;
+  for (const GemmShape& shape : TransformerBlockGemms(m, 1, 1).dense)
+    gemms += MatmulSeconds(*with_curve.matmul_curve, with_curve.peak_flops, shape);
+  gemms += AttentionCoreSeconds(with_curve, m, 1, 1, layer.activation_attention_bytes > 0);
+  const double hbm = with_curve.hbm_bytes_per_second;
+  const StageTerms by_shape = CostModel(problem).LayerTerms(1, config, 8);
+  CHECK(by_shape.forward_seconds == doctest::Approx(gemms + activation / hbm));
+  CHECK(by_shape.compute_seconds == doctest::Approx(3 * gemms + 3 * activation / hbm));
 }
 
 TEST_CASE("a layer curve reshapes each pass of a transformer block and nothing else") {

@@ -44,4 +44,11 @@ DeviceSpec WithMemoryFit(DeviceSpec device, const MemoryFit& fit) {
   return device;
 }
 
+DeviceSpec WithFrameworkMemoryFit(DeviceSpec device, const MemoryFit& fit) {
+  const double memory_bytes = device.memory_bytes;
+  device = WithMemoryFit(device, fit);
+  device.memory_bytes = memory_bytes;
+  return device;
+}
+
 }  // namespace stratos

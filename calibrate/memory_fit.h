@@ -39,4 +39,10 @@ MemoryFit FitDeviceMemory(const std::vector<RunMemoryRow>& rows, const std::stri
 // `device` with the fitted constants.
 DeviceSpec WithMemoryFit(DeviceSpec device, const MemoryFit& fit);
 
+// `device` with the fit's framework constants only (reserved_memory_bytes and
+// memory_fragmentation; its memory_bytes kept): for runs measured on another device, whose
+// memory outside the caching allocator (CUDA context, library handles) and allocator overhead
+// are the framework's rather than the GPU's.
+DeviceSpec WithFrameworkMemoryFit(DeviceSpec device, const MemoryFit& fit);
+
 }  // namespace stratos

@@ -29,6 +29,14 @@ namespace stratos {
 
 namespace {
 
+// " --framework-memory-runs DIR" when given, for the command lines that reproduce a file.
+std::string FrameworkMemoryFlag(const CalibrateArgs& args) {
+  return args.framework_memory_runs.empty()
+             ? std::string()
+             : fmt::format(" --framework-memory-runs {}",
+                           PathForDisplay(args.framework_memory_runs));
+}
+
 // The command line that reproduces this run, with paths as PathForDisplay shows them.
 std::string CommandLine(const CalibrateArgs& args, const std::string& profile_flag) {
   // A zoo name is not a path: shown as given.
@@ -44,6 +52,7 @@ std::string CommandLine(const CalibrateArgs& args, const std::string& profile_fl
   if (args.no_layer_curve) line += " --no-layer-curve";
   if (!args.memory_runs.empty())
     line += fmt::format(" --memory-runs {}", PathForDisplay(args.memory_runs));
+  line += FrameworkMemoryFlag(args);
   if (!args.save_as.empty()) {
     line += fmt::format(" --save-as {}", args.save_as);
   } else if (!args.output.empty()) {
@@ -87,6 +96,25 @@ std::vector<RunMemoryRow> ReadMemoryRuns(const std::string& dir) {
     if (best) rows.push_back(*best);
   }
   return rows;
+}
+
+// --framework-memory-runs DIR: `device` with the framework's memory constants fitted on the CUDA
+// runs in DIR (measured on another device; FitDeviceMemory, WithFrameworkMemoryFit), its source
+// saying so, and a line printed; `device` unchanged without the flag.
+void ApplyFrameworkMemory(const CalibrateArgs& args, DeviceSpec& device) {
+  if (args.framework_memory_runs.empty()) return;
+  const MemoryFit fit = FitDeviceMemory(ReadMemoryRuns(args.framework_memory_runs),
+                                        "--framework-memory-runs " + args.framework_memory_runs);
+  device = WithFrameworkMemoryFit(device, fit);
+  device.source += fmt::format(
+      "; framework memory as measured in {} CUDA runs on another device ({}): the median held "
+      "outside PyTorch's caching allocator and the median allocator overhead over the tensors' "
+      "peak (the framework's, assumed for this device)",
+      fit.runs, PathForDisplay(args.framework_memory_runs));
+  fmt::print("framework memory from {} runs on another device: {:.3f} GiB outside the caching "
+             "allocator (median), allocator overhead +{:.1f}% over the tensors' peak (median)\n",
+             fit.runs, fit.reserved_memory_bytes / (1024.0 * 1024 * 1024),
+             100 * fit.memory_fragmentation);
 }
 
 // --cluster local: the runtime's description of this machine's CPU workers (LocalCpuCluster),
@@ -149,9 +177,10 @@ DeviceCalibration StartDeviceCalibration(const CalibrateArgs& args, const std::s
                    : !args.save_as.empty() ? args.save_as
                                            : c.base_name + "-calibrated";
   const bool cluster_is_file = std::filesystem::is_regular_file(args.cluster);
-  c.command = fmt::format("stratos calibrate {} {} --cluster {}{}", flag, PathForDisplay(file),
+  c.command = fmt::format("stratos calibrate {} {} --cluster {}{}{}", flag, PathForDisplay(file),
                           cluster_is_file ? PathForDisplay(args.cluster) : args.cluster,
-                          args.name.empty() ? "" : " --name " + args.name);
+                          args.name.empty() ? "" : " --name " + args.name,
+                          FrameworkMemoryFlag(args));
   return c;
 }
 
@@ -174,14 +203,16 @@ int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
       "matmul_efficiency) and the block curve fitted on every fifth row of vTrain's single-node "
       "A100 runs ({} of {})",
       fit_rows.size(), rows.size());
+  ApplyFrameworkMemory(args, device);
   c.cluster.calibration.source = fmt::format(
       "{}: the GEMM curve's half-efficiency dimension (asymptote: {}'s matmul_efficiency, the "
       "measured large-GEMM share of peak) and the block curve (scales 1, floors) fitted by least "
       "squares on "
       "the relative iteration-time error of every fifth row ({} of {} rows; the rule of "
       "`stratos validate vtrain`, which reports the errors on the other rows); network and memory "
-      "as in {}",
-      c.command, c.base_name, fit_rows.size(), rows.size(), c.base_name);
+      "as in {}{}",
+      c.command, c.base_name, fit_rows.size(), rows.size(), c.base_name,
+      args.framework_memory_runs.empty() ? "" : " (framework memory: see the device's source)");
   c.cluster.calibration.layer_rows = static_cast<int>(fit_rows.size());
   const LayerCurve& curve = *fit.constants.layer_curve;
   fmt::print("calibrating {} on {} ({} of {} rows: every fifth)\n", c.base_name,
@@ -224,14 +255,16 @@ int RunCalibrateMegatron(const CalibrateArgs& args, const std::string& output) {
       "; calibrated: matmul_efficiency (datasheet MAMF share {:.3f}) fitted end to end on "
       "Megatron-Core's H100 runs {} and {}",
       datasheet, fit_rows[0].model, fit_rows[1].model);
+  ApplyFrameworkMemory(args, device);
   c.cluster.calibration.source = fmt::format(
       "{}: matmul_efficiency fitted by grid search (least squares on the relative TFLOP/s error) "
       "on the smallest and the largest run ({} on {} GPUs, {} on {} GPUs; the rule of `stratos "
       "validate megatron-h100`, which reports the errors on the other {} rows), with "
       "communication overlap {:g} and the report's other assumptions; an end-to-end figure "
-      "that absorbs the kernels the model does not price; network and memory as in {}",
+      "that absorbs the kernels the model does not price; network and memory as in {}{}",
       c.command, fit_rows[0].model, fit_rows[0].num_gpus, fit_rows[1].model, fit_rows[1].num_gpus,
-      rows.size() - fit_rows.size(), how.comm_overlap_fraction, c.base_name);
+      rows.size() - fit_rows.size(), how.comm_overlap_fraction, c.base_name,
+      args.framework_memory_runs.empty() ? "" : " (framework memory: see the device's source)");
   fmt::print("calibrating {} on {} ({} of {} rows: the smallest and the largest run)\n",
              c.base_name, PathForDisplay(args.megatron_h100_csv), fit_rows.size(), rows.size());
   fmt::print("matmul_efficiency {:.4f} (datasheet {:.4f}); RMS relative error on the fitted rows "
@@ -290,6 +323,7 @@ int RunCalibrate(const CalibrateArgs& given) {
                                  "allocator overhead over the tensors' peak",
                                  memory->runs, PathForDisplay(args.memory_runs));
   }
+  ApplyFrameworkMemory(args, result.cluster.devices.front());
   // Local workers beyond the machine's hardware threads share them: a plan on every worker (what
   // the search prices) runs each at threads / workers of the speed its rows were profiled at.
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -388,6 +422,12 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "fragmentation from them")
       ->excludes("--vtrain-csv")
       ->excludes("--megatron-h100-csv");
+  commands.calibrate
+      ->add_option("--framework-memory-runs", c.framework_memory_runs,
+                   "directory of CUDA runs' measurement.json files taken on another device: set "
+                   "only what lies outside the caching allocator and its fragmentation from them "
+                   "(the framework's memory, not the GPU's), keeping the device's memory")
+      ->excludes("--memory-runs");
   commands.calibrate->add_flag(
       "--no-layer-curve", c.no_layer_curve,
       "fit no block curve from the profile's transformer blocks (blocks are then priced from the "

@@ -178,6 +178,9 @@ struct CalibrateArgs {
   // A directory of CUDA runs' measurement.json files (`stratos run --device cuda`): the device's
   // memory, the memory outside the allocator and its fragmentation (calibrate/memory_fit.h).
   std::string memory_runs;
+  // The same kind of runs taken on another device: only the memory outside the allocator and its
+  // fragmentation, the framework's (calibrate/memory_fit.h WithFrameworkMemoryFit).
+  std::string framework_memory_runs;
 };
 
 // `stratos calibrate`: fits the collective constants and the matmul curve (calibrate/), prints

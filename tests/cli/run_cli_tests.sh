@@ -360,13 +360,15 @@ expect "profile: all-reduce rows of the 2-process group" 0 "^all_reduce,f32,1,2,
 expect "calibrate --vtrain-csv fits the A100 on vTrain's runs as the zoo ships it" 0 \
   "GEMM curve 0.8692 / \\(1 \\+ 877.9 / min\\(m, n, k\\)\\); block floors 1096 us forward / 1077 us backward" -- \
   "$STRATOS" calibrate --vtrain-csv ../shared/data/reference/vtrain_a100_single_node.csv \
-  --cluster dgx-a100-80gb-datasheet --name dgx-a100-80gb --output "$WORK/a100-vtrain.toml"
+  --cluster dgx-a100-80gb-datasheet --name dgx-a100-80gb \
+  --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/a100-vtrain.toml"
 expect "the shipped dgx-a100-80gb is what calibrate --vtrain-csv writes" 0 "" -- \
   diff data/clusters/dgx-a100-80gb.toml "$WORK/a100-vtrain.toml"
 expect "calibrate --megatron-h100-csv fits the H100 on Megatron-Core's runs as the zoo ships it" 0 \
   "matmul_efficiency 0.4835 \\(datasheet 0.8030\\)" -- \
   "$STRATOS" calibrate --megatron-h100-csv ../shared/data/reference/megatron_h100_weak_scaling_2024.csv \
-  --cluster dgx-h100-datasheet --name dgx-h100 --output "$WORK/h100-megatron.toml"
+  --cluster dgx-h100-datasheet --name dgx-h100 \
+  --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/h100-megatron.toml"
 expect "the shipped dgx-h100 is what calibrate --megatron-h100-csv writes" 0 "" -- \
   diff data/clusters/dgx-h100.toml "$WORK/h100-megatron.toml"
 expect_one_line_error "calibrate --megatron-h100-csv calibrates one device" \
@@ -501,6 +503,18 @@ expect "search accepts the calibrated cluster file" 0 "gap %" -- \
 expect "search finds the calibrated zoo cluster by name" 0 "gap %" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster p3.16xlarge --nodes 2 --global-batch 64 \
   --algo grid --time-limit 60 --no-progress --output-dir "$WORK/cal-zoo"
+expect "calibrate --framework-memory-runs takes the framework's memory from another GPU's runs" 0 \
+  "framework memory from 10 runs on another device: 0.749 GiB outside the caching allocator" -- \
+  "$STRATOS" calibrate --alpa-csv ../shared/data/alpa_v100_comm/alpa_v100_comm_1x1_to_2x8.csv \
+  --cluster p3.16xlarge-datasheet --ring-links 6 --name p3.16xlarge \
+  --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/p3_framework.toml"
+expect "the shipped p3.16xlarge is that command's output (the V100's 16 GB kept)" 0 "" -- \
+  bash -c "diff <(grep -v -e --output '$WORK/p3_framework.toml') \
+                 <(grep -v -e --output data/clusters/p3.16xlarge.toml)"
+expect_one_line_error "calibrate takes --memory-runs or --framework-memory-runs, not both" \
+  "--memory-runs excludes --framework-memory-runs" -- \
+  "$STRATOS" calibrate --memory-runs experiments/gpu/results/h200-2026-11-27/runs \
+  --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/both.toml"
 mkdir -p "$WORK/badprofile"
 printf '{"schema": "stratos.profile/1", "device": "d", "backend": "b", "produced_by": "test"}\n' \
   >"$WORK/badprofile/profile.json"

@@ -274,6 +274,14 @@ TEST_CASE("device memory constants: the driver's total and medians over the runs
   CHECK(fit.memory_fragmentation == doctest::Approx(0.10));
   const DeviceSpec device = WithMemoryFit(DeviceSpec{}, fit);
   CHECK(device.memory_fragmentation == fit.memory_fragmentation);
+  CHECK(device.memory_bytes == fit.memory_bytes);
+  // Runs on another device: the framework's constants only, the device keeps its memory.
+  DeviceSpec v100;
+  v100.memory_bytes = 16e9;
+  const DeviceSpec framework = WithFrameworkMemoryFit(v100, fit);
+  CHECK(framework.memory_bytes == 16e9);
+  CHECK(framework.reserved_memory_bytes == 0.8 * GiB);
+  CHECK(framework.memory_fragmentation == doctest::Approx(0.10));
   CHECK(Contains(InputErrorMessage([&] { FitDeviceMemory({}, "--memory-runs d"); }),
                  "--memory-runs d: no run with device memory measurements"));
   std::vector<RunMemoryRow> bad = rows;

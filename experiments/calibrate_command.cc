@@ -21,6 +21,7 @@
 #include "experiments/commands.h"
 #include "experiments/output.h"
 #include "runtime/trainer.h"
+#include "validate/amp_trials.h"
 #include "validate/megatron_h100.h"
 #include "validate/reference_tables.h"
 #include "validate/vtrain.h"
@@ -177,7 +178,8 @@ DeviceCalibration StartDeviceCalibration(const CalibrateArgs& args, const std::s
                    : !args.save_as.empty() ? args.save_as
                                            : c.base_name + "-calibrated";
   const bool cluster_is_file = std::filesystem::is_regular_file(args.cluster);
-  c.command = fmt::format("stratos calibrate {} {} --cluster {}{}{}", flag, PathForDisplay(file),
+  c.command = fmt::format("stratos calibrate {}{} --cluster {}{}{}", flag,
+                          file.empty() ? std::string() : " " + PathForDisplay(file),
                           cluster_is_file ? PathForDisplay(args.cluster) : args.cluster,
                           args.name.empty() ? "" : " --name " + args.name,
                           FrameworkMemoryFlag(args));
@@ -279,6 +281,44 @@ int RunCalibrateMegatron(const CalibrateArgs& args, const std::string& output) {
   return kExitSuccess;
 }
 
+// --amp-profile: the base cluster's T4 matmul efficiency and block curve and its intra-node
+// latency fitted on AMP's published GPT-2 layer profile (AmpCalibratedCluster, the constants
+// `stratos validate amp` prices the trials with).
+int RunCalibrateAmp(const CalibrateArgs& args, const std::string& output) {
+  DeviceCalibration c = StartDeviceCalibration(args, "--amp-profile", "");
+  const ClusterSpec fit = AmpCalibratedCluster(args.cluster);
+  DeviceSpec& device = c.Device();
+  device.matmul_efficiency = fit.Device().matmul_efficiency;
+  device.layer_curve = fit.Device().layer_curve;
+  c.cluster.networks.at(0).latency_seconds = fit.IntraNode().latency_seconds;
+  c.cluster.networks.at(0).source +=
+      "; calibrated: latency fitted on AMP's profiled GPT-2 blocks at model parallel 2 and 4";
+  device.source +=
+      "; calibrated: matmul_efficiency from AMP's profiled LM head, the block curve's scale from "
+      "its profiled block (DachengLi1/AMP src/known_cost/gpt2_G4_1.npy)";
+  ApplyFrameworkMemory(args, device);
+  c.cluster.calibration.source = fmt::format(
+      "{}: the T4's matmul efficiency (AMP's profiled LM head forward, 4.650 ms at micro-batch "
+      "1), the block curve's scale (the profiled block forward, 5.470 ms) and the intra-node "
+      "latency per ring step (the profiled blocks at model parallel 2 and 4) from AMP's GPT-2 "
+      "layer profile (DachengLi1/AMP @72eeea4 src/known_cost/gpt2_G4_{{1,2,4}}.npy, the profile "
+      "AMP's own cost model uses; validate/amp_trials.h); nothing fitted to AMP's trials, whose "
+      "ranking `stratos validate amp` reports; the rest as in {}",
+      c.command, c.base_name);
+  const LayerCurve& curve = *fit.Device().layer_curve;
+  fmt::print("calibrating {} on AMP's GPT-2 layer profile (T4)\n", c.base_name);
+  fmt::print("matmul_efficiency {:.4f}; block curve scale {:.3f}; intra-node latency {:.1f} us\n",
+             fit.Device().matmul_efficiency, curve.forward_scale,
+             1e6 * fit.IntraNode().latency_seconds);
+  const std::string header = fmt::format(
+      "{}: {} calibrated by stratos on AMP's published T4 layer profile.\n"
+      "Produced by: {}\n"
+      "Ranking of AMP's measured trials with it: `stratos validate amp`.",
+      c.cluster.name, c.base_name, c.command);
+  WriteCalibratedCluster(c.cluster, output, header, args.save_as);
+  return kExitSuccess;
+}
+
 }  // namespace
 
 int RunCalibrate(const CalibrateArgs& given) {
@@ -286,6 +326,7 @@ int RunCalibrate(const CalibrateArgs& given) {
   if (args.cluster.empty())
     args.cluster = !args.vtrain_csv.empty()          ? kVtrainBaseCluster
                    : !args.megatron_h100_csv.empty() ? kMegatronBaseCluster
+                   : args.amp_profile                ? kAmpBaseCluster
                                                      : "p3.16xlarge-datasheet";
   if (!args.profile_dir.empty() && !args.alpa_csv.empty()) {
     throw InputError("command line: give --profile DIR or --alpa-csv FILE, not both");
@@ -298,6 +339,7 @@ int RunCalibrate(const CalibrateArgs& given) {
                                                     : "out/calibrate/cluster.toml";
   if (!args.vtrain_csv.empty()) return RunCalibrateVtrain(args, output);
   if (!args.megatron_h100_csv.empty()) return RunCalibrateMegatron(args, output);
+  if (args.amp_profile) return RunCalibrateAmp(args, output);
   const LoadedProfile loaded = LoadProfile(args.profile_dir, args.alpa_csv);
   const std::string matmul_dtype =
       !args.matmul_dtype.empty() ? args.matmul_dtype : local ? "f32" : "f16";
@@ -394,11 +436,20 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
       ->excludes(profile)
       ->excludes("--alpa-csv")
       ->excludes("--vtrain-csv");
+  commands.calibrate
+      ->add_flag("--amp-profile", c.amp_profile,
+                 "fit the T4's matmul efficiency, block curve and intra-node latency on AMP's "
+                 "published GPT-2 layer profile (what `stratos validate amp` prices with)")
+      ->excludes(profile)
+      ->excludes("--alpa-csv")
+      ->excludes("--vtrain-csv")
+      ->excludes("--megatron-h100-csv");
   commands.calibrate->add_option(
       "--cluster", c.cluster,
       "base cluster: zoo name or .toml file, or local (this machine's worker processes, sized "
       "from the profile); default: p3.16xlarge-datasheet, with --vtrain-csv "
-      "dgx-a100-80gb-datasheet, with --megatron-h100-csv dgx-h100-datasheet");
+      "dgx-a100-80gb-datasheet, with --megatron-h100-csv dgx-h100-datasheet, with --amp-profile "
+      "g4dn.12xlarge");
   commands.calibrate
       ->add_option("--holdout", c.holdout,
                    "rows not fitted, only predicted: comma list of NxG[/gS][/local|/cross], "
@@ -421,7 +472,8 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
                    "set the device's memory, what lies outside the caching allocator and its "
                    "fragmentation from them")
       ->excludes("--vtrain-csv")
-      ->excludes("--megatron-h100-csv");
+      ->excludes("--megatron-h100-csv")
+      ->excludes("--amp-profile");
   commands.calibrate
       ->add_option("--framework-memory-runs", c.framework_memory_runs,
                    "directory of CUDA runs' measurement.json files taken on another device: set "

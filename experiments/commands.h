@@ -175,6 +175,8 @@ struct CalibrateArgs {
   std::string output;                   // "": out/calibrate/cluster.toml unless save_as
   std::string save_as;                  // "": none; else written to UserClusterPath(save_as)
   bool no_layer_curve = false;          // fit no block curve even if the profile has blocks
+  // Fit the T4 on AMP's published layer profile (validate/amp_trials.h AmpCalibratedCluster).
+  bool amp_profile = false;
   // A directory of CUDA runs' measurement.json files (`stratos run --device cuda`): the device's
   // memory, the memory outside the allocator and its fragmentation (calibrate/memory_fit.h).
   std::string memory_runs;

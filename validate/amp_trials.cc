@@ -80,21 +80,62 @@ Problem AmpProblem(const AmpAssumptions& how) {
   STRATOS_CHECK(device != nullptr, "device of {}", problem.cluster.name);
   if (how.matmul_efficiency > 0) {
     device->matmul_efficiency = how.matmul_efficiency;
-  } else if (how.head_and_block_profile) {
+  } else if (how.fit_profile && how.head_and_block_profile) {
+    device->layer_curve.reset();
     device->matmul_efficiency = AmpProfiledHeadMatmulEfficiency(problem);
     device->layer_curve = AmpProfiledBlockCurve(problem);
-  } else {
+  } else if (how.fit_profile) {
+    device->layer_curve.reset();
     device->matmul_efficiency = AmpProfiledMatmulEfficiency(problem);
   }
-  if (!how.framework_memory_cluster.empty()) {
+  if (how.fit_profile && !how.framework_memory_cluster.empty()) {
     const DeviceSpec measured = ZooCluster(how.framework_memory_cluster, 1).Device();
     device->reserved_memory_bytes = measured.reserved_memory_bytes;
     device->memory_fragmentation = measured.memory_fragmentation;
   }
-  problem.cluster.networks.at(0).latency_seconds = how.intra_node_latency_seconds >= 0
-                                                       ? how.intra_node_latency_seconds
-                                                       : AmpProfiledIntraNodeLatency(problem);
+  if (how.intra_node_latency_seconds >= 0)
+    problem.cluster.networks.at(0).latency_seconds = how.intra_node_latency_seconds;
+  else if (how.fit_profile)
+    problem.cluster.networks.at(0).latency_seconds = AmpProfiledIntraNodeLatency(problem);
   return problem;
+}
+
+ClusterSpec AmpCalibratedCluster(const std::string& base_cluster) {
+  AmpAssumptions how;
+  how.cluster = base_cluster;
+  how.fit_profile = true;
+  how.framework_memory_cluster.clear();
+  const Problem fitted = AmpProblem(how);
+  ClusterSpec cluster = ZooCluster(base_cluster, 1);
+  for (DeviceSpec& d : cluster.devices)
+    if (d.name == cluster.node_groups.at(0).device) {
+      d.matmul_efficiency = fitted.cluster.Device().matmul_efficiency;
+      d.layer_curve = fitted.cluster.Device().layer_curve;
+    }
+  cluster.networks.at(0).latency_seconds = fitted.cluster.IntraNode().latency_seconds;
+  return cluster;
+}
+
+std::string AmpCalibrationDifference(const ClusterSpec& cluster, const std::string& base_cluster) {
+  const ClusterSpec fit = AmpCalibratedCluster(base_cluster);
+  const auto differs = [](double a, double b) {
+    return std::abs(a - b) > 1e-9 * std::max(std::abs(a), std::abs(b));
+  };
+  const DeviceSpec& ours = cluster.Device();
+  const DeviceSpec& theirs = fit.Device();
+  if (differs(ours.matmul_efficiency, theirs.matmul_efficiency))
+    return fmt::format("matmul_efficiency {} (the fit: {})", ours.matmul_efficiency,
+                       theirs.matmul_efficiency);
+  if (ours.layer_curve.has_value() != theirs.layer_curve.has_value() ||
+      (ours.layer_curve && (differs(ours.layer_curve->forward_scale,
+                                    theirs.layer_curve->forward_scale) ||
+                            differs(ours.layer_curve->backward_scale,
+                                    theirs.layer_curve->backward_scale))))
+    return "layer_curve differs from the fit";
+  if (differs(cluster.IntraNode().latency_seconds, fit.IntraNode().latency_seconds))
+    return fmt::format("intra-node latency {} s (the fit: {} s)",
+                       cluster.IntraNode().latency_seconds, fit.IntraNode().latency_seconds);
+  return "";
 }
 
 double AmpProfiledIntraNodeLatency(const Problem& problem) {
@@ -200,14 +241,25 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
   if (trials.size() < 2)
     throw InputError(fmt::format("{}: {} trials: needs at least 2", reference_path, trials.size()));
   const Problem problem = AmpProblem(how);
-  AmpAssumptions amp_network = how;
+  // The variants refit the T4 on AMP's profile over the base (their constants are not the
+  // shipped file's), with the shipped file's framework memory.
+  AmpAssumptions variant = how;
+  if (!how.fit_profile) {
+    variant.cluster = kAmpBaseCluster;
+    variant.fit_profile = true;
+    variant.framework_memory_cluster = how.cluster;
+  }
+  AmpAssumptions amp_network = variant;
   amp_network.amp_intra_node_bandwidth = !how.amp_intra_node_bandwidth;
   const Problem other_problem = AmpProblem(amp_network);
   // Which part did the work: every GEMM at the block's one efficiency (no head entry, no block
   // curve), the model of earlier reports.
-  AmpAssumptions block_only = how;
+  AmpAssumptions block_only = variant;
   block_only.head_and_block_profile = false;
   const Problem block_only_problem = AmpProblem(block_only);
+  // Is the shipped file what `stratos calibrate --amp-profile` writes?
+  const std::string calibration_difference =
+      how.fit_profile ? std::string() : AmpCalibrationDifference(problem.cluster);
   const CostModel cost_model(problem), other_cost_model(other_problem),
       block_only_cost_model(block_only_problem);
 
@@ -359,6 +411,13 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
        {{"t4_matmul_efficiency", block_only_problem.cluster.Device().matmul_efficiency},
         {"spearman_ours", block_only_rho}}},
       {"intra_node_latency_seconds", intra_latency},
+      {"t4_constants",
+       how.fit_profile ? "fitted in the report"
+                       : calibration_difference.empty()
+                             ? "the shipped file, which is stratos calibrate --amp-profile's fit"
+                             : "the shipped file, which differs from stratos calibrate "
+                               "--amp-profile's fit: " + calibration_difference},
+      {"shipped_is_fit", !how.fit_profile && calibration_difference.empty()},
       {"best_measured", choice(best)},
       {"top1_ours_among_feasible", choice(ours_feasible)},
       {"top1_amp_among_feasible", choice(amp_feasible)},
@@ -385,14 +444,21 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
       "measured {} vs best {} (trial {}); among all trials: trial {} ({}); among those our memory "
       "model says fit: trial {} ({}); memory model flags {} of {} failed trials, {} false alarms; "
       "{} network inside nodes: Spearman {:.3f}; every GEMM at the block's efficiency instead "
-      "(no head entry): Spearman {:.3f}",
+      "(no head entry): Spearman {:.3f}; T4 constants {}",
       feasible.size(), rho, tau, amp_rho, amp_tau, trials[ours_feasible].trial,
       measured_text(ours_feasible), measured_text(best), trials[best].trial,
       trials[ours_all].trial, measured_text(ours_all),
       ours_fit >= 0 ? trials[ours_fit].trial : -1, ours_fit >= 0 ? measured_text(ours_fit) : "-",
       oom_caught, failed, false_alarms,
       amp_network.amp_intra_node_bandwidth ? "with AMP's 50 Gb/s" : "with the zoo's PCIe",
-      other_rho, block_only_rho);
+      other_rho, block_only_rho,
+      how.fit_profile ? std::string("fitted on AMP's profile in the report")
+      : calibration_difference.empty()
+          ? fmt::format("of the zoo's {} (the shipped file is `calibrate --amp-profile`'s fit)",
+                        how.cluster)
+          : fmt::format("of the zoo's {}, which differs from `calibrate --amp-profile`'s fit ({}): "
+                        "rerun it",
+                        how.cluster, calibration_difference));
   report.assumptions = {
       "model: GPT-2 with h 1024, s 1024, 24 layers, 16 heads (ds_pretrain_gpt2_pipe.sh), "
       "vocabulary 52256, learned positions, tied embeddings; global batch 32",
@@ -402,7 +468,7 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                       ? "50 Gb/s inside a node as AMP's cluster_info models"
                       : "PCIe inside a node as in the zoo file (AMP's code models 50 Gb/s; "
                         "reported as a variant)"),
-      fmt::format("T4 matmul efficiency {:.4f}: our forward of the LM head at micro-batch 1 (the "
+      fmt::format("{}T4 matmul efficiency {:.4f}: our forward of the LM head at micro-batch 1 (the "
                   "logits GEMM, the logits and the loss through HBM) equals AMP's profiled "
                   "{:.3f} ms (its 4 entries after the blocks in DachengLi1/AMP "
                   "src/known_cost/gpt2_G4_1.npy, the profile AMP's own cost model uses); the "
@@ -412,6 +478,14 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                   "fitted to the same profile at "
                   "tensor parallel 2 and 4 ({:.3f} and {:.3f} ms per block, all-reduces included; "
                   "gpt2_G4_2.npy, gpt2_G4_4.npy); nothing is fitted to the trials",
+                  how.fit_profile
+                      ? std::string()
+                      : fmt::format("T4 constants of the zoo's {} ({}), fitted by `stratos "
+                                    "calibrate --amp-profile` on AMP's layer profile: ",
+                                    how.cluster,
+                                    calibration_difference.empty()
+                                        ? "the shipped file is that fit"
+                                        : "differs from that fit: " + calibration_difference),
                   efficiency, 1e3 * kAmpProfiledHeadForwardSeconds,
                   problem.cluster.Device().layer_curve
                       ? problem.cluster.Device().layer_curve->forward_scale
@@ -420,7 +494,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                   1e6 * problem.cluster.IntraNode().latency_seconds,
                   1e3 * kAmpProfiledBlockForwardSecondsTp2,
                   1e3 * kAmpProfiledBlockForwardSecondsTp4),
-      how.framework_memory_cluster.empty()
+      problem.cluster.Device().reserved_memory_bytes == 0 &&
+              problem.cluster.Device().memory_fragmentation == 0
           ? std::string("memory: all of the T4's 16 GB for tensors (no framework overheads)")
           : fmt::format("memory: of the T4's 16 GB, {:.2f} GiB outside PyTorch's caching allocator "
                         "and the allocator's overhead +{:.1f}% over the tensors' peak, as measured "
@@ -429,7 +504,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                         "runs: the tensors may take {:.2f} GiB",
                         problem.cluster.Device().reserved_memory_bytes / kGiB,
                         100 * problem.cluster.Device().memory_fragmentation,
-                        how.framework_memory_cluster,
+                        how.fit_profile ? how.framework_memory_cluster
+                                        : how.cluster + ", `calibrate --framework-memory-runs`",
                         CostModel(problem).DeviceMemoryCapacityBytes() / kGiB),
       "DeepSpeed 3D parallelism as in AMP's Megatron-LM v1.1.5 example: fp16, no ZeRO, no "
       "sequence parallelism, no recomputation, gradients all-reduced in fp32 (ds_config.json "

@@ -13,28 +13,49 @@
 
 namespace stratos {
 
+// The zoo's T4 cluster as shipped for AMP's runs, and its datasheet base.
+inline constexpr const char* kAmpCluster = "g4dn.12xlarge-calibrated";
+inline constexpr const char* kAmpBaseCluster = "g4dn.12xlarge";
+
 struct AmpAssumptions {
-  std::string cluster = "g4dn.12xlarge";  // zoo cluster, 4 nodes
+  // Zoo cluster, 4 nodes. Its T4 constants are used as the file gives them unless fit_profile.
+  std::string cluster = kAmpCluster;
+  // true: fit the T4 constants below (efficiency, block curve, intra-node latency) on AMP's
+  // profile and take the framework memory from framework_memory_cluster, on top of `cluster`
+  // (then a base such as kAmpBaseCluster): what `stratos calibrate --amp-profile` writes into
+  // kAmpCluster, and how the report's variants are priced.
+  bool fit_profile = false;
   // AMP's code models 50 Gb/s inside a node as well as between nodes (homogeneous.py
   // cluster_info); false keeps the zoo's PCIe level inside a node.
   bool amp_intra_node_bandwidth = false;
-  // T4 matmul efficiency: < 0 derives it from AMP's profiled forward time of one GPT-2 block
-  // (AmpProfiledMatmulEfficiency); > 0 uses this value.
+  // T4 matmul efficiency: > 0 uses this value; otherwise with fit_profile it is derived from
+  // AMP's profile as below, without it the cluster file's.
   double matmul_efficiency = -1;
-  // With matmul_efficiency < 0: true takes the efficiency from AMP's profiled LM head (one large
+  // With fit_profile and matmul_efficiency < 0: true takes the efficiency from AMP's profiled LM head (one large
   // GEMM and the loss: AmpProfiledHeadMatmulEfficiency) and the block's slowness beyond its
   // GEMMs from its profiled block, as a block-curve scale (AmpProfiledBlockCurve); false prices
   // every GEMM at the one efficiency that matches the profiled block (AmpProfiledMatmulEfficiency).
   bool head_and_block_profile = true;
-  // Intra-node latency per ring step, seconds: < 0 fits it to AMP's profiled tensor-parallel
-  // block times (AmpProfiledIntraNodeLatency); >= 0 uses this value.
+  // Intra-node latency per ring step, seconds: >= 0 uses this value; otherwise with fit_profile
+  // it is fitted to AMP's profiled tensor-parallel block times (AmpProfiledIntraNodeLatency),
+  // without it the cluster file's.
   double intra_node_latency_seconds = -1;
-  // The framework's memory (what a PyTorch process holds outside its caching allocator, and the
-  // allocator's overhead over the tensors' peak: cluster.h reserved_memory_bytes,
-  // memory_fragmentation) taken from this zoo cluster's device, where they were measured; "":
-  // none (every byte of the T4 for tensors).
+  // With fit_profile: the framework's memory (what a PyTorch process holds outside its caching
+  // allocator, and the allocator's overhead over the tensors' peak: cluster.h
+  // reserved_memory_bytes, memory_fragmentation) taken from this zoo cluster's device, where
+  // they were measured; "": none (every byte of the T4 for tensors).
   std::string framework_memory_cluster = "h200-node-calibrated";
 };
+
+// The T4 constants fitted on AMP's profile (AmpProblem with fit_profile, no framework memory)
+// on `base_cluster` (one node): the device's matmul efficiency and block curve and the
+// intra-node level's latency set. What `stratos calibrate --amp-profile` writes.
+ClusterSpec AmpCalibratedCluster(const std::string& base_cluster = kAmpBaseCluster);
+
+// "" when `cluster`'s T4 constants (matmul efficiency, block curve, intra-node latency) are
+// those of AmpCalibratedCluster(base_cluster) up to a relative 1e-9, else what differs.
+std::string AmpCalibrationDifference(const ClusterSpec& cluster,
+                                     const std::string& base_cluster = kAmpBaseCluster);
 
 // Maps a boundary of AMP's GPT-2 layer list to ours. AMP lists 30 entries for 24 blocks
 // (DachengLi1/AMP src/cost_homo.py, get_cost_e): [embed2h, noop, 24 x transformer_layer, noop,

@@ -283,7 +283,7 @@ expect "a declined searcher beside one that finds a plan: exit 0" 0 "gap %" -- \
 validate_pattern() {
   case $1 in
     megatron-h100) echo "MAPE .* held-out rows" ;;
-    amp) echo "Spearman .* Kendall tau-b" ;;
+    amp) echo "Spearman .* Kendall tau-b.*the shipped file is .calibrate --amp-profile.'s fit" ;;
     korthikanti) echo "recompute overhead full" ;;
     zero) echo "agree up to the printed rounding" ;;
     alpa-point) echo "predicted .* s vs measured 2.465 s" ;;
@@ -297,6 +297,12 @@ for report in megatron-h100 amp korthikanti zero alpa-point; do
   expect "validate $report writes its CSV" 0 "," -- cat "$WORK/validate/$report/$report.csv"
 done
 expect "validate lists its reports" 0 "alpa-point" -- "$STRATOS" validate --help
+expect "calibrate --amp-profile fits the T4 on AMP's layer profile" 0 \
+  "matmul_efficiency 0.4632; block curve scale 3.986; intra-node latency 339.3 us" -- \
+  "$STRATOS" calibrate --amp-profile --cluster g4dn.12xlarge --name g4dn.12xlarge-calibrated \
+  --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/t4-amp.toml"
+expect "the shipped g4dn.12xlarge-calibrated is what calibrate --amp-profile writes" 0 "" -- \
+  diff data/clusters/g4dn.12xlarge-calibrated.toml "$WORK/t4-amp.toml"
 
 # A failed run leaves earlier outputs intact.
 cp "$WORK/search/summary.json" "$WORK/summary.before"

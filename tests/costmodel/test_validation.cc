@@ -208,8 +208,23 @@ TEST_CASE("AMP: T4 constants come from AMP's layer profile and reproduce it") {
   REQUIRE(problem.cluster.Device().layer_curve.has_value());
   CHECK(problem.cluster.Device().layer_curve->forward_scale > 1);  // the block's other kernels
   CHECK(problem.cluster.IntraNode().latency_seconds > 0);
+  // The zoo's shipped T4 is that fit (`stratos calibrate --amp-profile`); a changed constant
+  // is named.
+  CHECK(AmpCalibrationDifference(problem.cluster) == "");
+  ClusterSpec changed = problem.cluster;
+  changed.networks.at(0).latency_seconds *= 1.01;
+  CHECK(AmpCalibrationDifference(changed).find("intra-node latency") == 0);
+  // Fitted in place on the datasheet base, the same constants.
+  AmpAssumptions refit;
+  refit.cluster = kAmpBaseCluster;
+  refit.fit_profile = true;
+  const Problem refitted = AmpProblem(refit);
+  CHECK(refitted.cluster.Device().matmul_efficiency ==
+        doctest::Approx(problem.cluster.Device().matmul_efficiency).epsilon(1e-12));
+  CHECK(refitted.cluster.Device().memory_fragmentation ==
+        problem.cluster.Device().memory_fragmentation);
   // The earlier model: every GEMM at the block's one efficiency.
-  AmpAssumptions block_only;
+  AmpAssumptions block_only = refit;
   block_only.head_and_block_profile = false;
   const Problem old_problem = AmpProblem(block_only);
   CHECK(old_problem.cluster.Device().matmul_efficiency > 0.05);
@@ -236,6 +251,7 @@ TEST_CASE("AMP report: AMP's own Spearman from the file, ours at the 0.8 target 
   CHECK(report.summary["memory"]["failed_trials"] == 4);
   CHECK(report.summary["memory"]["failures_predicted"] == 2);
   CHECK(report.summary["memory"]["false_alarms"] == 0);
+  CHECK(report.summary["shipped_is_fit"] == true);
 }
 
 TEST_CASE("Alpa: its TFLOP formula turns the measured 2.465 s into the published 37.0 TFLOP/s") {

@@ -31,6 +31,11 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
   const CostModel cost_model(problem);
   const int L = problem.NumLayers();
   const int max_stages = std::min(space.max_stages, L);
+  // Model chunks per rank beyond 1 (interleaved 1F1B), unless the problem sets its own.
+  std::vector<int> space_virtual_stages;
+  if (problem.training.virtual_pipeline_stages == 1)
+    for (int v : options.space.virtual_stages)
+      if (v > 1) space_virtual_stages.push_back(v);
 
   const SearchResult& result = run.Result();
   SearchSummary& summary = run.Summary();
@@ -113,6 +118,13 @@ SearchResult GridSearcher::Search(const Problem& problem, const SearchOptions& o
             }
             ++summary.evaluations;
             run.Offer(plan, Evaluate(cost_model, plan));
+            // The same plan in the interleaved schedule, each rank's layers in v chunks.
+            for (int v : space_virtual_stages) {
+              const std::optional<Plan> interleaved = InterleavePlan(plan, v);
+              if (!interleaved) continue;
+              ++summary.evaluations;
+              run.Offer(*interleaved, Evaluate(cost_model, *interleaved));
+            }
           }
       }
       if (options.progress && SecondsSince(last_progress) >= 2.0) {

@@ -7,7 +7,9 @@
 // with PP * c.NumDevices() <= space.num_devices, and each microbatch count m that c accepts
 // (CostModel::CheckConfig), the layers are split into PP contiguous stages whose sizes differ by
 // at most one (the larger stages first, and, when the split is uneven, also last), every stage
-// uses c, and the plan is priced with Evaluate(). The best plan that fits in memory wins.
+// uses c, and the plan is priced with Evaluate(). With space.virtual_stages offering v > 1, each
+// such plan of PP >= 2 stages is priced in the interleaved 1F1B schedule too (InterleavePlan:
+// each stage's layers in v chunks). The best plan that fits in memory wins.
 //
 // On a heterogeneous cluster each configuration belongs to a node group: its PP stages go in that
 // group (within its devices), and the shape of each group-0 configuration is also tried on all

@@ -101,6 +101,27 @@ std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int
   return ranges;
 }
 
+std::optional<Plan> InterleavePlan(const Plan& plan, int virtual_stages) {
+  const int v = virtual_stages;
+  const int p = plan.NumStages();
+  if (v < 2 || plan.virtual_stages != 1 || p < 2 || plan.schedule != Schedule::kOneFOneB)
+    return std::nullopt;
+  for (const StagePlan& stage : plan.stages)
+    if (stage.NumLayers() < v) return std::nullopt;
+  Plan out = plan;
+  out.virtual_stages = v;
+  out.stages.clear();
+  int next = plan.stages.front().first_layer;
+  for (int k = 0; k < v; ++k)
+    for (int s = 0; s < p; ++s) {
+      const int n = plan.stages[s].NumLayers();
+      const int size = n / v + (k < n % v ? 1 : 0);
+      out.stages.push_back({next, next + size, plan.stages[s].config});
+      next += size;
+    }
+  return out;
+}
+
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where) {
   ValidatePlan(CostModel(problem), plan, where);
 }

@@ -3,6 +3,8 @@
 // ("schema": "stratos.plan/2") and validation against a problem.
 #include <nlohmann/json_fwd.hpp>
 
+#include <optional>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,7 +30,8 @@ struct Plan {
   // Model chunks per pipeline rank v (the interleaved 1F1B schedule, Narayanan et al. SC'21
   // §2.2.2). With v > 1, `stages` lists the p v virtual stages in model order and virtual stage
   // i runs on pipeline rank i % p with that rank's configuration (Megatron-LM's and
-  // torch.distributed.pipelining's "loop" placement). The searchers return v = 1.
+  // torch.distributed.pipelining's "loop" placement). The searchers return v > 1 when
+  // space.virtual_stages offers it (InterleavePlan).
   int virtual_stages = 1;
   std::vector<StagePlan> stages;
 
@@ -61,6 +64,17 @@ std::vector<std::pair<int, int>> SplitLayersEvenly(int num_layers, int num_stage
 // L blocks, head] is split by SplitLayersEvenly. Throws InputError if num_stages is not in
 // [1, L] (naming "pipeline_parallel" and the block count).
 std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int num_stages);
+
+// The interleaved 1F1B form of a plan with one chunk per pipeline rank (plan.virtual_stages = 1,
+// p >= 2 stages): each rank's n_s layers become `virtual_stages` = v chunks of n_s / v layers
+// (the first n_s % v chunks one more), and the p v chunks take the model's layers in order,
+// chunk k p + s on rank s with its configuration (Megatron-LM's loop placement). Every rank keeps
+// its layer count and the first and last layers stay on the first and last rank, so on a model
+// whose layers between the first and the last share one cost class (a transformer's blocks) each
+// rank prices the same terms as before and only the schedule changes. nullopt when virtual_stages
+// < 2, the plan is already interleaved, it has fewer than 2 stages, its schedule is not 1F1B, or
+// a stage has fewer than v layers.
+std::optional<Plan> InterleavePlan(const Plan& plan, int virtual_stages);
 
 // Structural validation: layers covered once and in order, degrees consistent with the mesh,
 // meshes fit the cluster, batch divisible; with virtual stages, a whole number of them per rank,

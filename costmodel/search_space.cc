@@ -22,6 +22,9 @@ void SpaceOptions::Validate() const {
   if (recompute.empty()) fail("recompute", "[]", "must list at least one mode");
   for (int m : num_microbatches)
     if (m < 1) fail("num_microbatches", m, "every entry must be >= 1");
+  if (virtual_stages.empty()) fail("virtual_stages", "[]", "must list at least one count (1: none)");
+  for (int v : virtual_stages)
+    if (v < 1) fail("virtual_stages", v, "every entry must be >= 1");
   bool has_none = false;
   for (const CompressionSpec& spec : grad_compressions) {
     const std::string rule = CheckCompressionSpec(spec);

@@ -23,6 +23,10 @@ struct SpaceOptions {
   int max_num_microbatches = 0;  // 0: global batch size
   // Empty: every divisor of the global batch up to max_num_microbatches.
   std::vector<int> num_microbatches;
+  // Model chunks per pipeline rank the plans may use (the interleaved 1F1B schedule; plan.h
+  // InterleavePlan), ascending; {1}: plain pipelines only. The grid searcher enumerates them for
+  // every uniform plan; the others offer their best plan in each (InterleavingSearcher).
+  std::vector<int> virtual_stages = {1};
   // Names of the node groups the stages may use (e.g. only the fastest GPUs of a heterogeneous
   // cluster); empty: every group.
   std::vector<std::string> node_groups;

@@ -186,6 +186,18 @@ DeviceCalibration StartDeviceCalibration(const CalibrateArgs& args, const std::s
   return c;
 }
 
+// Writes a device calibration's file: a header naming the cluster, its base, what it was
+// calibrated on and the command that reproduces it, then `checks` (where its errors are
+// reported).
+void WriteDeviceCalibration(const DeviceCalibration& c, const CalibrateArgs& args,
+                            const std::string& output, const std::string& calibrated_on,
+                            const std::string& checks) {
+  const std::string header =
+      fmt::format("{}: {} calibrated by stratos on {}.\nProduced by: {}\n{}", c.cluster.name,
+                  c.base_name, calibrated_on, c.command, checks);
+  WriteCalibratedCluster(c.cluster, output, header, args.save_as);
+}
+
 // --vtrain-csv: the base cluster's device with the GEMM curve (its asymptote the base's
 // matmul_efficiency, the measured large-GEMM share of peak) and the block curve fitted on every
 // fifth row of vTrain's table (FitVtrainConstants, the fit of `stratos validate vtrain`).
@@ -224,13 +236,10 @@ int RunCalibrateVtrain(const CalibrateArgs& args, const std::string& output) {
              "{:.0f} us backward (power {:g}); RMS relative error on the fitted rows {:.1f}%\n",
              gemm.max_efficiency, gemm.half_efficiency_dim, curve.forward_floor_seconds * 1e6,
              curve.backward_floor_seconds * 1e6, curve.power, 100 * fit.rms_relative_error);
-  const std::string header = fmt::format(
-      "{}: {} calibrated by stratos on vTrain's single-node A100 runs.\n"
-      "Produced by: {}\n"
-      "Errors on the rows not fitted: `stratos validate vtrain`; held-out checks on other tables: "
-      "`stratos validate korthikanti` (22B layer times).",
-      c.cluster.name, c.base_name, c.command);
-  WriteCalibratedCluster(c.cluster, output, header, args.save_as);
+  WriteDeviceCalibration(c, args, output, "vTrain's single-node A100 runs",
+                         "Errors on the rows not fitted: `stratos validate vtrain`; held-out "
+                         "checks on other tables: `stratos validate korthikanti` (22B layer "
+                         "times).");
   return kExitSuccess;
 }
 
@@ -272,12 +281,8 @@ int RunCalibrateMegatron(const CalibrateArgs& args, const std::string& output) {
   fmt::print("matmul_efficiency {:.4f} (datasheet {:.4f}); RMS relative error on the fitted rows "
              "{:.1f}%\n",
              fit.matmul_efficiency, datasheet, 100 * fit.rms_relative_error);
-  const std::string header = fmt::format(
-      "{}: {} calibrated by stratos on Megatron-Core's H100 weak-scaling runs.\n"
-      "Produced by: {}\n"
-      "Errors on the rows not fitted: `stratos validate megatron-h100`.",
-      c.cluster.name, c.base_name, c.command);
-  WriteCalibratedCluster(c.cluster, output, header, args.save_as);
+  WriteDeviceCalibration(c, args, output, "Megatron-Core's H100 weak-scaling runs",
+                         "Errors on the rows not fitted: `stratos validate megatron-h100`.");
   return kExitSuccess;
 }
 
@@ -310,12 +315,8 @@ int RunCalibrateAmp(const CalibrateArgs& args, const std::string& output) {
   fmt::print("matmul_efficiency {:.4f}; block curve scale {:.3f}; intra-node latency {:.1f} us\n",
              fit.Device().matmul_efficiency, curve.forward_scale,
              1e6 * fit.IntraNode().latency_seconds);
-  const std::string header = fmt::format(
-      "{}: {} calibrated by stratos on AMP's published T4 layer profile.\n"
-      "Produced by: {}\n"
-      "Ranking of AMP's measured trials with it: `stratos validate amp`.",
-      c.cluster.name, c.base_name, c.command);
-  WriteCalibratedCluster(c.cluster, output, header, args.save_as);
+  WriteDeviceCalibration(c, args, output, "AMP's published T4 layer profile",
+                         "Ranking of AMP's measured trials with it: `stratos validate amp`.");
   return kExitSuccess;
 }
 

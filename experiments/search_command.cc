@@ -94,6 +94,12 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
                       "most pipeline stages (default: min(layers, devices, 16))")
       ->check(cli::IntAtLeast(1));
   command
+      ->add_option("--virtual-stages", args.virtual_stages,
+                   "model chunks per pipeline rank to offer, comma list, e.g. 1,2,4: > 1 is the "
+                   "interleaved 1F1B schedule (the grid prices every uniform plan so, the other "
+                   "searchers their best plan)")
+      ->capture_default_str();
+  command
       ->add_option("--grad-compressions", args.grad_compressions,
                    "per-stage gradient compression options, e.g. none,bf16,powersgd or with "
                    "parameters none,powersgd(rank=1),topk(density=0.1) (changes the math of "
@@ -188,6 +194,8 @@ int RunSearch(const SearchArgs& args) {
     options.seed = args.seed;
     options.progress = args.progress;
     options.space.max_stages = args.max_stages;
+    setups.back()->Set("space.virtual_stages", args.virtual_stages,
+                       "command line: --virtual-stages");
     options.space.grad_compressions =
         ParseCompressionList(args.grad_compressions, "command line", "--grad-compressions");
   }

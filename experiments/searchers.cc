@@ -11,6 +11,7 @@
 #include "baselines/grid_searcher.h"
 #include "costmodel/compression.h"
 #include "costmodel/error.h"
+#include "search/interleaving_searcher.h"
 
 namespace stratos {
 
@@ -57,6 +58,21 @@ std::vector<std::string> SplitList(const std::string& text) {
   return parts;
 }
 
+// The integers of a comma list given to option `name`, each read as OptionTable reads an
+// integer (its errors name `where` and the option).
+std::vector<int> ParseIntList(const std::string& name, const std::string& text,
+                              const std::string& where) {
+  std::vector<int> values;
+  for (const std::string& part : SplitList(text)) {
+    OptionTable one;
+    int value = 0;
+    one.Int(name, &value, "");
+    one.Set(name, part, where);
+    values.push_back(value);
+  }
+  return values;
+}
+
 }  // namespace
 
 SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& where)
@@ -89,16 +105,21 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
       "space.num_microbatches",
       [&space] { return JoinList<int>(space.num_microbatches, [](const int& m) { return std::to_string(m); }); },
       [&space](const std::string& text, const std::string& where) {
-        space.num_microbatches.clear();
-        for (const std::string& part : SplitList(text)) {
-          OptionTable one;
-          int m = 0;
-          one.Int("space.num_microbatches", &m, "");
-          one.Set("space.num_microbatches", part, where);
-          space.num_microbatches.push_back(m);
-        }
+        space.num_microbatches = ParseIntList("space.num_microbatches", text, where);
       },
       "comma list of microbatch counts; empty = every divisor of the global batch");
+  t.Text(
+      "space.virtual_stages",
+      [&space] { return JoinList<int>(space.virtual_stages, [](const int& v) { return std::to_string(v); }); },
+      [&space](const std::string& text, const std::string& where) {
+        space.virtual_stages = ParseIntList("space.virtual_stages", text, where);
+        std::sort(space.virtual_stages.begin(), space.virtual_stages.end());
+        space.virtual_stages.erase(
+            std::unique(space.virtual_stages.begin(), space.virtual_stages.end()),
+            space.virtual_stages.end());
+      },
+      "comma list of model chunks per pipeline rank, e.g. 1,2,4 (> 1: interleaved 1F1B); 1 = "
+      "plain pipelines");
   t.Text(
       "space.recompute",
       [&space] { return JoinList<Recompute>(space.recompute, [](const Recompute& r) { return std::string(RecomputeName(r)); }); },
@@ -202,13 +223,20 @@ void SearcherSetup::Validate(const std::string& where) const {
 }
 
 std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
-  if (algorithm_ == "relax") return std::make_unique<RelaxSearcher>(relax_);
-  if (algorithm_ == "dp") return std::make_unique<DpSearcher>();
-  if (algorithm_ == "ilp") return std::make_unique<IlpSearcher>(ilp_);
-  if (algorithm_ == "mcmc") return std::make_unique<McmcSearcher>(mcmc_);
+  // The grid enumerates the interleaved forms of every uniform plan itself; the others offer
+  // their best plan's when the space has them (search/interleaving_searcher.h).
   if (algorithm_ == "grid") return std::make_unique<GridSearcher>();
-  if (algorithm_ == "local") return std::make_unique<LocalSearcher>(local_);
-  return std::make_unique<ExhaustiveSearcher>();
+  bool interleaving = false;
+  for (int v : search_.space.virtual_stages) interleaving = interleaving || v > 1;
+  std::unique_ptr<Searcher> searcher;
+  if (algorithm_ == "relax") searcher = std::make_unique<RelaxSearcher>(relax_);
+  else if (algorithm_ == "dp") searcher = std::make_unique<DpSearcher>();
+  else if (algorithm_ == "ilp") searcher = std::make_unique<IlpSearcher>(ilp_);
+  else if (algorithm_ == "mcmc") searcher = std::make_unique<McmcSearcher>(mcmc_);
+  else if (algorithm_ == "local") searcher = std::make_unique<LocalSearcher>(local_);
+  else searcher = std::make_unique<ExhaustiveSearcher>();
+  if (!interleaving) return searcher;
+  return std::make_unique<InterleavingSearcher>(std::move(searcher));
 }
 
 nlohmann::json SearcherSetup::ToJson() const {

@@ -56,6 +56,23 @@ expect "a written plan evaluates" 0 "predicted iteration" -- \
   "$STRATOS" evaluate --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
   --plan "$WORK/search/plans/dp.json"
 
+expect "search --virtual-stages: the grid finds an interleaved plan" 0 \
+  "grid: converged, best 3.12444 s" -- \
+  "$STRATOS" search --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 --global-batch 128 \
+  --algo dp,grid --virtual-stages 1,2,4 --no-progress --output-dir "$WORK/search_interleaved"
+expect "an interleaved plan is written with its virtual stages" 0 '"virtual_stages": 4' -- \
+  cat "$WORK/search_interleaved/plans/grid.json"
+expect "the written interleaved plan evaluates" 0 "interleaved: 2 ranks x 4 virtual stages" -- \
+  "$STRATOS" evaluate --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 \
+  --global-batch 128 --plan "$WORK/search_interleaved/plans/grid.json"
+expect "with interleaving in the space the DP proves no optimum" 0 \
+  "dp: converged, best 3.18[0-9]+ s" -- \
+  "$STRATOS" search --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 --global-batch 128 \
+  --algo dp --virtual-stages 1,2 --no-progress --output-dir "$WORK/search_interleaved_dp"
+expect_one_line_error "search --virtual-stages refuses 0" \
+  "command line: space.virtual_stages = 0: every entry must be >= 1" -- \
+  "$STRATOS" search --virtual-stages 1,0 --algo dp --no-progress --output-dir "$WORK/search_vs0"
+
 expect "evaluate a uniform plan with JSON output" 0 "MFU" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --cluster dgx-a100-80gb --nodes 2 --global-batch 512 \
   --tp 2 --pp 2 --dp 4 --micro-batch 2 --recompute selective --json "$WORK/estimate.json" \

@@ -262,3 +262,45 @@ TEST_CASE("a plan with virtual stages is priced as the same ranks under the inte
   CHECK_THROWS_WITH_AS(Evaluate(problem, mixed),
                        doctest::Contains("virtual stage 5 runs on pipeline rank 1"), InputError);
 }
+
+TEST_CASE("InterleavePlan splits each rank's layers into v chunks in Megatron's loop placement") {
+  // 16 blocks + embedding + head = 18 layers over 4 ranks of 5|4|4|5 layers, v = 2.
+  Problem problem = OptionsProblem(16, 4);
+  Plan plain = UniformPlan(problem, 4, 2, 4, 8);
+  plain.stages[0].last_layer = 5;  // ranks of 5, 4, 4, 5 layers
+  plain.stages[1].first_layer = 5;
+  plain.stages[1].last_layer = 9;
+  plain.stages[2].first_layer = 9;
+  plain.stages[2].last_layer = 13;
+  plain.stages[3].first_layer = 13;
+  plain.stages[1].config.recompute = Recompute::kFull;  // each rank keeps its configuration
+  const std::optional<Plan> interleaved = InterleavePlan(plain, 2);
+  REQUIRE(interleaved);
+  CHECK(interleaved->virtual_stages == 2);
+  CHECK(interleaved->NumStages() == 8);
+  CHECK(interleaved->NumPipelineRanks() == 4);
+  // Chunk k * 4 + s holds rank s's k-th part: 3|2|2|3 layers first, then 2|2|2|2.
+  CHECK(interleaved->RankLayers(0) == "0-2,10-11");
+  CHECK(interleaved->RankLayers(1) == "3-4,12-13");
+  CHECK(interleaved->RankLayers(3) == "7-9,16-17");
+  CHECK(interleaved->stages[5].config == plain.stages[1].config);
+  // Every rank prices its layers as before, only the schedule changes: the same figures as the
+  // plain plan under the interleaved training option.
+  Problem option = problem;
+  option.training.virtual_pipeline_stages = 2;
+  const Estimate chunks = Evaluate(problem, *interleaved);
+  const Estimate ranks = Evaluate(option, plain);
+  CHECK(chunks.iteration_seconds == doctest::Approx(ranks.iteration_seconds).epsilon(1e-12));
+  for (int s = 0; s < 4; ++s)
+    CHECK(chunks.stages[s].peak_memory_bytes ==
+          doctest::Approx(ranks.stages[s].peak_memory_bytes).epsilon(1e-12));
+  CHECK(chunks.iteration_seconds < Evaluate(problem, plain).iteration_seconds);
+  // Not possible: v < 2, fewer than v layers on a rank, one stage, GPipe, already interleaved.
+  CHECK_FALSE(InterleavePlan(plain, 1));
+  CHECK_FALSE(InterleavePlan(plain, 5));
+  CHECK_FALSE(InterleavePlan(UniformPlan(problem, 1, 2, 4, 8), 2));
+  Plan gpipe = plain;
+  gpipe.schedule = Schedule::kGpipe;
+  CHECK_FALSE(InterleavePlan(gpipe, 2));
+  CHECK_FALSE(InterleavePlan(*interleaved, 2));
+}

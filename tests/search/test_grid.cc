@@ -1,6 +1,7 @@
 // GridSearcher: the Megatron-style uniform reference, never better than the exact DP.
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,8 @@
 #include "baselines/grid_searcher.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/synthetic.h"
+#include "search/interleaving_searcher.h"
+#include "search_test_util.h"
 
 namespace stratos {
 
@@ -69,6 +72,74 @@ TEST_CASE("Grid finds the uniform seed optimum when the seed split is uniform") 
   REQUIRE(result.plan.has_value());
   const Estimate estimate = Evaluate(seed.problem, *result.plan);
   CHECK(estimate.steady_seconds + estimate.tail_seconds == doctest::Approx(18.0).epsilon(1e-12));
+}
+
+}  // namespace stratos
+
+namespace stratos {
+
+// GPT-3 13B on 4 DGX A100 (datasheet), global batch 128: the bubble of plain 1F1B is worth
+// shrinking. A small space: no recomputation, no ZeRO, at most 4 stages.
+Problem InterleavingProblem() {
+  Problem problem = testing::ZooProblem("gpt3-13b", "dgx-a100-80gb-datasheet", 4);
+  problem.training.global_batch_size = 128;
+  return problem;
+}
+SearchOptions InterleavingSpace() {
+  SearchOptions options;
+  options.space.recompute = {Recompute::kNone};
+  options.space.allow_zero = false;
+  options.space.max_stages = 4;
+  return options;
+}
+
+TEST_CASE("space.virtual_stages: the grid prices every uniform plan interleaved too") {
+  const Problem problem = InterleavingProblem();
+  SearchOptions options = InterleavingSpace();
+  const SearchResult plain = GridSearcher().Search(problem, options);
+  options.space.virtual_stages = {1, 2, 4};
+  const SearchResult interleaved = GridSearcher().Search(problem, options);
+  REQUIRE(plain.plan);
+  REQUIRE(interleaved.plan);
+  CHECK(interleaved.summary.evaluations > plain.summary.evaluations);
+  CHECK(interleaved.summary.best_iteration_seconds <= plain.summary.best_iteration_seconds);
+  CHECK(Evaluate(problem, *interleaved.plan).iteration_seconds ==
+        interleaved.summary.best_iteration_seconds);
+  // Offering only v = 1 is the plain search.
+  options.space.virtual_stages = {1};
+  CHECK(GridSearcher().Search(problem, options).summary.evaluations ==
+        plain.summary.evaluations);
+}
+
+TEST_CASE("InterleavingSearcher offers the wrapped searcher's best plan interleaved") {
+  const Problem problem = InterleavingProblem();
+  SearchOptions options = InterleavingSpace();
+  options.space.min_stages = 2;
+  const SearchResult dp = DpSearcher().Search(problem, options);
+  REQUIRE(dp.plan);
+  REQUIRE(dp.summary.termination == TerminationType::kOptimal);
+  // Without v > 1 in the space the wrapper changes nothing.
+  InterleavingSearcher wrapped(std::make_unique<DpSearcher>());
+  const SearchResult same = wrapped.Search(problem, options);
+  CHECK(same.summary.termination == TerminationType::kOptimal);
+  CHECK(same.summary.best_iteration_seconds == dp.summary.best_iteration_seconds);
+  // With v = 2 or 4: the DP's optimum (2 ranks) split into chunks. Two chunks per rank hold
+  // 1 + 1/4 of plain 1F1B's activations and overflow; four hold 1 + 1/8, fit and are faster
+  // (a quarter of the bubble). No proof over the larger space.
+  options.space.virtual_stages = {1, 2, 4};
+  const SearchResult result = wrapped.Search(problem, options);
+  REQUIRE(result.plan);
+  CHECK(result.summary.termination == TerminationType::kConverged);
+  CHECK_FALSE(result.summary.lower_bound_seconds.has_value());
+  CHECK_FALSE(Evaluate(problem, *InterleavePlan(*dp.plan, 2)).Fits());
+  const Estimate four = Evaluate(problem, *InterleavePlan(*dp.plan, 4));
+  REQUIRE(four.Fits());
+  REQUIRE(four.iteration_seconds < dp.summary.best_iteration_seconds);
+  CHECK(result.plan->virtual_stages == 4);
+  CHECK(result.summary.best_iteration_seconds == four.iteration_seconds);
+  CHECK(result.summary.evaluations == dp.summary.evaluations + 2);
+  CHECK(result.summary.message.find("interleaved (4 virtual stages per rank)") !=
+        std::string::npos);
 }
 
 }  // namespace stratos

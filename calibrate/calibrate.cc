@@ -219,9 +219,11 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
                            static_cast<double>(largest.k)});
     device->source = fmt::format(
         "calibrated: matmul_curve ({}) fitted on {} {} GEMMs, matmul_efficiency = the curve at "
-        "the largest ({}x{}x{}); peak_TFLOPS, memory and hbm_GBps as in {}",
+        "the largest ({}x{}x{}); {} as in {}",
         MatmulModelName(report.choice.fit.model), report.choice.fit.rows, options.matmul_dtype,
-        largest.m, largest.n, largest.k, base.name);
+        largest.m, largest.n, largest.k,
+        options.memory_from_runs ? "peak_TFLOPS and hbm_GBps" : "peak_TFLOPS, memory and hbm_GBps",
+        base.name);
     matmul_rows_fitted = report.choice.fit.rows;
     result.matmul = report;
   }

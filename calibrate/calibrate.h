@@ -60,6 +60,9 @@ struct CalibrateOptions {
   std::string matmul_dtype = "f16";
   // Fit the block curve (calibrate/layer_fit.h) when the profile has >= 4 blocks of matmul_dtype.
   bool fit_layer_curve = true;
+  // The device's memory is set from measured runs after the fit (--memory-runs): its source
+  // then names only peak_TFLOPS and hbm_GBps as the base's.
+  bool memory_from_runs = false;
   std::string name;    // of the calibrated cluster; "": "<base name>-calibrated"
   std::string source;  // prose for [calibration] source: the command and the profile
 };

@@ -350,6 +350,7 @@ int RunCalibrate(const CalibrateArgs& given) {
   options.holdout = ParseHoldout(args.holdout);
   options.ring_links_per_gpu = args.ring_links;
   options.fit_layer_curve = !args.no_layer_curve;
+  options.memory_from_runs = !args.memory_runs.empty();
   options.matmul_dtype = matmul_dtype;
   options.name = !args.name.empty() ? args.name : args.save_as;
   const std::string command = CommandLine(args, loaded.flag);

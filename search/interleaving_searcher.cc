@@ -53,11 +53,11 @@ SearchResult InterleavingSearcher::Search(const Problem& problem, const SearchOp
                                    plain.iteration_seconds);
     summary.best_iteration_seconds = estimate.iteration_seconds;
     result.plan = plan;
-    summary.wall_seconds = SecondsSince(start);
-    summary.anytime.push_back({summary.wall_seconds, estimate.iteration_seconds});
-    if (options.on_improvement) options.on_improvement(summary.wall_seconds,
-                                                       estimate.iteration_seconds);
+    summary.anytime.push_back({SecondsSince(start), estimate.iteration_seconds});
+    if (options.on_improvement)
+      options.on_improvement(summary.anytime.back().wall_seconds, estimate.iteration_seconds);
   }
+  summary.wall_seconds = SecondsSince(start);
   return result;
 }
 

@@ -36,6 +36,10 @@ void SpaceOptions::Validate() const {
          "must include none (stages without data parallelism have nothing to compress)");
 }
 
+bool SpaceOptions::OffersInterleaving() const {
+  return std::any_of(virtual_stages.begin(), virtual_stages.end(), [](int v) { return v > 1; });
+}
+
 std::vector<std::vector<int>> SearchSpace::GroupOrders() const {
   std::vector<std::vector<int>> orders;
   if (!Heterogeneous()) return orders;

@@ -27,6 +27,8 @@ struct SpaceOptions {
   // InterleavePlan), ascending; {1}: plain pipelines only. The grid searcher enumerates them for
   // every uniform plan; the others offer their best plan in each (InterleavingSearcher).
   std::vector<int> virtual_stages = {1};
+  // Whether virtual_stages offers any count above 1.
+  bool OffersInterleaving() const;
   // Names of the node groups the stages may use (e.g. only the fastest GPUs of a heterogeneous
   // cluster); empty: every group.
   std::vector<std::string> node_groups;

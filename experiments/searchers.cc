@@ -226,8 +226,6 @@ std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
   // The grid enumerates the interleaved forms of every uniform plan itself; the others offer
   // their best plan's when the space has them (search/interleaving_searcher.h).
   if (algorithm_ == "grid") return std::make_unique<GridSearcher>();
-  bool interleaving = false;
-  for (int v : search_.space.virtual_stages) interleaving = interleaving || v > 1;
   std::unique_ptr<Searcher> searcher;
   if (algorithm_ == "relax") searcher = std::make_unique<RelaxSearcher>(relax_);
   else if (algorithm_ == "dp") searcher = std::make_unique<DpSearcher>();
@@ -235,7 +233,7 @@ std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
   else if (algorithm_ == "mcmc") searcher = std::make_unique<McmcSearcher>(mcmc_);
   else if (algorithm_ == "local") searcher = std::make_unique<LocalSearcher>(local_);
   else searcher = std::make_unique<ExhaustiveSearcher>();
-  if (!interleaving) return searcher;
+  if (!search_.space.OffersInterleaving()) return searcher;
   return std::make_unique<InterleavingSearcher>(std::move(searcher));
 }
 

@@ -32,9 +32,8 @@ std::pair<Plan, Estimate> FastestInterleaving(const CostModel& cost_model, const
 SearchResult InterleavingSearcher::Search(const Problem& problem, const SearchOptions& options) {
   const auto start = SearchClock::now();
   SearchResult result = inner_->Search(problem, options);
-  bool offered = false;
-  for (int v : options.space.virtual_stages) offered = offered || v > 1;
-  if (!offered || problem.training.virtual_pipeline_stages != 1) return result;
+  if (!options.space.OffersInterleaving() || problem.training.virtual_pipeline_stages != 1)
+    return result;
   SearchSummary& summary = result.summary;
   if (summary.termination == TerminationType::kOptimal) {
     summary.termination = TerminationType::kConverged;

@@ -107,11 +107,9 @@ ClusterSpec AmpCalibratedCluster(const std::string& base_cluster) {
   how.framework_memory_cluster.clear();
   const Problem fitted = AmpProblem(how);
   ClusterSpec cluster = ZooCluster(base_cluster, 1);
-  for (DeviceSpec& d : cluster.devices)
-    if (d.name == cluster.node_groups.at(0).device) {
-      d.matmul_efficiency = fitted.cluster.Device().matmul_efficiency;
-      d.layer_curve = fitted.cluster.Device().layer_curve;
-    }
+  DeviceSpec& device = PricedDevice(cluster);
+  device.matmul_efficiency = fitted.cluster.Device().matmul_efficiency;
+  device.layer_curve = fitted.cluster.Device().layer_curve;
   cluster.networks.at(0).latency_seconds = fitted.cluster.IntraNode().latency_seconds;
   return cluster;
 }

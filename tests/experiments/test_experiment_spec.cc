@@ -235,11 +235,13 @@ TEST_CASE("searcher options by name: every field is settable, typed, validated a
   // With interleaved plans in the space, the searcher is wrapped to offer them.
   relax.Set("space.virtual_stages", "4,1,2,2", "t");
   CHECK(relax.search_options().space.virtual_stages == std::vector<int>{1, 2, 4});
+  CHECK(relax.search_options().space.OffersInterleaving());
   CHECK(relax.ToJson()["options"]["space.virtual_stages"] == "1,2,4");
   CHECK(dynamic_cast<const InterleavingSearcher*>(relax.MakeSearcher().get()) != nullptr);
   CHECK(ErrorOf([&] { relax.Set("space.virtual_stages", "0", "w"); relax.Validate("w"); }) ==
         "w: space.virtual_stages = 0: every entry must be >= 1");
   relax.Set("space.virtual_stages", "1", "t");
+  CHECK_FALSE(relax.search_options().space.OffersInterleaving());
 
   CHECK(ErrorOf([&] { relax.Set("relax.iterations", "many", "--option relax.iterations=many"); }) ==
         "--option relax.iterations=many: relax.iterations = \"many\": must be an integer");

@@ -14,6 +14,7 @@ StageTerms& StageTerms::operator+=(const StageTerms& o) {
   tp_comm_seconds += o.tp_comm_seconds;
   p2p_seconds += o.p2p_seconds;
   zero3_gather_seconds += o.zero3_gather_seconds;
+  zero_reduce_scatter_seconds += o.zero_reduce_scatter_seconds;
   forward_seconds += o.forward_seconds;
   dp_sync_exposed_seconds += o.dp_sync_exposed_seconds;
   optimizer_seconds += o.optimizer_seconds;
@@ -32,6 +33,7 @@ StageTerms& StageTerms::operator*=(double w) {
   tp_comm_seconds *= w;
   p2p_seconds *= w;
   zero3_gather_seconds *= w;
+  zero_reduce_scatter_seconds *= w;
   forward_seconds *= w;
   dp_sync_exposed_seconds *= w;
   optimizer_seconds *= w;
@@ -239,8 +241,10 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
     gemm_backward_seconds = ratio * out.forward_flops / flops_per_second;
     attention_seconds = layer.attention_flops * b / tp / flops_per_second;
   }
+  // What the forward writes: its stored activations and, for a head, the loss's transient.
   const double full_activation_bytes =
-      b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone);
+      b * (ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone) +
+           training.loss_transient_bytes_per_logit * layer.logits_per_sample / tp);
   const double hbm = device.hbm_bytes_per_second;
   out.forward_seconds = gemm_seconds + full_activation_bytes / hbm;
   out.backward_seconds = gemm_backward_seconds + 2.0 * full_activation_bytes / hbm;
@@ -322,6 +326,8 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   terms.activation_bytes = ActivationMemoryScale(training) * b *
                            ActivationBytesPerSample(layer, tp, training.sequence_parallel,
                                                     c.recompute);
+  // The cross entropy's forward transient beside the softmax it keeps (a head's logits).
+  terms.working_bytes = training.loss_transient_bytes_per_logit * b * layer.logits_per_sample / tp;
 
   // Data parallelism. Gradient sync once per iteration (bandwidth part here, latency once per
   // stage in StageOverhead): all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
@@ -365,6 +371,16 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     terms.dp_sync_seconds = RingCollectiveSeconds(cluster, grad_bytes, factor, g.nodes,
                                                   g.gpus_per_node, g.concurrent, false);
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
+    // ZeRO-2/3 keep only their shard of the gradients, so they cannot accumulate microbatches
+    // locally: every backward pass reduce-scatters its gradients (DeepSpeed's engine: "ZeRO stage
+    // >= 2 communicates during non gradient accumulation boundaries as well"; FSDP outside
+    // no_sync), the last one in the tail above, the m - 1 before it as the pipeline runs. Their
+    // exposed share is spread over the m microbatches, so that m microbatches carry m - 1.
+    if (c.zero_stage >= 2 && m > 1 && training.zero_reduce_every_microbatch)
+      terms.zero_reduce_scatter_seconds =
+          (1.0 - training.dp_overlap_fraction) * (m - 1.0) / m *
+          RingCollectiveSeconds(cluster, grad_bytes, 1.0, g.nodes, g.gpus_per_node, g.concurrent,
+                                false);
     if (c.zero_stage == 3) {
       const double gather = RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
                                                   g.gpus_per_node, g.concurrent, true);
@@ -452,6 +468,11 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
     terms.dp_sync_seconds =
         RingCollectiveSeconds(cluster, 0.0, factor, g.nodes, g.gpus_per_node, g.concurrent, true);
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
+    // ... and of ZeRO-2/3's reduce-scatters in the m - 1 microbatches before the last (LayerTerms).
+    if (c.zero_stage >= 2 && m > 1 && training.zero_reduce_every_microbatch)
+      terms.zero_reduce_scatter_seconds =
+          (1.0 - training.dp_overlap_fraction) * (m - 1.0) / m *
+          RingCollectiveSeconds(cluster, 0.0, 1.0, g.nodes, g.gpus_per_node, g.concurrent, true);
   }
 
   // ZeRO-3's parameters in flight (Rajbhandari et al. SC'20 §5.3; PyTorch FSDP's per-block

@@ -11,7 +11,7 @@
 // Pipeline objective (Alpa, Zheng et al. OSDI'22, Eq. 2, plus the iteration's tail):
 //   T = sum_s t_s + (m - 1) * max_s t_s + max_s e_s + sum_s c_s
 // where t_s is the forward+backward time of one microbatch on stage s (compute, TP collectives,
-// point-to-point sends, ZeRO-3 gathers), e_s the stage's exposed tail after its last backward
+// point-to-point sends, ZeRO-3 gathers, ZeRO-2/3 gradient reduce-scatters), e_s the stage's exposed tail after its last backward
 // (DP gradient synchronization not hidden behind backward, optimizer step) and c_s a one-time
 // cost charged per stage (explicit models' cut cost). Stages own disjoint devices, so their tails
 // run concurrently: the iteration pays the longest, max_s e_s (conservatively ignoring that later
@@ -32,7 +32,9 @@ struct StageTerms {
                                     // all-gathers after scatter/gather receives
   double p2p_seconds = 0;           // pipeline sends of activations (fwd) and their grads (bwd)
   double zero3_gather_seconds = 0;  // ZeRO-3 parameter all-gathers, forward and backward
-  double forward_seconds = 0;       // the forward share of the four above (for the simulator)
+  double zero_reduce_scatter_seconds = 0;  // ZeRO-2/3 gradient reduce-scatters of the m - 1
+                                           // microbatches before the last, exposed share / m
+  double forward_seconds = 0;       // the forward share of the above (for the simulator)
   // Per iteration, exposed tail (e_s is their sum):
   double dp_sync_exposed_seconds = 0;  // DP gradient sync not hidden behind the backward pass
   double optimizer_seconds = 0;        // optimizer step (memory bound)
@@ -42,13 +44,15 @@ struct StageTerms {
   // Memory, bytes per device:
   double state_bytes = 0;        // weights + gradients + optimizer states (after ZeRO sharding)
   double activation_bytes = 0;   // stored activations of ONE in-flight microbatch
-  double working_bytes = 0;      // transient working set, not multiplied by microbatches in flight
+  double working_bytes = 0;      // transient working sets, not multiplied by microbatches in
+                                 // flight (summed: conservative where they never coexist)
   // Work, for reporting (per microbatch, per device):
   double model_flops = 0;        // forward + backward, without recomputation
   double hardware_flops = 0;     // including recomputation
 
   double MicrobatchSeconds() const {
-    return compute_seconds + tp_comm_seconds + p2p_seconds + zero3_gather_seconds;
+    return compute_seconds + tp_comm_seconds + p2p_seconds + zero3_gather_seconds +
+           zero_reduce_scatter_seconds;
   }
   // e_s: combined over stages by max (they run concurrently at the end of the iteration).
   double ExposedTailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds; }

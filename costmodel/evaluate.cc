@@ -165,6 +165,7 @@ nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
                       {"tp_comm_seconds", se.terms.tp_comm_seconds},
                       {"p2p_seconds", se.terms.p2p_seconds},
                       {"zero3_gather_seconds", se.terms.zero3_gather_seconds},
+                      {"zero_reduce_scatter_seconds", se.terms.zero_reduce_scatter_seconds},
                       {"tail_seconds", se.tail_seconds},
                       {"one_time_seconds", se.one_time_seconds},
                       {"dp_sync_seconds", se.terms.dp_sync_seconds},

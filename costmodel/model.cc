@@ -200,8 +200,11 @@ LayerSpec Head(const ModelSpec& model, const Shape& x) {
   layer.forward_flops = 2 * x.s * x.h * x.V;
   if (model.family == "bert") layer.forward_flops += 2 * x.s * x.h * x.h;  // MLM transform
   layer.activation_replicated_bytes = kActivationBytes * x.s * x.h;        // input of the lm_head
-  // bf16 logits + fp32 softmax, split by TP (vocab-parallel cross entropy).
-  layer.activation_sharded_bytes = x.s * x.V * (2 + 4);
+  // The fp32 softmax the vocabulary-parallel cross entropy keeps for its backward pass, split by
+  // TP; its forward's transient (the half-precision logits beside it) is the training's
+  // loss_transient_bytes_per_logit.
+  layer.logits_per_sample = x.s * x.V;
+  layer.activation_sharded_bytes = 4 * layer.logits_per_sample;
   layer.input_bytes = kActivationBytes * x.s * x.h;
   layer.output_bytes = 0;
   layer.tp_allreduces_per_forward = 1;  // vocab-parallel cross entropy

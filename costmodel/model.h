@@ -40,6 +40,9 @@ struct LayerSpec {
   double activation_replicated_bytes = 0;
   double activation_sharded_bytes = 0;
   double activation_attention_bytes = 0;
+  // Logits per sample a head layer computes (s x V; 0 for other layers), split by TP: the
+  // cross entropy's transient (TrainingSpec::loss_transient_bytes_per_logit) scales with them.
+  double logits_per_sample = 0;
   // Bytes of the layer's input, per sample: what full recomputation keeps.
   double input_bytes = 0;
   // Bytes of the layer's output, per sample: what the next pipeline stage receives.

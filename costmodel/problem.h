@@ -33,8 +33,19 @@ struct TrainingSpec {
   // at its peak, not sharded by ZeRO: e.g. a flat gradient buffer beside per-parameter gradients
   // (stratos's runtime: 4), autocast's cache of half-precision copies of the weights (2).
   double buffer_bytes_per_param = 0;
+  // Bytes per logit the cross entropy holds at its forward peak beyond the fp32 softmax it keeps
+  // for the backward pass (4 bytes per logit, the head's stored activation): Megatron-Core's
+  // vocab_parallel_cross_entropy exponentiates the logits' fp32 copy in place while the
+  // half-precision logits are alive: 2. Megatron-LM v1.1.5 (the DeepSpeed examples) computes
+  // exp_logits = vocab_parallel_logits.exp() into a new tensor: 2 + 4 = 6. Per logit on this TP
+  // rank (vocabulary-parallel), a transient of the last stage (StageTerms::working_bytes).
+  double loss_transient_bytes_per_logit = 2;
   // Share of the DP gradient synchronization hidden behind the backward pass, in [0, 1].
   double dp_overlap_fraction = 0.0;
+  // ZeRO-2/3 reduce-scatter every microbatch's gradients (DeepSpeed, FSDP: a rank keeps only its
+  // shard of them, so it cannot accumulate microbatches locally); false: once per iteration, as
+  // a framework that keeps the whole gradient buffer does (stratos's runtime).
+  bool zero_reduce_every_microbatch = true;
   // Tensor parallelism uses Megatron sequence parallelism (activations split by TP everywhere).
   bool sequence_parallel = true;
 
@@ -67,7 +78,7 @@ struct TrainingSpec {
 
 // Throws InputError naming `where`, the field, its value and the rule if an option of
 // TrainingSpec is out of range (overlap fractions outside [0, 1], virtual_pipeline_stages < 1,
-// global_batch_size < 1, buffer_bytes_per_param < 0).
+// global_batch_size < 1, buffer_bytes_per_param or loss_transient_bytes_per_logit < 0).
 void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where);
 
 struct Problem {

@@ -77,6 +77,8 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   training.buffer_bytes_per_param = 4 + (dtype == "bf16" ? 2 : 0);
   training.optimizer_step_bytes_per_param = 28;
   training.dp_overlap_fraction = 0.5;
+  // The synchronizer reduces (ZeRO-2: reduce-scatters) once, in the last microbatch's backward.
+  training.zero_reduce_every_microbatch = false;
   training.pp_scatter_gather = true;  // 1/tp per TP rank, then a TP all-gather (pipeline_step.h)
   training.sequence_parallel = false;
   return training;

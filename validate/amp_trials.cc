@@ -74,6 +74,10 @@ Problem AmpProblem(const AmpAssumptions& how) {
   // DeepSpeed's FP16_Optimizer (no ZeRO): fp32 master weights, their fp32 gradients, Adam m, v.
   training.optimizer_state_bytes_per_param = 16;
   training.sequence_parallel = false;  // Megatron-LM v1.1.5 has none
+  // The example's loss takes the fp16 logits' fp32 copy (output.float()), whose exp()
+  // mpu.vocab_parallel_cross_entropy allocates anew while both are alive: 2 + 4 bytes per logit
+  // beside the fp32 softmax it keeps.
+  training.loss_transient_bytes_per_logit = 6;
   DeviceSpec* device = nullptr;
   for (DeviceSpec& d : problem.cluster.devices)
     if (d.name == problem.cluster.node_groups.at(0).device) device = &d;
@@ -165,30 +169,39 @@ double AmpProfiledIntraNodeLatency(const Problem& problem) {
 
 namespace {
 
-// The efficiency at which our forward of `layer` at b = 1 on one device -- FLOPs / (peak x
-// efficiency) + stored activation bytes / HBM bandwidth (cost_model.cc) -- takes
-// `profiled_seconds`.
-double EfficiencyForForward(const LayerSpec& layer, const DeviceSpec& device,
-                            double profiled_seconds) {
-  const double memory_seconds = layer.ActivationBytes() / device.hbm_bytes_per_second;
+// The efficiency at which our forward of layer `index` at b = 1 on one device -- FLOPs / (peak x
+// efficiency) + the bytes it writes / HBM bandwidth (LayerComputeSeconds, no curves) -- takes
+// `profiled_seconds`. The memory part is that forward at efficiency 1 less FLOPs / peak.
+double EfficiencyForForward(const Problem& problem, int index, double profiled_seconds) {
+  const LayerSpec& layer = problem.model.layers.at(index);
+  DeviceSpec ideal = problem.cluster.Device();
+  ideal.matmul_efficiency = 1.0;
+  ideal.matmul_curve.reset();
+  ideal.layer_curve.reset();
+  const double memory_seconds =
+      LayerComputeSeconds(problem.model, index, ideal, problem.training, 1.0, 1, Recompute::kNone,
+                          false)
+          .forward_seconds -
+      layer.forward_flops / ideal.peak_flops;
   const double matmul_seconds = profiled_seconds - memory_seconds;
   STRATOS_CHECK(matmul_seconds > 0, "memory term {} s of {} exceeds the profiled forward",
                 memory_seconds, layer.name);
-  return std::min(1.0, layer.forward_flops / (device.peak_flops * matmul_seconds));
+  return std::min(1.0, layer.forward_flops / (ideal.peak_flops * matmul_seconds));
 }
 
 }  // namespace
 
 double AmpProfiledMatmulEfficiency(const Problem& problem) {
-  const LayerSpec& block = problem.model.layers.at(1);
-  STRATOS_CHECK(block.kind == LayerKind::kTransformer, "layer 1 is {}", block.name);
-  return EfficiencyForForward(block, problem.cluster.Device(), kAmpProfiledBlockForwardSeconds);
+  STRATOS_CHECK(problem.model.layers.at(1).kind == LayerKind::kTransformer, "layer 1 is {}",
+                problem.model.layers.at(1).name);
+  return EfficiencyForForward(problem, 1, kAmpProfiledBlockForwardSeconds);
 }
 
 double AmpProfiledHeadMatmulEfficiency(const Problem& problem) {
-  const LayerSpec& head = problem.model.layers.back();
-  STRATOS_CHECK(head.kind == LayerKind::kHead, "the last layer is {}", head.name);
-  return EfficiencyForForward(head, problem.cluster.Device(), kAmpProfiledHeadForwardSeconds);
+  const int last = problem.NumLayers() - 1;
+  STRATOS_CHECK(problem.model.layers.at(last).kind == LayerKind::kHead, "the last layer is {}",
+                problem.model.layers.at(last).name);
+  return EfficiencyForForward(problem, last, kAmpProfiledHeadForwardSeconds);
 }
 
 LayerCurve AmpProfiledBlockCurve(const Problem& problem) {
@@ -507,7 +520,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                         CostModel(problem).DeviceMemoryCapacityBytes() / kGiB),
       "DeepSpeed 3D parallelism as in AMP's Megatron-LM v1.1.5 example: fp16, no ZeRO, no "
       "sequence parallelism, no recomputation, gradients all-reduced in fp32 (ds_config.json "
-      "fp32_allreduce), FP16_Optimizer states 2 + 4 + 16 bytes per parameter, 1F1B, TP innermost "
+      "fp32_allreduce), FP16_Optimizer states 2 + 4 + 16 bytes per parameter, the loss's fp16 "
+      "logits, their fp32 copy and its exp() alive at once (10 bytes per logit), 1F1B, TP innermost "
       "then DP then PP (DeepSpeed's pipe/data/model topology), DP sync not overlapped",
       "layer_partition: boundaries into AMP's 30-entry list [embed2h, noop, 24 blocks, noop, noop, "
       "embed2v, noop] (src/cost_homo.py), mapped to our [embedding, 24 blocks, head]; a stage of "

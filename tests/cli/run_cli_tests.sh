@@ -57,7 +57,7 @@ expect "a written plan evaluates" 0 "predicted iteration" -- \
   --plan "$WORK/search/plans/dp.json"
 
 expect "search --virtual-stages: the grid finds an interleaved plan" 0 \
-  "grid: converged, best 3.12444 s" -- \
+  "grid: converged, best 3.159 s" -- \
   "$STRATOS" search --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 --global-batch 128 \
   --algo dp,grid --virtual-stages 1,2,4 --no-progress --output-dir "$WORK/search_interleaved"
 expect "an interleaved plan is written with its virtual stages" 0 '"virtual_stages": 4' -- \
@@ -315,7 +315,7 @@ for report in megatron-h100 amp korthikanti zero alpa-point; do
 done
 expect "validate lists its reports" 0 "alpa-point" -- "$STRATOS" validate --help
 expect "calibrate --amp-profile fits the T4 on AMP's layer profile" 0 \
-  "matmul_efficiency 0.4632; block curve scale 3.986; intra-node latency 339.3 us" -- \
+  "matmul_efficiency 0.5674; block curve scale 4.602; intra-node latency 338.0 us" -- \
   "$STRATOS" calibrate --amp-profile --cluster g4dn.12xlarge --name g4dn.12xlarge-calibrated \
   --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/t4-amp.toml"
 expect "the shipped g4dn.12xlarge-calibrated is what calibrate --amp-profile writes" 0 "" -- \

@@ -110,6 +110,71 @@ TEST_CASE("ZeRO-3 holds the largest layer's gathered parameters and gradient and
                          small_vocab.training.grad_dtype_bytes)));
 }
 
+TEST_CASE("ZeRO-2/3 reduce-scatter every microbatch's gradients: m - 1 reduce-scatters (their "
+          "exposed share) on top of the iteration's last one") {
+  // One block of h = 1024 (12 h^2 + 13 h parameters, fp32 gradients) on a DP group of 4 GPUs of
+  // one node at 100 GB/s: a reduce-scatter moves 3/4 of the gradient bytes over each GPU's link.
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.training.grad_dtype_bytes = 4;
+  const double grad_bytes = (12.0 * 1024 * 1024 + 13 * 1024) * 4;
+  const double reduce_scatter = 3.0 / 4 * grad_bytes / 100e9;
+  for (double overlap : {0.0, 0.5}) {
+    problem.training.dp_overlap_fraction = overlap;
+    const CostModel cost_model(problem);
+    for (int m : {1, 2}) {  // global batch 8 over DP 4: 2 samples per replica
+      CAPTURE(m);
+      const double expected = (1 - overlap) * (m - 1.0) / m * reduce_scatter;
+      for (int zero : {2, 3})
+        CHECK(cost_model.LayerTerms(1, Config(4, 1, zero, Recompute::kNone), m)
+                  .zero_reduce_scatter_seconds == doctest::Approx(expected));
+      // ZeRO 0-1 keep whole gradients and accumulate them: one sync per iteration.
+      for (int zero : {0, 1})
+        CHECK(cost_model.LayerTerms(1, Config(4, 1, zero, Recompute::kNone), m)
+                  .zero_reduce_scatter_seconds == 0.0);
+    }
+    // A one-stage plan: ZeRO-2 costs ZeRO-1's iteration plus the m - 1 earlier reduce-scatters
+    // of every layer (both end with a reduce-scatter and an all-gather of the parameters).
+    Plan plan;
+    plan.global_batch_size = 8;
+    plan.num_microbatches = 2;
+    plan.stages = {{0, problem.NumLayers(), Config(4, 1, 1, Recompute::kNone)}};
+    const double zero1 = Evaluate(cost_model, plan).iteration_seconds;
+    plan.stages[0].config = Config(4, 1, 2, Recompute::kNone);
+    double all_layers = 0;
+    for (const LayerSpec& layer : problem.model.layers)
+      all_layers += 3.0 / 4 * layer.stored_param_count * 4 / 100e9;
+    CHECK(Evaluate(cost_model, plan).iteration_seconds ==
+          doctest::Approx(zero1 + (1 - overlap) * all_layers));
+  }
+  // A framework that keeps the whole gradient buffer reduces once per iteration.
+  problem.training.zero_reduce_every_microbatch = false;
+  CHECK(CostModel(problem).LayerTerms(1, Config(4, 1, 2, Recompute::kNone), 2)
+            .zero_reduce_scatter_seconds == 0.0);
+}
+
+TEST_CASE("the head keeps the fp32 softmax of its logits and holds the loss's transient beside "
+          "it once per stage") {
+  // h = 1024, V = 51200, s = 512; TP 2 splits the logits (vocabulary-parallel cross entropy).
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const int head = problem.NumLayers() - 1;
+  const double logits = 512.0 * 51200;
+  CHECK(problem.model.layers[head].logits_per_sample == logits);
+  CHECK(problem.model.layers[1].logits_per_sample == 0);
+  for (double transient : {2.0, 6.0}) {
+    problem.training.loss_transient_bytes_per_logit = transient;
+    const CostModel cost_model(problem);
+    // 8 samples over DP 2 in m = 2 microbatches: b = 2 per replica.
+    const StageTerms terms = cost_model.LayerTerms(head, Config(2, 2, 0, Recompute::kNone), 2);
+    CHECK(terms.working_bytes == doctest::Approx(transient * 2 * logits / 2));
+    CHECK(terms.activation_bytes ==
+          doctest::Approx(2 * (2.0 * 512 * 1024 + 4 * logits) / 2));  // bf16 input (sequence
+                                                                    // parallel) + softmax
+    CHECK(cost_model.LayerTerms(1, Config(2, 2, 0, Recompute::kNone), 2).working_bytes == 0);
+  }
+  problem.training.loss_transient_bytes_per_logit = -1;
+  CHECK_THROWS_AS(ValidateTrainingSpec(problem.training, "test"), InputError);
+}
+
 TEST_CASE("activation bytes per transformer layer follow Korthikanti et al. Table 2") {
   const int h = 1024, a = 16, s = 512, t = 4;
   Problem problem = GptProblem(h, a, s, 2, 8);

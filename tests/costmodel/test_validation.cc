@@ -239,17 +239,18 @@ TEST_CASE("AMP report: AMP's own Spearman from the file, ours at the 0.8 target 
   CHECK(report.summary["num_feasible"] == 47);
   CHECK(report.summary["spearman_amp"].get<double>() == doctest::Approx(0.935).epsilon(0.001));
   CHECK(report.summary["spearman_ours"].get<double>() >= 0.8);
-  // With the head priced from its own profile entry: within 0.005 of AMP's own model, the top-1
-  // the measured best; every GEMM at the block's efficiency ranks far worse.
-  CHECK(report.summary["spearman_ours"].get<double>() >= 0.93);
+  // With the head priced from its own profile entry: at least AMP's own model, the top-1 the
+  // measured best; every GEMM at the block's efficiency ranks far worse.
+  CHECK(report.summary["spearman_ours"].get<double>() >=
+        report.summary["spearman_amp"].get<double>());
   CHECK(report.summary["top1_ours_among_feasible"]["measured_over_best"].get<double>() <= 1.03);
   CHECK(report.summary["block_only"]["spearman_ours"].get<double>() <
         report.summary["spearman_ours"].get<double>() - 0.05);
-  // With the framework memory measured on the H200 two of the four failed trials come out
-  // infeasible (the tensors of trials 1 and 51 peak at 14.4 and 14.5 of 14.9 GiB), and no
-  // trial that ran.
+  // With the framework memory measured on the H200 and the example's loss holding 10 bytes per
+  // logit, three of the four failed trials come out infeasible (trials 1, 45 and 51 peak at 14.4,
+  // 15.2 and 20.9 GiB; the tensors may take 13.1), and no trial that ran.
   CHECK(report.summary["memory"]["failed_trials"] == 4);
-  CHECK(report.summary["memory"]["failures_predicted"] == 2);
+  CHECK(report.summary["memory"]["failures_predicted"] == 3);
   CHECK(report.summary["memory"]["false_alarms"] == 0);
   CHECK(report.summary["shipped_is_fit"] == true);
 }

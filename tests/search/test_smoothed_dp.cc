@@ -554,12 +554,13 @@ TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands withi
   CHECK(worst < worst_no_gradient);
 }
 
-TEST_CASE("relax: where the majorize-minimize stops 2% above the DP optimum (a seeded "
-          "non-uniform 96-layer model), the level search reaches it") {
+TEST_CASE("relax: where the majorize-minimize stops 3.7% above the DP optimum (a seeded "
+          "non-uniform 96-layer model, the ablation's instance L96-s6), the level search reaches "
+          "it") {
   NonUniformModelOptions model;
   model.num_layers = 96;
   Problem problem;
-  problem.model = MakeNonUniformModel(model, 0);
+  problem.model = MakeNonUniformModel(model, 6);
   problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(16);
   problem.training.global_batch_size = 512;
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->level_search_options = 0; }, 0.001,

@@ -1,6 +1,7 @@
 #include "baselines/dp_searcher.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,6 +21,7 @@
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/min_plus.h"
+#include "search/interleaving_searcher.h"
 
 namespace stratos {
 namespace {
@@ -85,9 +88,18 @@ class DpSolver {
   }
 
   // Solves for `tables` until the next Use(); the buffers are reused across microbatch counts.
-  void Use(const StageFrontier& tables) {
+  // With exact_stages > 0 only plans of that many stages, whose levels are `levels` (index s:
+  // the level of a stage with s stages from it to the end); else tables.level_of_stages.
+  void Use(const StageFrontier& tables, const std::vector<int>* levels = nullptr,
+           int exact_stages = 0) {
     STRATOS_CHECK(tables.num_layers == L_ && tables.num_meshes == N_, "tables of another problem");
+    STRATOS_CHECK(exact_stages <= S_ && (levels == nullptr || static_cast<int>(levels->size()) >
+                                                                   std::max(exact_stages, 0)),
+                  "{} stages of at most {}", exact_stages, S_);
     tables_ = &tables;
+    levels_ = levels != nullptr ? levels : &tables.level_of_stages;
+    top_ = exact_stages > 0 ? exact_stages : S_;
+    exact_ = exact_stages > 0;
   }
 
   // Checked once per row of Solve (Deadline::Expired propagates); nullptr: never.
@@ -101,9 +113,9 @@ class DpSolver {
     std::fill(lo_.begin(), lo_.begin() + (L_ + 1), D_ + 1);
     std::fill(Row(0, L_), Row(0, L_) + D_ + 1, 0.0);
     Lo(0, L_) = 0;
-    // Rows (s, i >= 1) are needed only for s <= S - 1 (some stage precedes them).
-    for (int s = 1; s <= S_ - 1; ++s) {
-      const double* astar = Astar(tables_->level_of_stages[s]);
+    // Rows (s, i >= 1) are needed only for s <= top - 1 (some stage precedes them).
+    for (int s = 1; s <= top_ - 1; ++s) {
+      const double* astar = Astar((*levels_)[s]);
       for (int i = 0; i <= L_; ++i) Lo(s, i) = D_ + 1;
       for (int i = L_ - s; i >= 1; --i) {
         if (deadline_ != nullptr) deadline_->Check();
@@ -131,11 +143,11 @@ class DpSolver {
         Lo(s, i) = row_lo;
       }
     }
-    // The first stage: i = 0, all devices free, s in [min_stages, S].
+    // The first stage: i = 0, all devices free, s in [min_stages, top] (only top when exact).
     GResult result;
     int best_s = 0, best_j = 0, best_n = 0;
-    for (int s = std::max(1, space_.min_stages); s <= S_; ++s) {
-      const double* astar = Astar(tables_->level_of_stages[s]);
+    for (int s = exact_ ? top_ : std::max(1, space_.min_stages); s <= top_; ++s) {
+      const double* astar = Astar((*levels_)[s]);
       for (int j = 1; j <= L_ - (s - 1); ++j) {
         const int prev_lo = Lo(s - 1, j);
         if (prev_lo > D_) continue;
@@ -159,7 +171,7 @@ class DpSolver {
     // computed every candidate with the same floating-point operations).
     int s = best_s, i = 0, d = D_, j = best_j, n = best_n;
     while (true) {
-      const int level = tables_->level_of_stages[s];
+      const int level = (*levels_)[s];
       const double a = Astar(level)[group[tables_->Cell(i, j, n)]];
       const FrontierEntry& e = FindEntry(*tables_, i, j, n, level, t_max, e_max, a);
       result.stages.push_back({i, j, space_.configs[e.config]});
@@ -170,7 +182,7 @@ class DpSolver {
       --s;
       if (s == 0) break;
       const double target = Row(s, i)[d];
-      const double* astar = Astar(tables_->level_of_stages[s]);
+      const double* astar = Astar((*levels_)[s]);
       double best_gap = kInf;
       for (int jj = i + 1; jj <= L_ - (s - 1); ++jj) {
         const int prev_lo = Lo(s - 1, jj);
@@ -206,6 +218,9 @@ class DpSolver {
   int& Lo(int s, int i) { return lo_[static_cast<size_t>(s) * (L_ + 1) + i]; }
 
   const StageFrontier* tables_ = nullptr;
+  const std::vector<int>* levels_ = nullptr;
+  int top_ = 0;         // the most stages solved for
+  bool exact_ = false;  // only plans of top_ stages
   const Deadline* deadline_ = nullptr;
   const SearchSpace& space_;
   const int L_, N_, D_, S_;
@@ -223,6 +238,8 @@ class GOracle {
  public:
   virtual ~GOracle() = default;
   virtual int m() const = 0;
+  // v: the plans' virtual stages per pipeline rank (their objective weighs max t by m - 1/v).
+  virtual int VirtualStages() const { return 1; }
   virtual const std::vector<double>& TCandidates() const = 0;
   virtual const std::vector<double>& ECandidates() const = 0;
   virtual double TLowerBound() const = 0;
@@ -233,28 +250,39 @@ class GOracle {
   virtual std::string Describe() const = 0;
 };
 
-// A microbatch count on a homogeneous cluster: one frontier, solved by the shared DpSolver.
+// A microbatch count on a homogeneous cluster: one frontier, solved by the shared DpSolver. With
+// virtual stages (tables->virtual_stages > 1), plans of exactly `num_stages` pipeline ranks.
 class HomogeneousOracle : public GOracle {
  public:
-  HomogeneousOracle(std::shared_ptr<const StageFrontier> tables, DpSolver& solver)
-      : tables_(std::move(tables)), solver_(solver) {}
+  HomogeneousOracle(std::shared_ptr<const StageFrontier> tables, DpSolver& solver,
+                    int num_stages = 0)
+      : tables_(std::move(tables)),
+        solver_(solver),
+        num_stages_(num_stages),
+        levels_(num_stages > 0 ? tables_->LevelsOfStages(num_stages) : std::vector<int>{}) {}
   int m() const override { return tables_->m; }
+  int VirtualStages() const override { return tables_->virtual_stages; }
   const std::vector<double>& TCandidates() const override { return tables_->t_candidates; }
   const std::vector<double>& ECandidates() const override { return tables_->e_candidates; }
   double TLowerBound() const override { return tables_->t_lower_bound; }
   double ELowerBound() const override { return tables_->e_lower_bound; }
   GResult Solve(double t_max, double e_max) override {
-    solver_.Use(*tables_);
+    solver_.Use(*tables_, num_stages_ > 0 ? &levels_ : nullptr, num_stages_);
     return solver_.Solve(t_max, e_max);
   }
   double Bytes() const override { return tables_->Bytes(); }
   std::string Describe() const override {
+    if (num_stages_ > 0)
+      return fmt::format("m={}, {} ranks x {} virtual stages: {} frontier entries", tables_->m,
+                         num_stages_, tables_->virtual_stages, tables_->entries.size());
     return fmt::format("m={}: {} frontier entries", tables_->m, tables_->entries.size());
   }
 
  private:
   std::shared_ptr<const StageFrontier> tables_;
   DpSolver& solver_;
+  int num_stages_;           // > 0: plans of exactly this many stages
+  std::vector<int> levels_;  // their levels (StageFrontier::LevelsOfStages)
 };
 
 // Frontiers of one microbatch count on a heterogeneous cluster, by (node group, group it
@@ -498,7 +526,7 @@ class HeteroOracle : public GOracle {
 // [tl, th] x [el, eh] into StageFrontier::t_candidates x e_candidates, with a lower bound on G over
 // it (G at its upper corner, or beyond it).
 struct Rectangle {
-  double bound;  // (m - 1) * t_candidates[tl] + e_candidates[el] + g_lower
+  double bound;  // w * t_candidates[tl] + e_candidates[el] + g_lower (w: Unit::Weight)
   int tl, th, el, eh;
   double g_lower;
   bool corner;    // evaluate the upper corner (else bisect)
@@ -511,6 +539,10 @@ using RectangleQueue =
 
 SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& options) {
   options.Validate();
+  // Interleaving the DP does not price exactly: its plain optimum, offered interleaved.
+  if (!plain_only_ && options.space.OffersInterleaving() &&
+      !(InterleavesExactly(problem) && problem.cluster.NumGroups() == 1))
+    return InterleavingSearcher(std::make_unique<DpSearcher>(true)).Search(problem, options);
   SearchRun run(Name(), options);
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const CostModel cost_model(problem);
@@ -549,14 +581,22 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
     plan.num_microbatches = oracle.m();
     plan.schedule = problem.training.schedule;
     plan.stages = g.stages;
+    const int v = oracle.VirtualStages();
+    if (v > 1) {
+      const std::optional<Plan> interleaved = InterleavePlan(plan, v);
+      STRATOS_CHECK(interleaved.has_value(), "the DP's plan {} has no {} virtual stages",
+                    plan.Summary(), v);
+      plan = *interleaved;
+    }
     const Estimate estimate = Evaluate(cost_model, plan);
     STRATOS_CHECK(estimate.Fits(), "DP plan does not fit: {} ({})", estimate.MemoryViolation(),
                   plan.Summary());
-    // The DP priced its stages as Evaluate() does (StageTable): the same sum of t_s + c_s and the
-    // same slowest stage, up to the order of the additions.
+    // The DP priced its stages as Evaluate() does (StageTable): the same sum of t_s / v + c_s
+    // and the same slowest stage, up to the order of the additions (with v > 1 each pipeline
+    // rank holds the same layers' costs as the DP's stage: InterleavesExactly).
     double sum_a = 0.0, max_t = 0.0;
     for (const StageEstimate& stage : estimate.stages) {
-      sum_a += stage.microbatch_seconds + stage.one_time_seconds;
+      sum_a += stage.microbatch_seconds / v + stage.one_time_seconds;
       max_t = std::max(max_t, stage.microbatch_seconds);
     }
     STRATOS_CHECK(std::abs(sum_a - g.sum_a) <= 1e-9 * std::abs(sum_a) &&
@@ -579,16 +619,38 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
 
   // Units of work: the microbatch counts, and on a heterogeneous cluster each with every order of
   // a nonempty subset of the node groups (the stages visit the groups in runs).
+  // With virtual stages v > 1 offered (and priced exactly: InterleavesExactly), units of
+  // exactly p pipeline ranks of v chunks, for every p from 2 to max_stages with p v <= L.
   struct Unit {
     int m;
     std::vector<int> order;
+    int v = 1;
+    int p = 0;  // v > 1: the plans' pipeline ranks
+    // The objective's weight of the slowest stage: m - 1/v (m - 1 exactly for v = 1).
+    double Weight() const { return m - 1.0 / v; }
   };
   std::vector<Unit> units;
   const std::vector<std::vector<int>> orders = space.GroupOrders();
+  const bool interleave_here = !plain_only_ && options.space.OffersInterleaving() &&
+                               InterleavesExactly(problem) && !heterogeneous;
   for (int m : space.num_microbatches) {
     if (!heterogeneous) units.push_back({m, {}});
     for (const std::vector<int>& order : orders) units.push_back({m, order});
+    for (int v : options.space.virtual_stages)
+      for (int p = std::max(2, space.min_stages); interleave_here && v > 1 && p <= max_stages &&
+                                                  p * v <= L;
+           ++p)
+        units.push_back({m, {}, v, p});
   }
+  // The cost models and frontiers of the virtual stages (each v's stage overheads send v times),
+  // shared by the units of one microbatch count.
+  // (A CostModel refers to its Problem: each v's problem lives beside it.)
+  struct InterleavedModel {
+    Problem problem;
+    std::unique_ptr<CostModel> cost_model;
+  };
+  std::map<int, InterleavedModel> interleaved_models;
+  std::map<std::pair<int, int>, std::shared_ptr<const StageFrontier>> interleaved_frontiers;
   // Each group's own configurations and mesh sizes, for the heterogeneous frontiers.
   std::vector<SearchSpace> group_spaces;
   for (size_t g = 0; heterogeneous && g < space.group_devices.size(); ++g) {
@@ -609,7 +671,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   }
 
   // Pass 1: per unit, the unconstrained G (largest candidates) gives a plan and a lower bound
-  // (m - 1) * t_lb + e_lb + G(inf, inf) on everything else of that unit.
+  // w * t_lb + e_lb + G(inf, inf) on everything else of that unit (w = m - 1/v).
   struct Pending {
     size_t unit;
     double bound;
@@ -663,6 +725,26 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   FrontierCache cache;
   int cache_m = 0;
   auto make_oracle = [&](const Unit& unit) -> std::shared_ptr<GOracle> {
+    if (unit.v > 1) {
+      InterleavedModel& model = interleaved_models[unit.v];
+      if (!model.cost_model) {
+        model.problem = problem;
+        model.problem.training.virtual_pipeline_stages = unit.v;
+        model.cost_model = std::make_unique<CostModel>(model.problem);
+      }
+      const std::pair<int, int> key{unit.m, unit.v};
+      auto it = interleaved_frontiers.find(key);
+      if (it == interleaved_frontiers.end()) {
+        // Only the frontiers of the microbatch count being built stay cached.
+        for (auto old = interleaved_frontiers.begin(); old != interleaved_frontiers.end();)
+          old = old->first.first != unit.m ? interleaved_frontiers.erase(old) : std::next(old);
+        it = interleaved_frontiers
+                 .emplace(key, std::make_shared<const StageFrontier>(BuildStageFrontier(
+                                   *model.cost_model, space, max_stages, unit.m, &deadline)))
+                 .first;
+      }
+      return std::make_shared<HomogeneousOracle>(it->second, solver, unit.p);
+    }
     if (!heterogeneous)
       return std::make_shared<HomogeneousOracle>(
           std::make_shared<const StageFrontier>(
@@ -685,7 +767,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
         pass1_complete = false;
         break;
       }
-      const int m = units[u].m;
+      const double w = units[u].Weight();
       std::shared_ptr<GOracle> oracle = make_oracle(units[u]);
       const std::vector<double>& tc = oracle->TCandidates();
       const std::vector<double>& ec = oracle->ECandidates();
@@ -697,7 +779,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
       if (g == kInf) continue;
       const double t_lb = std::max(tc.front(), oracle->TLowerBound());
       const double e_lb = std::max(ec.front(), oracle->ELowerBound());
-      const double bound = (m - 1) * t_lb + e_lb + g;
+      const double bound = w * t_lb + e_lb + g;
       if (t_act > 0 || e_act > 0) {
         const double bytes = oracle->Bytes();
         const bool keep = kept_bytes + bytes <= kKeptTablesBudgetBytes;
@@ -724,7 +806,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   try {
     for (size_t k = 0; k < pending.size() && !stopped; ++k) {
       current = k;
-      const int m = units[pending[k].unit].m;
+      const double w = units[pending[k].unit].Weight();
       if (pending[k].bound >= best) break;  // sorted: every later m is pruned too
       if (out_of_budget()) {
         stopped = true;
@@ -746,7 +828,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
         tl = std::max(tl, t_first);
         el = std::max(el, e_first);
         if (tl > th || el > eh) return;
-        queue.push({(m - 1) * tc[tl] + ec[el] + g_lower, tl, th, el, eh, g_lower, corner});
+        queue.push({w * tc[tl] + ec[el] + g_lower, tl, th, el, eh, g_lower, corner});
       };
       // After G(tc[tm], ec[em]) = g over rectangle r, by a plan with maxima (tc[ta], ec[ea]):
       // [ta, tm] x [ea, em] is settled; G >= g on the rest of [tl, tm] x [el, em] (g == inf: all
@@ -778,8 +860,8 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
         queue.pop();
         // Clip: candidates whose bound alone reaches the best plan need no exploring (the
         // expression of Rectangle::bound, so that r.tl and r.el always stay).
-        auto t_room = [&](double t) { return (m - 1) * t + ec[r.el] + r.g_lower < best; };
-        auto e_room = [&](double e) { return (m - 1) * tc[r.tl] + e + r.g_lower < best; };
+        auto t_room = [&](double t) { return w * t + ec[r.el] + r.g_lower < best; };
+        auto e_room = [&](double e) { return w * tc[r.tl] + e + r.g_lower < best; };
         r.th = static_cast<int>(
             std::partition_point(tc.begin() + r.tl, tc.begin() + r.th + 1, t_room) - tc.begin() -
             1);
@@ -791,7 +873,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
         // instead, along the dimension whose span weighs more in the objective.
         int tm = r.th, em = r.eh;
         if (!r.corner) {
-          if (r.th > r.tl && (m - 1) * (tc[r.th] - tc[r.tl]) >= ec[r.eh] - ec[r.el])
+          if (r.th > r.tl && w * (tc[r.th] - tc[r.tl]) >= ec[r.eh] - ec[r.el])
             tm = r.tl + (r.th - r.tl) / 2;
           else if (r.eh > r.el)
             em = r.el + (r.eh - r.el) / 2;
@@ -820,8 +902,13 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
           heterogeneous
               ? fmt::format("optimal over {} microbatch counts and {} orders of the node groups: {}",
                             space.num_microbatches.size(), orders.size(), result.plan->Summary())
-              : fmt::format("optimal over {} microbatch counts: {}",
-                            space.num_microbatches.size(), result.plan->Summary());
+              : fmt::format("optimal over {} microbatch counts{}: {}",
+                            space.num_microbatches.size(),
+                            interleave_here
+                                ? fmt::format(" and virtual stages {{{}}}",
+                                              fmt::join(options.space.virtual_stages, ","))
+                                : "",
+                            result.plan->Summary());
     } else {
       summary.termination = TerminationType::kInfeasible;
       summary.message =

@@ -34,6 +34,15 @@
 // devices for d (HeteroOracle in the .cc): G(t_max, e_max) is exact per order, and the same
 // rectangle search runs over the units (microbatch count, order).
 //
+// Interleaved 1F1B (options.space.virtual_stages offers v > 1): on a homogeneous cluster and a
+// model InterleavesExactly prices, a rank of v chunks costs its plain stage's terms with v
+// virtual stages, so each (m, v, p) -- exactly p ranks, 2 <= p <= max_stages, p v <= L -- is a
+// unit of its own: the frontier's additive part is t / v + c (every stage of at least v layers),
+// the memory levels are the ranks' ChunkForwardsInFlight for p, and the objective weighs the
+// slowest stage by m - 1/v; its plans are InterleavePlan'd, and the optimum is over plain and
+// interleaved pipelines. Elsewhere the DP runs plain and offers its plan interleaved
+// (InterleavingSearcher), claiming no optimum.
+//
 // SearchSummary: algorithm "dp"; evaluations = G evaluations; iterations = microbatch counts
 // (and orders) processed; termination kOptimal with lower_bound_seconds = best, kTimeLimit (best plan so far,
 // lower bound when every microbatch count has one), kEvaluationLimit, or kInfeasible with the
@@ -44,9 +53,15 @@ namespace stratos {
 
 class DpSearcher : public Searcher {
  public:
+  // plain_only: plain pipelines whatever options.space.virtual_stages offers (the form the
+  // interleaving wrapper runs).
+  explicit DpSearcher(bool plain_only = false) : plain_only_(plain_only) {}
   std::string Name() const override { return "dp"; }
   // Throws InputError for invalid options (SearchOptions::Validate, SearchSpace::Build).
   SearchResult Search(const Problem& problem, const SearchOptions& options) override;
+
+ private:
+  bool plain_only_;
 };
 
 }  // namespace stratos

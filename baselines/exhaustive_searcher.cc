@@ -66,7 +66,11 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
   const SearchResult& result = run.Result();
   SearchSummary& summary = run.Summary();
 
-  const double num_plans = CountPlans(problem, space);
+  // The virtual stages v > 1 offered: every plain plan is priced in each interleaved form too.
+  std::vector<int> interleave;
+  for (int v : options.space.virtual_stages)
+    if (v > 1 && problem.training.virtual_pipeline_stages == 1) interleave.push_back(v);
+  const double num_plans = CountPlans(problem, space) * (1.0 + interleave.size());
   const double cap = options.max_evaluations > 0 ? static_cast<double>(options.max_evaluations)
                                                  : static_cast<double>(kDefaultMaxPlans);
   if (num_plans > cap) {
@@ -98,6 +102,13 @@ SearchResult ExhaustiveSearcher::Search(const Problem& problem, const SearchOpti
       }
       ++summary.evaluations;
       run.Offer(plan, Evaluate(cost_model, plan));
+      // ... and its interleaved forms (InterleavePlan: none where a stage has fewer than v
+      // layers, the schedule is GPipe or the training interleaves already).
+      for (int v : interleave)
+        if (const std::optional<Plan> interleaved = InterleavePlan(plan, v)) {
+          ++summary.evaluations;
+          run.Offer(*interleaved, Evaluate(cost_model, *interleaved));
+        }
       return;
     }
     const int remaining = num_stages - s - 1;

@@ -5,7 +5,9 @@
 // rejects for m and tuples over the device budget), prices each complete plan with Evaluate()
 // and keeps the best that fits in memory. Nothing clever, so it checks DP, ILP and relax. On a
 // heterogeneous cluster the configurations carry their node group: the stages of a group stay
-// within its device budget and visit the groups in runs (SearchSpace::group_devices).
+// within its device budget and visit the groups in runs (SearchSpace::group_devices). With
+// space.virtual_stages offering v > 1, every plan is priced in each interleaved form too
+// (InterleavePlan), so the optimum is over plain and interleaved pipelines.
 //
 // Declines, before any work, problems with more plans than options.max_evaluations (5e6 when
 // 0): TerminationType::kDeclined with "problem too large for exhaustive search: N plans ...".

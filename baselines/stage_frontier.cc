@@ -11,6 +11,19 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
+std::vector<int> StageFrontier::LevelsOfStages(int num_stages) const {
+  std::vector<int> levels(num_stages + 1, 0);
+  for (int s = 1; s <= num_stages; ++s) {
+    const int need = ChunkForwardsInFlight(schedule, num_stages, num_stages - s, m,
+                                           virtual_stages);
+    const auto it = std::lower_bound(inflight.begin(), inflight.end(), need);
+    STRATOS_CHECK(it != inflight.end() && *it == need, "in-flight count {} not in the frontier",
+                  need);
+    levels[s] = static_cast<int>(it - inflight.begin() + 1);
+  }
+  return levels;
+}
+
 StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
                                  int max_stages, int m, const Deadline* deadline,
                                  int previous_group, int next_group) {
@@ -19,22 +32,24 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
   const int N = static_cast<int>(space.mesh_sizes.size());
   const StageTable table(cost_model, space.configs, m, previous_group, next_group);
 
+  const int v = problem.training.virtual_pipeline_stages;
+  const Schedule schedule = problem.training.schedule;
+  STRATOS_CHECK(v == 1 || max_stages >= 2, "{} virtual stages with at most {} stage", v,
+                max_stages);
   StageFrontier frontier;
   frontier.m = m;
+  frontier.schedule = schedule;
+  frontier.virtual_stages = v;
   frontier.num_layers = L;
   frontier.num_meshes = N;
-  frontier.level_of_stages.assign(max_stages + 1, 0);
-  for (int s = 1; s <= max_stages; ++s)
-    frontier.inflight.push_back(MicrobatchesInFlight(problem.training.schedule, s, 0, m));
+  // A stage with s stages from it to the end of a plan of p: rank p - s.
+  for (int p = v == 1 ? max_stages : 2; p <= max_stages; ++p)
+    for (int s = 1; s <= p; ++s)
+      frontier.inflight.push_back(ChunkForwardsInFlight(schedule, p, p - s, m, v));
   std::sort(frontier.inflight.begin(), frontier.inflight.end());
   frontier.inflight.erase(std::unique(frontier.inflight.begin(), frontier.inflight.end()),
                           frontier.inflight.end());
-  for (int s = 1; s <= max_stages; ++s) {
-    const int need = MicrobatchesInFlight(problem.training.schedule, s, 0, m);
-    frontier.level_of_stages[s] = static_cast<int>(
-        std::lower_bound(frontier.inflight.begin(), frontier.inflight.end(), need) -
-        frontier.inflight.begin() + 1);
-  }
+  frontier.level_of_stages = frontier.LevelsOfStages(max_stages);
   const int num_levels = static_cast<int>(frontier.inflight.size());
 
   std::vector<int> mesh_of_config(space.configs.size());
@@ -123,13 +138,16 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
         } else {
           terms = table.Terms(i, L, c);  // a last stage's overhead differs
         }
+        if (j - i < v) continue;  // InterleavePlan gives each of the v chunks a layer
         // Memory: Evaluate's rule, capacity - peak >= 0, for each needed in-flight count.
         int level = 0;
         {
           int lo = 0, hi = num_levels;  // fits inflight[0 .. level)
           while (lo < hi) {
             const int mid = (lo + hi) / 2;
-            if (!(capacity - terms.PeakMemoryBytes(frontier.inflight[mid]) < 0))
+            if (!(capacity -
+                      terms.PeakMemoryBytes(static_cast<double>(frontier.inflight[mid]) / v) <
+                  0))
               lo = mid + 1;
             else
               hi = mid;
@@ -143,7 +161,7 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
         }
         const double t = terms.MicrobatchSeconds();
         bucket[static_cast<size_t>(j) * N + n].push_back(
-            {t, t + terms.OneTimeSeconds(), terms.ExposedTailSeconds(), level, c});
+            {t, t / v + terms.OneTimeSeconds(), terms.ExposedTailSeconds(), level, c});
       }
     }
     for (int j = shared_end + 1; j <= L; ++j) {

@@ -24,18 +24,25 @@ struct FrontierEntry {
   double t;    // microbatch seconds t_s
   double a;    // t_s + c_s (summed over stages by the objective)
   double e;    // exposed tail e_s (maximized over stages by the objective)
+  // (a is t_s / v + c_s with v virtual stages: the objective's sum_s t_s / v + sum_s c_s)
   int level;   // fits in memory with the first `level` in-flight counts of StageFrontier::inflight
   int config;  // index into SearchSpace::configs
 };
 
 struct StageFrontier {
   int m = 0;
+  Schedule schedule = Schedule::kOneFOneB;
+  int virtual_stages = 1;  // v: every stage a pipeline rank of v chunks (interleaved 1F1B)
   int num_layers = 0;
   int num_meshes = 0;
-  // Distinct in-flight counts a stage may need, ascending; level_of_stages[s] (1-based) is the
-  // level a stage with s stages from it to the end needs (1F1B: min(m, s); GPipe: m).
+  // Distinct in-flight counts a stage may need, ascending (ChunkForwardsInFlight: microbatches,
+  // or with v > 1 microbatch-chunks, each 1/v of the stage's activations); level_of_stages[s]
+  // (1-based) is the level a stage with s stages from it to the end needs (1F1B: min(m, s);
+  // GPipe: m). With v > 1 the count depends on the number of stages p too: LevelsOfStages(p).
   std::vector<int> inflight;
   std::vector<int> level_of_stages;
+  // level_of_stages for plans of exactly `num_stages` stages (v = 1: level_of_stages itself).
+  std::vector<int> LevelsOfStages(int num_stages) const;
   // Cell (i, j, n) = layers [i, j) on a mesh of size mesh_sizes[n]. Cells priced identically
   // (ranges of the same cost classes, neither first nor last, e.g. any k transformer layers in
   // the middle of a GPT) share one group: cell_group[cell]. The Pareto frontier of group g
@@ -72,7 +79,10 @@ struct StageFrontier {
 // once per first layer (Deadline::Expired propagates). Each configuration's memory is checked
 // against its node group's devices; the stages send to `next_group` and receive from
 // `previous_group` (StageTable), which on a heterogeneous cluster makes one frontier per stage
-// position in a run of a node group.
+// position in a run of a node group. With the cost model's training.virtual_pipeline_stages =
+// v > 1 (1F1B only) each stage is a pipeline rank of v chunks in a plan of 2 to max_stages
+// ranks: entries have a = t / v + c, cells of fewer than v layers are empty, and the in-flight
+// counts are those of every such plan (LevelsOfStages).
 StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace& space,
                                  int max_stages, int num_microbatches,
                                  const Deadline* deadline = nullptr, int previous_group = -1,

@@ -60,6 +60,18 @@ int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int
   return std::min(num_microbatches, num_stages - stage_index);
 }
 
+int ChunkForwardsInFlight(Schedule schedule, int num_stages, int stage_index,
+                          int num_microbatches, int virtual_stages) {
+  const int v = virtual_stages;
+  if (v == 1) return MicrobatchesInFlight(schedule, num_stages, stage_index, num_microbatches);
+  STRATOS_CHECK(v > 1 && schedule == Schedule::kOneFOneB, "{} virtual stages with {}", v,
+                ScheduleName(schedule));
+  STRATOS_CHECK(stage_index >= 0 && stage_index < num_stages, "stage {} of {}", stage_index,
+                num_stages);
+  const int p = num_stages;
+  return std::min(2 * (p - stage_index - 1) + (v - 1) * p + 1, num_microbatches * v);
+}
+
 CostModel::CostModel(const Problem& problem) : problem_(problem) {
   const ClusterSpec& cluster = problem.cluster;
   if (cluster.NumGroups() > 1)

@@ -58,7 +58,9 @@ struct StageTerms {
   double ExposedTailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds; }
   // c_s: combined over stages by sum.
   double OneTimeSeconds() const { return cut_cost_seconds; }
-  double PeakMemoryBytes(int microbatches_in_flight) const {
+  // `microbatches_in_flight`: microbatches' worth of stored activations (fractional with virtual
+  // stages: ChunkForwardsInFlight / v).
+  double PeakMemoryBytes(double microbatches_in_flight) const {
     return state_bytes + microbatches_in_flight * activation_bytes + working_bytes;
   }
   StageTerms& operator+=(const StageTerms& o);
@@ -69,6 +71,17 @@ struct StageTerms {
 // Microbatches whose activations a stage holds at its peak (Narayanan et al. SC'21 §2.2):
 // GPipe holds all m; 1F1B holds min(m, p - s) at stage s of p (0-based).
 int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int num_microbatches);
+
+// Forward passes whose activations pipeline rank `stage_index` of `num_stages` holds at its peak
+// when each rank has `virtual_stages` = v model chunks, each pass one microbatch through one
+// chunk (1/v of the rank's activations). v = 1: MicrobatchesInFlight. v > 1, the interleaved 1F1B
+// schedule as Megatron-Core runs it (forward_backward_pipelining_with_interleaving): rank r
+// warms up with 2 (p - r - 1) + (v - 1) p chunk forwards and the steady state adds one, at most
+// all m v: min(2 (p - r - 1) + (v - 1) p + 1, m v). Rank 0 then holds p + (p - 1) / v
+// microbatches' worth, Korthikanti et al. 2022 §4.2.3's (1 + (p-1)/(p v)) p; the last rank
+// p - (p - 1) / v, where plain 1F1B holds 1. Throws InternalError for v > 1 with GPipe.
+int ChunkForwardsInFlight(Schedule schedule, int num_stages, int stage_index,
+                          int num_microbatches, int virtual_stages);
 
 // Compute time of one pass of `samples` sequences through layer `layer_index` of `model` on one
 // of `tensor_parallel` ranks of `device` (per device, seconds; FLOPs per device): the forward,

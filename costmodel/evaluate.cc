@@ -26,12 +26,6 @@ double PipelineObjective(const std::vector<double>& t, const std::vector<double>
   return PipelineSeconds(sum, max, tail, one_time, m, v);
 }
 
-double InterleavedActivationFactor(int p, int v) {
-  STRATOS_CHECK(p >= 1 && v >= 1, "num_stages = {}, virtual_stages = {}", p, v);
-  if (v == 1 || p == 1) return 1.0;
-  return 1.0 + (p - 1.0) / (static_cast<double>(p) * v);
-}
-
 bool Estimate::Fits() const { return MemoryViolation().empty(); }
 
 std::string Estimate::MemoryViolation() const {
@@ -60,7 +54,6 @@ Estimate EvaluateRanks(const CostModel& cost_model, const Plan& plan) {
   const int m = plan.num_microbatches;
   const int p = plan.NumPipelineRanks();
   const int v = problem.training.virtual_pipeline_stages;
-  const double activation_factor = InterleavedActivationFactor(p, v);
   Estimate estimate;
   std::vector<double> t(p), e(p), c(p);
   // A rank sends forward to the next rank and backward to the previous one (interleaved: the
@@ -78,11 +71,9 @@ Estimate EvaluateRanks(const CostModel& cost_model, const Plan& plan) {
     se.microbatch_seconds = se.terms.MicrobatchSeconds();
     se.tail_seconds = se.terms.ExposedTailSeconds();
     se.one_time_seconds = se.terms.OneTimeSeconds();
-    se.microbatches_in_flight = MicrobatchesInFlight(plan.schedule, p, s, m);
-    se.peak_memory_bytes = se.terms.PeakMemoryBytes(se.microbatches_in_flight);
-    if (activation_factor != 1.0)
-      se.peak_memory_bytes += (activation_factor - 1.0) * se.microbatches_in_flight *
-                              se.terms.activation_bytes;
+    se.microbatches_in_flight = ChunkForwardsInFlight(plan.schedule, p, s, m, v);
+    se.peak_memory_bytes =
+        se.terms.PeakMemoryBytes(static_cast<double>(se.microbatches_in_flight) / v);
     se.memory_capacity_bytes = cost_model.DeviceMemoryCapacityBytes(config.node_group);
     t[s] = se.microbatch_seconds;
     e[s] = se.tail_seconds;

@@ -16,6 +16,8 @@ struct StageEstimate {
   double microbatch_seconds = 0;    // t_s
   double tail_seconds = 0;          // e_s, exposed tail after the stage's last backward
   double one_time_seconds = 0;      // c_s
+  // Forward passes whose activations the stage holds at its peak: microbatches, or with v
+  // virtual stages microbatch-chunks (ChunkForwardsInFlight; each 1/v of the activations).
   int microbatches_in_flight = 0;
   double peak_memory_bytes = 0;     // per device
   double memory_capacity_bytes = 0; // per device (usable), of the stage's node group
@@ -88,11 +90,6 @@ double PipelineObjective(const std::vector<double>& microbatch_seconds,
                          const std::vector<double>& tail_seconds,
                          const std::vector<double>& one_time_seconds, int num_microbatches,
                          int virtual_stages = 1);
-
-// Activations a stage of the interleaved schedule holds, relative to plain 1F1B:
-// 1 + (p-1)/(p v) for v > 1 virtual stages and p > 1 stages (Korthikanti et al. 2022 §4.2.3,
-// applied to every stage, which is exact for the first and conservative for the others); 1 else.
-double InterleavedActivationFactor(int num_stages, int virtual_stages);
 
 nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan);
 // Human-readable multi-line report (per-stage breakdown).

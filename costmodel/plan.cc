@@ -122,6 +122,16 @@ std::optional<Plan> InterleavePlan(const Plan& plan, int virtual_stages) {
   return out;
 }
 
+bool InterleavesExactly(const Problem& problem) {
+  if (problem.training.schedule != Schedule::kOneFOneB ||
+      problem.training.virtual_pipeline_stages != 1)
+    return false;
+  const std::vector<LayerSpec>& layers = problem.model.layers;
+  for (size_t l = 2; l + 1 < layers.size(); ++l)
+    if (layers[l].cost_class != layers[1].cost_class) return false;
+  return true;
+}
+
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where) {
   ValidatePlan(CostModel(problem), plan, where);
 }

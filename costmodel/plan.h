@@ -75,6 +75,12 @@ std::vector<std::pair<int, int>> MegatronStageLayers(const ModelSpec& model, int
 // a stage has fewer than v layers.
 std::optional<Plan> InterleavePlan(const Plan& plan, int virtual_stages);
 
+// Whether InterleavePlan leaves every rank's costs as its plain stage's on `problem`: the
+// layers between its first and its last share one cost class (a transformer's blocks), the
+// schedule is 1F1B and the training does not interleave already. Searchers then price a rank of
+// v chunks as their plain stage with v virtual stages (the DP searches them so, exactly).
+bool InterleavesExactly(const Problem& problem);
+
 // Structural validation: layers covered once and in order, degrees consistent with the mesh,
 // meshes fit the cluster, batch divisible; with virtual stages, a whole number of them per rank,
 // each with its rank's configuration, the 1F1B schedule and no interleaving also set in

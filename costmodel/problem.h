@@ -69,10 +69,9 @@ struct TrainingSpec {
   bool pp_scatter_gather = true;
   // Virtual pipeline stages per device v >= 1: the interleaved 1F1B schedule (Narayanan et al.
   // SC'21 §2.2.2) gives each device v model chunks, which shrinks the bubble by v, multiplies
-  // the point-to-point sends by v and holds (1 + (p-1)/(p v)) times the activations of plain
-  // 1F1B (Korthikanti et al. 2022 §4.2.3). v = 1 is plain 1F1B / GPipe.
-  // Honoured by Evaluate() and StageOverhead(); the searchers' own closed forms (DP, relax)
-  // assume v = 1.
+  // the point-to-point sends by v and holds the activations of Megatron-Core's warm-up
+  // (ChunkForwardsInFlight). v = 1 is plain 1F1B / GPipe. Honoured by Evaluate() and
+  // StageOverhead(); the searchers search plans' own virtual stages (Plan::virtual_stages).
   int virtual_pipeline_stages = 1;
 };
 

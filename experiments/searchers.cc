@@ -226,13 +226,16 @@ std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
   // The grid enumerates the interleaved forms of every uniform plan itself; the others offer
   // their best plan's when the space has them (search/interleaving_searcher.h).
   if (algorithm_ == "grid") return std::make_unique<GridSearcher>();
+  // The DP searches the virtual stages itself where it prices them exactly, and wraps itself
+  // elsewhere (dp_searcher.h); the exhaustive search prices every plan's interleaved forms.
+  if (algorithm_ == "dp") return std::make_unique<DpSearcher>();
+  if (algorithm_ == "exhaustive") return std::make_unique<ExhaustiveSearcher>();
   std::unique_ptr<Searcher> searcher;
   if (algorithm_ == "relax") searcher = std::make_unique<RelaxSearcher>(relax_);
-  else if (algorithm_ == "dp") searcher = std::make_unique<DpSearcher>();
   else if (algorithm_ == "ilp") searcher = std::make_unique<IlpSearcher>(ilp_);
   else if (algorithm_ == "mcmc") searcher = std::make_unique<McmcSearcher>(mcmc_);
   else if (algorithm_ == "local") searcher = std::make_unique<LocalSearcher>(local_);
-  else searcher = std::make_unique<ExhaustiveSearcher>();
+  else STRATOS_CHECK(false, "no searcher named {}", algorithm_);
   if (!search_.space.OffersInterleaving()) return searcher;
   return std::make_unique<InterleavingSearcher>(std::move(searcher));
 }

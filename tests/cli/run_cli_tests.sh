@@ -65,10 +65,14 @@ expect "an interleaved plan is written with its virtual stages" 0 '"virtual_stag
 expect "the written interleaved plan evaluates" 0 "interleaved: 2 ranks x 4 virtual stages" -- \
   "$STRATOS" evaluate --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 \
   --global-batch 128 --plan "$WORK/search_interleaved/plans/grid.json"
-expect "with interleaving in the space the DP proves no optimum" 0 \
-  "dp: converged, best 3.18[0-9]+ s" -- \
+expect "with interleaving in the space the DP proves the optimum over interleaved plans too" 0 \
+  "dp: optimal, best 3.17475 s" -- \
   "$STRATOS" search --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 --global-batch 128 \
   --algo dp --virtual-stages 1,2 --no-progress --output-dir "$WORK/search_interleaved_dp"
+expect "on a heterogeneous cluster the DP offers its plain optimum interleaved, proving nothing" 0 \
+  "dp: converged, best 0.230203 s" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-h100-a100 --global-batch 64 --algo dp \
+  --virtual-stages 1,2 --no-progress --output-dir "$WORK/search_interleaved_hetero"
 expect_one_line_error "search --virtual-stages refuses 0" \
   "command line: space.virtual_stages = 0: every entry must be >= 1" -- \
   "$STRATOS" search --virtual-stages 1,0 --algo dp --no-progress --output-dir "$WORK/search_vs0"

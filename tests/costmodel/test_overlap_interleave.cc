@@ -195,19 +195,33 @@ TEST_CASE("interleaving shrinks the pipeline bubble by the number of virtual sta
   CHECK(interleaved.bubble_fraction < plain.bubble_fraction);
 }
 
-TEST_CASE("interleaving holds (1 + (p-1)/(p v)) times the activations of plain 1F1B") {
-  CHECK(InterleavedActivationFactor(4, 1) == 1.0);
-  CHECK(InterleavedActivationFactor(1, 4) == 1.0);
-  CHECK(InterleavedActivationFactor(4, 2) == doctest::Approx(1.375));
+TEST_CASE("interleaving holds the activations of Megatron-Core's warm-up: rank r of p keeps "
+          "min(2 (p - r - 1) + (v - 1) p + 1, m v) microbatch-chunks") {
+  // p = 4, v = 2, m = 8: ranks 0..3 keep 11, 9, 7, 5 chunk forwards (5.5, 4.5, 3.5, 2.5
+  // microbatches' worth); plain 1F1B keeps 4, 3, 2, 1 microbatches.
+  for (int r = 0; r < 4; ++r) {
+    CHECK(ChunkForwardsInFlight(Schedule::kOneFOneB, 4, r, 8, 2) == 11 - 2 * r);
+    CHECK(ChunkForwardsInFlight(Schedule::kOneFOneB, 4, r, 8, 1) == 4 - r);
+  }
+  // Rank 0 holds Korthikanti et al. 2022 §4.2.3's (1 + (p-1)/(p v)) p microbatches' worth.
+  CHECK(ChunkForwardsInFlight(Schedule::kOneFOneB, 8, 0, 64, 4) / 4.0 ==
+        doctest::Approx((1 + 7.0 / (8 * 4)) * 8));
+  // Never more than all m v chunk forwards; GPipe holds all m, and has no virtual stages.
+  CHECK(ChunkForwardsInFlight(Schedule::kOneFOneB, 4, 0, 2, 2) == 4);
+  CHECK(ChunkForwardsInFlight(Schedule::kGpipe, 4, 0, 8, 1) == 8);
+  CHECK_THROWS_AS(ChunkForwardsInFlight(Schedule::kGpipe, 4, 0, 8, 2), InternalError);
   Problem problem = OptionsProblem(8, 4);
   const Plan plan = UniformPlan(problem, 4, 4, 2, 8);
   const Estimate plain = Evaluate(problem, plan);
   problem.training.virtual_pipeline_stages = 2;
   const Estimate interleaved = Evaluate(problem, plan);
-  const StageEstimate& s0 = plain.stages[0];
-  CHECK(interleaved.stages[0].peak_memory_bytes ==
-        doctest::Approx(s0.peak_memory_bytes +
-                        0.375 * s0.microbatches_in_flight * s0.terms.activation_bytes));
+  for (int r = 0; r < 4; ++r) {
+    const StageEstimate& s = plain.stages[r];
+    CHECK(interleaved.stages[r].microbatches_in_flight == 11 - 2 * r);
+    CHECK(interleaved.stages[r].peak_memory_bytes ==
+          doctest::Approx(s.peak_memory_bytes +
+                          ((11 - 2 * r) / 2.0 - (4 - r)) * s.terms.activation_bytes));
+  }
 }
 
 TEST_CASE("out-of-range training options are input errors naming the field") {

@@ -119,14 +119,15 @@ TEST_CASE("InterleavingSearcher offers the wrapped searcher's best plan interlea
   const SearchResult dp = DpSearcher().Search(problem, options);
   REQUIRE(dp.plan);
   REQUIRE(dp.summary.termination == TerminationType::kOptimal);
-  // Without v > 1 in the space the wrapper changes nothing.
-  InterleavingSearcher wrapped(std::make_unique<DpSearcher>());
+  // Without v > 1 in the space the wrapper changes nothing (around the DP kept plain: the DP
+  // searches the virtual stages itself otherwise).
+  InterleavingSearcher wrapped(std::make_unique<DpSearcher>(/*plain_only=*/true));
   const SearchResult same = wrapped.Search(problem, options);
   CHECK(same.summary.termination == TerminationType::kOptimal);
   CHECK(same.summary.best_iteration_seconds == dp.summary.best_iteration_seconds);
   // With v = 2 or 4: the DP's optimum (2 ranks) split into chunks. Two chunks per rank hold
-  // 1 + 1/4 of plain 1F1B's activations and overflow; four hold 1 + 1/8, fit and are faster
-  // (a quarter of the bubble). No proof over the larger space.
+  // 5/2 microbatches' worth of activations on the first rank (plain 1F1B: 2) and overflow; four
+  // hold 9/4, fit and are faster (a quarter of the bubble). No proof over the larger space.
   options.space.virtual_stages = {1, 2, 4};
   const SearchResult result = wrapped.Search(problem, options);
   REQUIRE(result.plan);
@@ -141,6 +142,71 @@ TEST_CASE("InterleavingSearcher offers the wrapped searcher's best plan interlea
   CHECK(result.summary.evaluations == dp.summary.evaluations + 2);
   CHECK(result.summary.message.find("interleaved (4 virtual stages per rank)") !=
         std::string::npos);
+}
+
+// GPT-3 1.3B's shape cut to 6 blocks (8 layers with the embedding and the head) on one DGX A100
+// (datasheet), global batch 16, at most 3 stages, no recomputation or ZeRO: small enough for the
+// exhaustive search over every plan and its interleaved forms.
+Problem SmallInterleavingProblem() {
+  Problem problem = testing::ZooProblem("gpt3-1.3b", "dgx-a100-80gb-datasheet", 1);
+  problem.model.num_layers = 6;
+  BuildTransformerLayers(problem.model);
+  problem.training.global_batch_size = 16;
+  return problem;
+}
+
+TEST_CASE("dp with virtual stages: the optimum over plain and interleaved pipelines, as the "
+          "exhaustive search over every plan and its interleaved forms finds it") {
+  // Batch 64 also on 8 GB devices, where memory decides among the plans (with v up to 3 the
+  // optimum there is 3 ranks x 2 chunks, on 80 GB 2 ranks x 3).
+  for (const auto& [batch, memory_gb] : {std::pair{8, 80}, std::pair{16, 80}, std::pair{64, 80},
+                                         std::pair{64, 8}}) {
+  for (const std::vector<int>& offered : {std::vector<int>{1, 2}, std::vector<int>{1, 2, 3}}) {
+    CAPTURE(batch);
+    CAPTURE(memory_gb);
+    Problem problem = SmallInterleavingProblem();
+    problem.training.global_batch_size = batch;
+    problem.cluster.devices[0].memory_bytes = memory_gb * 1e9;
+    REQUIRE(InterleavesExactly(problem));
+    SearchOptions options;
+    options.space.recompute = {Recompute::kNone, Recompute::kFull};
+    options.space.allow_zero = false;
+    options.space.min_stages = 2;  // a pipeline, where the bubble is worth shrinking
+    options.space.max_stages = 3;
+    const SearchResult plain = DpSearcher().Search(problem, options);
+    REQUIRE(plain.plan);
+    options.space.virtual_stages = offered;
+    const SearchResult dp = DpSearcher().Search(problem, options);
+    const SearchResult truth = ExhaustiveSearcher().Search(problem, options);
+    REQUIRE(dp.plan);
+    REQUIRE(truth.plan);
+    INFO(dp.summary.message, " | ", truth.summary.message);
+    CHECK(dp.summary.termination == TerminationType::kOptimal);
+    CHECK(truth.summary.termination == TerminationType::kOptimal);
+    CHECK(testing::RelativeGap(dp.summary.best_iteration_seconds,
+                               truth.summary.best_iteration_seconds) < 1e-9);
+    CHECK(Evaluate(problem, *dp.plan).iteration_seconds == dp.summary.best_iteration_seconds);
+    // Interleaving wins here: the plain optimum is beaten.
+    CHECK(dp.plan->virtual_stages > 1);
+    CHECK(dp.summary.best_iteration_seconds < plain.summary.best_iteration_seconds);
+  }
+  }
+}
+
+TEST_CASE("dp with virtual stages on a model it cannot price interleaved offers its plain "
+          "optimum interleaved, claiming no optimum") {
+  Problem problem = SmallInterleavingProblem();
+  problem.model.layers[3].cost_class = 7;  // one block priced apart
+  REQUIRE_FALSE(InterleavesExactly(problem));
+  SearchOptions options;
+  options.space.recompute = {Recompute::kNone};
+  options.space.allow_zero = false;
+  options.space.max_stages = 3;
+  options.space.virtual_stages = {1, 2};
+  const SearchResult dp = DpSearcher().Search(problem, options);
+  REQUIRE(dp.plan);
+  CHECK(dp.summary.termination == TerminationType::kConverged);
+  CHECK_FALSE(dp.summary.lower_bound_seconds.has_value());
 }
 
 }  // namespace stratos

@@ -3,9 +3,11 @@
 // searcher that searches plain pipelines (one chunk per rank) is wrapped so that, when
 // options.space.virtual_stages offers v > 1, its best plan is also priced with each such v
 // (InterleavePlan: each rank keeps its layers, split into v chunks) and the fastest plan that
-// fits memory is returned. The grid searcher enumerates the counts itself for every uniform plan
-// and is not wrapped. A lower bound the wrapped searcher proves covers plain pipelines only, so
-// with v > 1 in the space the result carries none and is not called optimal.
+// fits memory is returned. The grid (every uniform plan) and the exhaustive search (every plan)
+// enumerate the counts themselves, and the DP searches them where it prices them exactly
+// (dp_searcher.h, which wraps itself elsewhere): none of the three is wrapped. A lower bound the
+// wrapped searcher proves covers plain pipelines only, so with v > 1 in the space the result
+// carries none and is not called optimal.
 #include <memory>
 
 #include "search/searcher.h"

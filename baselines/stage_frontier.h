@@ -41,7 +41,9 @@ struct StageFrontier {
   // GPipe: m). With v > 1 the count depends on the number of stages p too: LevelsOfStages(p).
   std::vector<int> inflight;
   std::vector<int> level_of_stages;
-  // level_of_stages for plans of exactly `num_stages` stages (v = 1: level_of_stages itself).
+  // level_of_stages for plans of exactly `num_stages` stages (v = 1: level_of_stages itself);
+  // size num_stages + 1, entry 0 unused. Throws InternalError if a count it needs is not in
+  // `inflight` (num_stages above the max_stages the frontier was built for).
   std::vector<int> LevelsOfStages(int num_stages) const;
   // Cell (i, j, n) = layers [i, j) on a mesh of size mesh_sizes[n]. Cells priced identically
   // (ranges of the same cost classes, neither first nor last, e.g. any k transformer layers in

@@ -209,6 +209,17 @@ double ActivationBytesPerSample(const LayerSpec& layer, int tp, bool sequence_pa
   return bytes;
 }
 
+// ZeRO-2/3 keep only their shard of the gradients, so they cannot accumulate microbatches
+// locally: every backward pass reduce-scatters its gradients (DeepSpeed's engine: "ZeRO stage >= 2
+// communicates during non gradient accumulation boundaries as well"; FSDP outside no_sync), the
+// last one in the iteration's tail, the m - 1 before it as the pipeline runs. The share of one
+// reduce-scatter that each of the m microbatches carries, exposed: (1 - dp_overlap_fraction)
+// (m - 1) / m; 0 below ZeRO-2, for m = 1 or where the framework reduces once per iteration.
+double ZeroReduceScatterShare(const StageConfig& c, int m, const TrainingSpec& training) {
+  if (c.zero_stage < 2 || m <= 1 || !training.zero_reduce_every_microbatch) return 0.0;
+  return (1.0 - training.dp_overlap_fraction) * (m - 1.0) / m;
+}
+
 // Stored activations are built at 2 bytes per element (model.cc, Korthikanti et al.'s bf16/fp16
 // accounting); a training whose activations are fp32 stores twice as many bytes. Applied to the
 // memory terms only: the compute terms' HBM roofline and the messages keep the 2-byte sizes.
@@ -383,16 +394,11 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     terms.dp_sync_seconds = RingCollectiveSeconds(cluster, grad_bytes, factor, g.nodes,
                                                   g.gpus_per_node, g.concurrent, false);
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
-    // ZeRO-2/3 keep only their shard of the gradients, so they cannot accumulate microbatches
-    // locally: every backward pass reduce-scatters its gradients (DeepSpeed's engine: "ZeRO stage
-    // >= 2 communicates during non gradient accumulation boundaries as well"; FSDP outside
-    // no_sync), the last one in the tail above, the m - 1 before it as the pipeline runs. Their
-    // exposed share is spread over the m microbatches, so that m microbatches carry m - 1.
-    if (c.zero_stage >= 2 && m > 1 && training.zero_reduce_every_microbatch)
+    // ZeRO-2/3's reduce-scatters before the last microbatch's (ZeroReduceScatterShare).
+    if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
       terms.zero_reduce_scatter_seconds =
-          (1.0 - training.dp_overlap_fraction) * (m - 1.0) / m *
-          RingCollectiveSeconds(cluster, grad_bytes, 1.0, g.nodes, g.gpus_per_node, g.concurrent,
-                                false);
+          share * RingCollectiveSeconds(cluster, grad_bytes, 1.0, g.nodes, g.gpus_per_node,
+                                        g.concurrent, false);
     if (c.zero_stage == 3) {
       const double gather = RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
                                                   g.gpus_per_node, g.concurrent, true);
@@ -481,9 +487,9 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
         RingCollectiveSeconds(cluster, 0.0, factor, g.nodes, g.gpus_per_node, g.concurrent, true);
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
     // ... and of ZeRO-2/3's reduce-scatters in the m - 1 microbatches before the last (LayerTerms).
-    if (c.zero_stage >= 2 && m > 1 && training.zero_reduce_every_microbatch)
+    if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
       terms.zero_reduce_scatter_seconds =
-          (1.0 - training.dp_overlap_fraction) * (m - 1.0) / m *
+          share *
           RingCollectiveSeconds(cluster, 0.0, 1.0, g.nodes, g.gpus_per_node, g.concurrent, true);
   }
 

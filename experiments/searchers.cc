@@ -223,11 +223,11 @@ void SearcherSetup::Validate(const std::string& where) const {
 }
 
 std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
-  // The grid enumerates the interleaved forms of every uniform plan itself; the others offer
-  // their best plan's when the space has them (search/interleaving_searcher.h).
+  // The grid enumerates the interleaved forms of every uniform plan itself, the exhaustive search
+  // those of every plan, and the DP searches the virtual stages where it prices them exactly
+  // (wrapping itself elsewhere, dp_searcher.h); the others offer their best plan's when the space
+  // has them (search/interleaving_searcher.h).
   if (algorithm_ == "grid") return std::make_unique<GridSearcher>();
-  // The DP searches the virtual stages itself where it prices them exactly, and wraps itself
-  // elsewhere (dp_searcher.h); the exhaustive search prices every plan's interleaved forms.
   if (algorithm_ == "dp") return std::make_unique<DpSearcher>();
   if (algorithm_ == "exhaustive") return std::make_unique<ExhaustiveSearcher>();
   std::unique_ptr<Searcher> searcher;

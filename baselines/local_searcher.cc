@@ -91,7 +91,8 @@ SearchResult LocalSearcher::Search(const Problem& problem, const SearchOptions& 
   const SearchSpace space = SearchSpace::Build(problem, options.space);
   const std::vector<std::vector<int>> orders = space.GroupOrders();  // empty: homogeneous
   const CostModel cost_model(problem);
-  const RelaxTables tables = BuildRelaxTables(cost_model, space);
+  const RelaxTables tables =
+      BuildRelaxTables(cost_model, space, options.space.virtual_stages);
   PlanPolisher polisher(tables);
 
   SearchResult& result = run.Result();

@@ -14,7 +14,9 @@
 // run of at least one stage (the other stages to runs drawn uniformly) and each stage a config
 // of its group whose mesh fits the group's budget shared by its run. PlanPolisher::Repair makes it
 // valid (device budget, divisibility, memory where a config change can), then Polish() descends
-// with `kicks` kicks. Descents are memoized across starts, as in relax.
+// with `kicks` kicks. Descents are memoized across starts, as in relax. Starts are plain
+// pipelines; the polish moves them to the space's virtual stage counts where the tables offer
+// them (relax/tables.h RelaxTables::virtual_stages).
 //
 // SearchSummary: algorithm "local"; iterations = starts polished; evaluations = plans priced
 // (exact table cost, = Evaluate() by additivity); termination kConverged (every start done),

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "baselines/stage_frontier.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "costmodel/plan.h"
 
 namespace stratos {
 
@@ -49,6 +51,7 @@ struct Stage {
 
 struct State {
   int m_index = 0;  // index into SearchSpace::num_microbatches
+  int v_index = 0;  // index into Chain's virtual stage counts (0: a plain pipeline)
   std::vector<Stage> stages;
 };
 
@@ -84,8 +87,11 @@ constexpr Mutation kHeterogeneousMutations[] = {
 // Prices states and proposes their neighbours; owns the per-m stage tables and the RNG.
 class Chain {
  public:
+  // `virtual_stages`: the counts SpaceOptions::virtual_stages offers; the chain searches them
+  // where a rank of v chunks prices as its plain stage with v virtual stages (plan.h
+  // InterleavesExactly, one node group), and plain pipelines only elsewhere.
   Chain(const CostModel& cost_model, const SearchSpace& space, const McmcOptions& options,
-        int max_stages, int seed)
+        int max_stages, int seed, const std::vector<int>& virtual_stages)
       : cost_model_(cost_model),
         space_(space),
         options_(options),
@@ -93,19 +99,33 @@ class Chain {
         num_layers_(cost_model.problem().NumLayers()),
         max_stages_(max_stages),
         capacity_(cost_model.DeviceMemoryCapacityBytes()),
-        rng_(static_cast<std::uint64_t>(seed) * 0x9E3779B97F4A7C15ULL + 0x5EED),
-        tables_(space.num_microbatches.size()) {
+        rng_(static_cast<std::uint64_t>(seed) * 0x9E3779B97F4A7C15ULL + 0x5EED) {
     max_shift_ = options.max_boundary_shift > 0 ? options.max_boundary_shift
                                                 : std::max(1, num_layers_ / 8);
+    if (!space.Heterogeneous() && InterleavesExactly(cost_model.problem()))
+      for (int v : virtual_stages)
+        if (v > 1 && std::find(virtual_stages_.begin(), virtual_stages_.end(), v) ==
+                         virtual_stages_.end())
+          virtual_stages_.push_back(v);
+    std::sort(virtual_stages_.begin(), virtual_stages_.end());
+    models_.resize(virtual_stages_.size());
+    for (size_t i = 1; i < virtual_stages_.size(); ++i) {
+      problems_.push_back(std::make_unique<Problem>(cost_model.problem()));
+      problems_.back()->training.virtual_pipeline_stages = virtual_stages_[i];
+      models_[i] = std::make_unique<CostModel>(*problems_.back());
+    }
+    tables_.resize(space.num_microbatches.size() * virtual_stages_.size());
   }
 
   std::mt19937_64& rng() { return rng_; }
 
-  const StageTable& Table(int m_index) {
-    std::unique_ptr<StageTable>& table = tables_[m_index];
+  // The stage terms for microbatch option m_index, of a rank with virtual_stages_[v_index]
+  // chunks (its plain stage's terms with that many virtual stages).
+  const StageTable& Table(int m_index, int v_index = 0) {
+    std::unique_ptr<StageTable>& table = tables_[m_index * virtual_stages_.size() + v_index];
     if (!table)
-      table = std::make_unique<StageTable>(cost_model_, space_.configs,
-                                           space_.num_microbatches[m_index]);
+      table = std::make_unique<StageTable>(v_index == 0 ? cost_model_ : *models_[v_index],
+                                           space_.configs, space_.num_microbatches[m_index]);
     return *table;
   }
 
@@ -127,8 +147,9 @@ class Chain {
                                       (1.0 + options_.memory_penalty * (0.05 + priced.overflow));
       return priced;
     }
-    const StageTable& table = Table(state.m_index);
+    const StageTable& table = Table(state.m_index, state.v_index);
     const int m = space_.num_microbatches[state.m_index];
+    const int v = virtual_stages_[state.v_index];
     const int p = static_cast<int>(state.stages.size());
     std::vector<double> t(p), e(p), c(p);
     Priced priced;
@@ -139,14 +160,15 @@ class Chain {
       t[s] = terms.MicrobatchSeconds();
       e[s] = terms.ExposedTailSeconds();
       c[s] = terms.OneTimeSeconds();
-      const double peak = terms.PeakMemoryBytes(MicrobatchesInFlight(schedule_, p, s, m));
+      const double peak = terms.PeakMemoryBytes(
+          static_cast<double>(ChunkForwardsInFlight(schedule_, p, s, m, v)) / v);
       const double headroom = capacity_ - peak;
       if (headroom < 0) {
         priced.fits = false;
         priced.overflow = std::max(priced.overflow, -headroom / capacity_);
       }
     }
-    priced.seconds = PipelineObjective(t, e, c, m);
+    priced.seconds = PipelineObjective(t, e, c, m, v);
     priced.cost = priced.fits ? priced.seconds
                               : priced.seconds *
                                     (1.0 + options_.memory_penalty * (0.05 + priced.overflow));
@@ -160,7 +182,12 @@ class Chain {
     plan.schedule = schedule_;
     for (const Stage& stage : state.stages)
       plan.stages.push_back({stage.first, stage.last, space_.configs[stage.config]});
-    return plan;
+    const int v = virtual_stages_[state.v_index];
+    if (v == 1) return plan;
+    std::optional<Plan> interleaved = InterleavePlan(plan, v);
+    STRATOS_CHECK(interleaved.has_value(), "a chain state of {} stages cannot run {} virtual stages",
+                  state.stages.size(), v);
+    return *interleaved;
   }
 
   int Devices(const State& state) const {
@@ -190,16 +217,36 @@ class Chain {
     return states;
   }
 
-  // Applies one random mutation; false if it leaves the space (nothing to evaluate).
+  // Applies one random mutation; false if it leaves the space (nothing to evaluate). With
+  // virtual stages to search, one proposal in ten changes their count.
   bool Mutate(State& state) {
-    if (!space_.Heterogeneous())
-      return Apply(kMutations[RandomInt(0, static_cast<int>(std::size(kMutations)) - 1)], state);
+    if (!space_.Heterogeneous()) {
+      if (virtual_stages_.size() > 1 && RandomInt(0, 9) == 0) {
+        int target = RandomInt(0, static_cast<int>(virtual_stages_.size()) - 2);
+        if (target >= state.v_index) ++target;
+        state.v_index = target;
+        return Interleavable(state);
+      }
+      return Apply(kMutations[RandomInt(0, static_cast<int>(std::size(kMutations)) - 1)], state) &&
+             Interleavable(state);
+    }
     const Mutation kind = kHeterogeneousMutations[RandomInt(
         0, static_cast<int>(std::size(kHeterogeneousMutations)) - 1)];
     return Apply(kind, state) && WithinGroups(state);
   }
 
  private:
+  // Whether the state's ranks can run its virtual stages (InterleavePlan): two ranks at least,
+  // each with a layer per chunk.
+  bool Interleavable(const State& state) const {
+    const int v = virtual_stages_[state.v_index];
+    if (v == 1) return true;
+    if (state.stages.size() < 2) return false;
+    for (const Stage& stage : state.stages)
+      if (stage.last - stage.first < v) return false;
+    return true;
+  }
+
   bool Apply(Mutation kind, State& state) {
     switch (kind) {
       case Mutation::kBoundary:
@@ -420,7 +467,11 @@ class Chain {
   const double capacity_;
   int max_shift_ = 1;
   std::mt19937_64 rng_;
-  std::vector<std::unique_ptr<StageTable>> tables_;  // per microbatch count, built lazily
+  std::vector<int> virtual_stages_{1};  // the counts searched, ascending
+  std::vector<std::unique_ptr<Problem>> problems_;     // the problem with each count above 1
+  std::vector<std::unique_ptr<CostModel>> models_;     // (virtual_stages_) [0] unused
+  // Per (microbatch count, virtual stage count), built lazily.
+  std::vector<std::unique_ptr<StageTable>> tables_;
 };
 
 }  // namespace
@@ -438,7 +489,7 @@ SearchResult McmcSearcher::Search(const Problem& problem, const SearchOptions& o
   SearchResult& result = run.Result();
   SearchSummary& summary = run.Summary();
 
-  Chain chain(cost_model, space, mo, max_stages, options.seed);
+  Chain chain(cost_model, space, mo, max_stages, options.seed, options.space.virtual_stages);
   std::mt19937_64& rng = chain.rng();
   std::uniform_real_distribution<double> unit(0.0, 1.0);
 

@@ -10,7 +10,13 @@
 //     ZeRO stage or its recompute mode (the closest configuration of the space that differs);
 //   - change the microbatch count (a neighbour in the space; stages whose DP no longer divides
 //     the microbatch move to the closest valid configuration of the same mesh);
-//   - split a stage in two, or merge two adjacent stages.
+//   - split a stage in two, or merge two adjacent stages;
+//   - with SpaceOptions::virtual_stages offering counts above 1 (one proposal in ten), change the
+//     number of model chunks per pipeline rank (the interleaved 1F1B schedule, plan.h
+//     InterleavePlan; a state whose ranks lack a layer per chunk leaves the space), where a rank
+//     of v chunks prices as its plain stage with v virtual stages (plan.h InterleavesExactly, one
+//     node group); elsewhere the chain runs plain pipelines (and InterleavingSearcher offers its
+//     plan interleaved).
 // On a heterogeneous cluster a proposal may also move one stage to another node group (its
 // closest configuration there), and states are priced by Evaluate() itself.
 // A proposal that leaves the space (device budget, each node group's budget, groups in runs,

@@ -25,8 +25,10 @@ struct SpaceOptions {
   std::vector<int> num_microbatches;
   // Model chunks per pipeline rank the plans may use (the interleaved 1F1B schedule; plan.h
   // InterleavePlan), ascending; {1}: plain pipelines only. The grid searcher enumerates them for
-  // every uniform plan, the exhaustive search for every plan, the DP searches them (dp_searcher.h);
-  // the others offer their best plan in each (InterleavingSearcher).
+  // every uniform plan, the exhaustive search for every plan; the DP, relax's polish, local and
+  // MCMC search them where a rank of v chunks prices as its plain stage (plan.h
+  // InterleavesExactly, one node group); the ILP, and the others elsewhere, offer their best
+  // plan in each (InterleavingSearcher).
   std::vector<int> virtual_stages = {1};
   // Whether virtual_stages offers any count above 1.
   bool OffersInterleaving() const;

@@ -225,8 +225,9 @@ void SearcherSetup::Validate(const std::string& where) const {
 std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
   // The grid enumerates the interleaved forms of every uniform plan itself, the exhaustive search
   // those of every plan, and the DP searches the virtual stages where it prices them exactly
-  // (wrapping itself elsewhere, dp_searcher.h); the others offer their best plan's when the space
-  // has them (search/interleaving_searcher.h).
+  // (wrapping itself elsewhere, dp_searcher.h). Relax (its polish), local and MCMC search them
+  // there too; the wrapper offers their plain plans interleaved elsewhere, and the ILP's always
+  // (search/interleaving_searcher.h).
   if (algorithm_ == "grid") return std::make_unique<GridSearcher>();
   if (algorithm_ == "dp") return std::make_unique<DpSearcher>();
   if (algorithm_ == "exhaustive") return std::make_unique<ExhaustiveSearcher>();

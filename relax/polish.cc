@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "costmodel/error.h"
@@ -135,17 +136,22 @@ bool PlanPolisher::OutOfBudget(const PolishLimits& limits) const {
   return std::chrono::steady_clock::now() >= limits.deadline;
 }
 
-int PlanPolisher::InFlight(int m, int num_stages, int stage) const {
-  const int count = tables_.num_microbatches[m];
-  if (tables_.schedule == Schedule::kGpipe) return count;
-  return std::min(count, num_stages - stage);
+int PlanPolisher::InFlight(int m, int num_stages, int stage, int v_option) const {
+  return ChunkForwardsInFlight(tables_.schedule, num_stages, stage, tables_.num_microbatches[m],
+                               tables_.virtual_stages[v_option]);
+}
+
+double PlanPolisher::InFlightMicrobatches(int m, int num_stages, int stage, int v_option) const {
+  return static_cast<double>(InFlight(m, num_stages, stage, v_option)) /
+         tables_.virtual_stages[v_option];
 }
 
 TermScalars PlanPolisher::StageScalars(int k, int m, int first_layer, int last_layer, bool first,
-                                       bool last, int previous_group, int next_group) const {
-  TermScalars x = tables_.cross_overhead.empty()
-                      ? tables_.Overhead(k, m, first, last)
-                      : tables_.OverheadBetween(k, m, first, last, previous_group, next_group);
+                                       bool last, int previous_group, int next_group,
+                                       int v_option) const {
+  TermScalars x = !tables_.cross_overhead.empty()
+                      ? tables_.OverheadBetween(k, m, first, last, previous_group, next_group)
+                      : tables_.Overhead(k, m, first, last, v_option);
   for (int c = 0; c < tables_.num_classes; ++c) {
     const int n = tables_.ClassCount(first_layer, last_layer, c);
     if (n > 0) AddScaled(&x, tables_.Layer(c, k, m), n);
@@ -163,6 +169,15 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
       plan.boundaries[S] != tables_.num_layers)
     return cost;
   if (m < 0 || m >= tables_.num_microbatch_options) return cost;
+  const int vi = plan.virtual_option;
+  if (vi < 0 || vi >= tables_.NumVirtualStageOptions()) return cost;
+  const int v = tables_.virtual_stages[vi];
+  // Interleaving (InterleavePlan) needs two ranks and a layer for each of a rank's chunks.
+  if (v > 1) {
+    if (S < 2) return cost;
+    for (int s = 0; s < S; ++s)
+      if (plan.boundaries[s + 1] - plan.boundaries[s] < v) return cost;
+  }
   int devices = 0;
   // Heterogeneous clusters: each group's budget, and the groups in runs.
   std::vector<int> group_devices(tables_.num_groups, 0), groups;
@@ -183,19 +198,19 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
     if (plan.boundaries[s] >= plan.boundaries[s + 1]) return cost;
     const TermScalars x = StageScalars(
         plan.configs[s], m, plan.boundaries[s], plan.boundaries[s + 1], s == 0, s == S - 1,
-        s > 0 ? groups[s - 1] : -1, s + 1 < S ? groups[s + 1] : -1);
+        s > 0 ? groups[s - 1] : -1, s + 1 < S ? groups[s + 1] : -1, vi);
     sum_t += x.microbatch_seconds;
     max_t = std::max(max_t, x.microbatch_seconds);
     max_e = std::max(max_e, x.tail_seconds);
     sum_c += x.one_time_seconds;
-    const double peak =
-        x.state_bytes + InFlight(m, S, s) * x.activation_bytes + x.working_bytes;
+    const double peak = x.state_bytes + InFlightMicrobatches(m, S, s, vi) * x.activation_bytes +
+                        x.working_bytes;
     if (peak > capacity_[plan.configs[s]]) overflow += peak - capacity_[plan.configs[s]];
   }
   cost.valid = true;
   cost.overflow_bytes = overflow;
   cost.iteration_seconds =
-      PipelineSeconds(sum_t, max_t, max_e, sum_c, tables_.num_microbatches[m]);
+      PipelineSeconds(sum_t, max_t, max_e, sum_c, tables_.num_microbatches[m], v);
   return cost;
 }
 
@@ -211,7 +226,12 @@ Plan PlanPolisher::ToPlan(const DiscretePlan& plan) const {
     stage.config = tables_.configs[plan.configs[s]];
     out.stages.push_back(stage);
   }
-  return out;
+  const int v = tables_.virtual_stages[plan.virtual_option];
+  if (v == 1) return out;
+  std::optional<Plan> interleaved = InterleavePlan(out, v);
+  STRATOS_CHECK(interleaved.has_value(), "a plan of {} stages cannot run {} virtual stages",
+                plan.NumStages(), v);
+  return *interleaved;
 }
 
 DiscretePlan PlanPolisher::FromPlan(const Plan& plan) const {
@@ -220,14 +240,24 @@ DiscretePlan PlanPolisher::FromPlan(const Plan& plan) const {
   if (out.microbatch_option < 0)
     ThrowInputError("plan", "num_microbatches", plan.num_microbatches,
                     "is not an option of the search space");
+  const auto v = std::find(tables_.virtual_stages.begin(), tables_.virtual_stages.end(),
+                           plan.virtual_stages);
+  if (v == tables_.virtual_stages.end())
+    ThrowInputError("plan", "virtual_stages", plan.virtual_stages,
+                    "is not a count the search space offers for this problem");
+  out.virtual_option = static_cast<int>(v - tables_.virtual_stages.begin());
+  // Rank s of p runs the chunks s, s + p, ...: its plain stage has all their layers.
+  const int p = plan.NumPipelineRanks();
   out.boundaries.push_back(0);
-  for (int s = 0; s < plan.NumStages(); ++s) {
+  for (int s = 0; s < p; ++s) {
     const int k = tables_.FindConfig(plan.stages[s].config);
     if (k < 0)
       ThrowInputError("plan", fmt::format("stages[{}].config", s), plan.stages[s].config.Label(),
                       "is not a config of the search space");
     out.configs.push_back(k);
-    out.boundaries.push_back(plan.stages[s].last_layer);
+    int layers = 0;
+    for (int chunk = s; chunk < plan.NumStages(); chunk += p) layers += plan.stages[chunk].NumLayers();
+    out.boundaries.push_back(out.boundaries.back() + layers);
   }
   return out;
 }
@@ -290,14 +320,16 @@ int PlanPolisher::WithMesh(int k, int mesh_index, int m) const {
 bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
   const int S = plan->NumStages();
   const int m = plan->microbatch_option;
+  const int vi = plan->virtual_option;
   bool all_fit = true;
   for (int s = 0; s < S; ++s) {
     auto peak_of = [&](int k, double* seconds) {
       const TermScalars x = StageScalars(k, m, plan->boundaries[s], plan->boundaries[s + 1],
-                                         s == 0, s == S - 1);
+                                         s == 0, s == S - 1, -1, -1, vi);
       *seconds = x.microbatch_seconds + (x.tail_seconds + x.one_time_seconds) /
                                             std::max(1, tables_.num_microbatches[m]);
-      return x.state_bytes + InFlight(m, S, s) * x.activation_bytes + x.working_bytes;
+      return x.state_bytes + InFlightMicrobatches(m, S, s, vi) * x.activation_bytes +
+             x.working_bytes;
     };
     double seconds = 0;
     const int current = plan->configs[s];
@@ -306,15 +338,17 @@ bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
     const std::uint64_t b0 = static_cast<std::uint64_t>(plan->boundaries[s]);
     const std::uint64_t b1 = static_cast<std::uint64_t>(plan->boundaries[s + 1]);
     const std::uint64_t mesh = static_cast<std::uint64_t>(MeshKey(current));
-    const std::uint64_t in_flight = static_cast<std::uint64_t>(InFlight(m, S, s));
+    const std::uint64_t in_flight = static_cast<std::uint64_t>(InFlight(m, S, s, vi));
     const bool cacheable = b1 < (1u << 16) && mesh < (1u << 8) && m < (1 << 8) &&
-                           in_flight < (1u << 14);
-    const std::uint64_t key = (((((b0 << 16 | b1) << 8 | mesh) << 8 |
-                                 static_cast<std::uint64_t>(m))
-                                << 1 | (s == 0 ? 1u : 0u))
-                               << 1 | (s == S - 1 ? 1u : 0u))
-                                  << 14 |
-                              in_flight;
+                           in_flight < (1u << 11) && vi < (1 << 3);
+    const std::uint64_t key = ((((((b0 << 16 | b1) << 8 | mesh) << 8 |
+                                  static_cast<std::uint64_t>(m))
+                                 << 1 | (s == 0 ? 1u : 0u))
+                                << 1 | (s == S - 1 ? 1u : 0u))
+                                   << 11 |
+                               in_flight)
+                                  << 3 |
+                              static_cast<std::uint64_t>(vi);
     int best = -1;
     auto cached = cacheable ? fix_memory_cache_.find(key) : fix_memory_cache_.end();
     if (cached != fix_memory_cache_.end()) {
@@ -438,9 +472,12 @@ bool PlanPolisher::Rebalance(DiscretePlan* plan) const {
   const int L = tables_.num_layers;
   const int C = tables_.num_classes;
   const int m = plan->microbatch_option;
-  if (S < 1 || S > L) return false;
+  const int vi = plan->virtual_option;
+  const int min_layers = tables_.virtual_stages[vi];
+  if (S < 1 || S * min_layers > L) return false;
   std::string key(reinterpret_cast<const char*>(plan->configs.data()), sizeof(int) * S);
   key.append(reinterpret_cast<const char*>(&m), sizeof(int));
+  key.append(reinterpret_cast<const char*>(&vi), sizeof(int));
   if (auto it = rebalance_cache_.find(key); it != rebalance_cache_.end()) {
     if (it->second.empty()) return false;
     plan->boundaries = it->second;
@@ -454,11 +491,11 @@ bool PlanPolisher::Rebalance(DiscretePlan* plan) const {
   double hi = 0, lowest_total = std::numeric_limits<double>::infinity();
   for (int s = 0; s < S; ++s) {
     const int k = plan->configs[s];
-    const double in_flight = InFlight(m, S, s);
+    const double in_flight = InFlightMicrobatches(m, S, s, vi);
     capacity[s] = capacity_[k];
     const TermScalars& o =
         tables_.cross_overhead.empty()
-            ? tables_.Overhead(k, m, s == 0, s == S - 1)
+            ? tables_.Overhead(k, m, s == 0, s == S - 1, vi)
             : tables_.OverheadBetween(k, m, s == 0, s == S - 1,
                                       s > 0 ? tables_.configs[plan->configs[s - 1]].node_group : -1,
                                       s + 1 < S ? tables_.configs[plan->configs[s + 1]].node_group
@@ -480,13 +517,14 @@ bool PlanPolisher::Rebalance(DiscretePlan* plan) const {
     int l = 0;
     bounds[0] = 0;
     for (int s = 0; s < S; ++s) {
-      const int max_end = L - (S - 1 - s);
+      // Each stage takes at least one layer per virtual stage (InterleavePlan).
+      const int max_end = L - (S - 1 - s) * min_layers;
       double t = base_t[s], mem = base_mem[s];
       int end = l;
       while (end < max_end) {
         const int c = tables_.layer_class[end];
         const double nt = t + layer_t[s * C + c], nm = mem + layer_mem[s * C + c];
-        const bool must = end == l || s == S - 1;
+        const bool must = end - l < min_layers || s == S - 1;
         if (!must && (nt > t_max || (check_memory && nm > capacity[s]))) break;
         t = nt;
         mem = nm;
@@ -634,6 +672,13 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
     if (!ok) continue;
     push_balanced(p);
   }
+  // Another number of virtual stages per rank (rebalanced, memory fixed).
+  for (int option = 0; option < tables_.NumVirtualStageOptions() && !extended; ++option) {
+    if (option == plan.virtual_option) continue;
+    DiscretePlan p = plan;
+    p.virtual_option = option;
+    push_balanced(p);
+  }
   // Merge two neighbouring stages.
   if (S > tables_.min_stages) {
     for (int s = 0; s + 1 < S; ++s) {
@@ -691,6 +736,7 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
         if (k < 0) continue;
         DiscretePlan p;
         p.microbatch_option = m;
+        p.virtual_option = plan.virtual_option;
         p.configs.assign(target, k);
         p.boundaries.resize(target + 1);
         for (int s = 0; s <= target; ++s) p.boundaries[s] = static_cast<int>(
@@ -709,8 +755,9 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
 
 std::string PlanPolisher::Key(const DiscretePlan& plan) {
   std::string key;
-  key.reserve(sizeof(int) * (plan.boundaries.size() + plan.configs.size() + 1));
+  key.reserve(sizeof(int) * (plan.boundaries.size() + plan.configs.size() + 2));
   key.append(reinterpret_cast<const char*>(&plan.microbatch_option), sizeof(int));
+  key.append(reinterpret_cast<const char*>(&plan.virtual_option), sizeof(int));
   key.append(reinterpret_cast<const char*>(plan.boundaries.data()),
              sizeof(int) * plan.boundaries.size());
   key.append(reinterpret_cast<const char*>(plan.configs.data()), sizeof(int) * plan.configs.size());

@@ -22,10 +22,13 @@ struct DiscretePlan {
   int microbatch_option = 0;   // index into RelaxTables::num_microbatches
   std::vector<int> boundaries; // (S + 1): 0 = b_0 < b_1 < ... < b_S = L; stage s = [b_s, b_s+1)
   std::vector<int> configs;    // (S) indices into RelaxTables::configs
+  // Index into RelaxTables::virtual_stages: each of the S pipeline ranks runs v of them model
+  // chunks (the interleaved 1F1B schedule, plan.h InterleavePlan); 0 = plain pipeline.
+  int virtual_option = 0;
   int NumStages() const { return static_cast<int>(configs.size()); }
   bool operator==(const DiscretePlan& o) const {
     return microbatch_option == o.microbatch_option && boundaries == o.boundaries &&
-           configs == o.configs;
+           configs == o.configs && virtual_option == o.virtual_option;
   }
 };
 
@@ -76,8 +79,9 @@ class PlanPolisher {
   // Best-improvement local search from `plan` (which must be valid), over: moving a stage
   // boundary by 1, 2, 4, ... layers; one stage's config to a neighbour (one dimension: mesh size,
   // DP x TP split, ZeRO stage, recompute); the same change on every stage; another microbatch
-  // count; merging or splitting stages; changing the stage count with uniform stages; and
-  // rebalancing the layers for the current configs. Returns the final cost. `on_improvement`
+  // count; another number of virtual stages (where the tables offer some); merging or
+  // splitting stages; changing the stage count with uniform stages; and rebalancing the layers
+  // for the current configs. Returns the final cost. `on_improvement`
   // is called with every new best fitting cost. Descents are memoized across calls (every plan
   // on a finished descent maps to the local optimum it reaches: the descent is deterministic),
   // and the kicks are skipped when the first descent reaches a local optimum that an earlier
@@ -110,9 +114,14 @@ class PlanPolisher {
   // Index of k's (node group, mesh size) into mesh_configs_.
   int MeshKey(int k) const;
   // previous_group / next_group: the neighbours' node groups (-1: none; the own group: same).
+  // v_option: the plan's RelaxTables::virtual_stages index (a rank's overhead with v chunks).
   TermScalars StageScalars(int k, int m, int first_layer, int last_layer, bool first, bool last,
-                           int previous_group = -1, int next_group = -1) const;
-  int InFlight(int m, int num_stages, int stage) const;
+                           int previous_group = -1, int next_group = -1, int v_option = 0) const;
+  // Forward passes in flight at stage `stage` (ChunkForwardsInFlight; with v chunks per rank,
+  // chunk passes of 1/v of the stage's activations each).
+  int InFlight(int m, int num_stages, int stage, int v_option = 0) const;
+  // Microbatches' worth of activations in flight: InFlight / v.
+  double InFlightMicrobatches(int m, int num_stages, int stage, int v_option = 0) const;
 
   const RelaxTables& tables_;
   long evaluations_ = 0;
@@ -132,10 +141,11 @@ class PlanPolisher {
   std::unordered_map<std::string, int> descent_memo_;
   std::vector<std::pair<DiscretePlan, DiscreteCost>> local_optima_;
   std::vector<char> kicked_;  // (local_optima_) whether Polish kicked from it already
-  // FixMemory's choice per (layer range, mesh, m, first, last, in-flight count), packed; -1 =
-  // no config of the mesh fits.
+  // FixMemory's choice per (layer range, mesh, m, first, last, in-flight count, virtual
+  // stages), packed; -1 = no config of the mesh fits.
   mutable std::unordered_map<std::uint64_t, int> fix_memory_cache_;
-  // Rebalance results by (configs, microbatch option); empty = no feasible partition.
+  // Rebalance results by (configs, microbatch option, virtual stages); empty = no feasible
+  // partition.
   mutable std::unordered_map<std::string, std::vector<int>> rebalance_cache_;
 };
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "costmodel/error.h"
+#include "costmodel/plan.h"
 #include "costmodel/stage_table.h"
 
 namespace stratos {
@@ -77,13 +78,22 @@ bool Dominates(const RelaxTables& t, int a, int b, bool* strict) {
             if (!NoWorse(x, y)) return false;
             if (!Equal(x, y)) *strict = true;
           }
+    for (int v = 1; v < t.NumVirtualStageOptions(); ++v)
+      for (int f = 0; f < 2; ++f)
+        for (int l = 0; l < 2; ++l) {
+          const TermScalars& x = t.Overhead(a, m, f, l, v);
+          const TermScalars& y = t.Overhead(b, m, f, l, v);
+          if (!NoWorse(x, y)) return false;
+          if (!Equal(x, y)) *strict = true;
+        }
   }
   return true;
 }
 
 }  // namespace
 
-RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& space) {
+RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& space,
+                             const std::vector<int>& virtual_stages) {
   const Problem& problem = cost_model.problem();
   const ModelSpec& model = problem.model;
   if (model.layers.empty())
@@ -162,6 +172,31 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
         }
     }
   }
+  // Ranks of v chunks: the same stage overheads priced with v virtual pipeline stages.
+  if (t.num_groups == 1 && InterleavesExactly(problem)) {
+    for (int v : virtual_stages)
+      if (v > 1 && std::find(t.virtual_stages.begin(), t.virtual_stages.end(), v) ==
+                       t.virtual_stages.end())
+        t.virtual_stages.push_back(v);
+    std::sort(t.virtual_stages.begin(), t.virtual_stages.end());
+  }
+  const int V = t.NumVirtualStageOptions();
+  t.interleaved_overhead.assign(static_cast<size_t>(V - 1) * K * M * 4, TermScalars{});
+  for (int vi = 1; vi < V; ++vi) {
+    Problem interleaved = problem;  // outlives the CostModel that refers to it
+    interleaved.training.virtual_pipeline_stages = t.virtual_stages[vi];
+    const CostModel model(interleaved);
+    for (int k = 0; k < K; ++k)
+      for (int m = 0; m < M; ++m) {
+        if (!t.Valid(k, m)) continue;
+        for (int f = 0; f < 2; ++f)
+          for (int l = 0; l < 2; ++l)
+            t.interleaved_overhead[(((static_cast<size_t>(vi - 1) * K + k) * M + m) * 2 + f) * 2 +
+                                   l] =
+                TermScalars::From(model.StageOverhead(space.configs[k], space.num_microbatches[m],
+                                                      f == 1, l == 1));
+      }
+  }
   // An invalid (config, m) costs as if every layer took 10x the slowest valid entry.
   t.invalid_seconds = 10.0 * (largest_seconds > 0 ? largest_seconds : 1.0);
   for (int k = 0; k < K; ++k)
@@ -172,6 +207,10 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
       for (int i = 0; i < 4; ++i)
         t.overhead[(static_cast<size_t>(k) * M + m) * 4 + i].microbatch_seconds =
             t.invalid_seconds;
+      for (int vi = 1; vi < V; ++vi)
+        for (int i = 0; i < 4; ++i)
+          t.interleaved_overhead[((static_cast<size_t>(vi - 1) * K + k) * M + m) * 4 + i]
+              .microbatch_seconds = t.invalid_seconds;
     }
 
   for (int b = 0; b < K; ++b) {

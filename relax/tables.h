@@ -60,6 +60,14 @@ struct RelaxTables {
 
   std::vector<TermScalars> layer;     // (C, K, M)
   std::vector<TermScalars> overhead;  // (K, M, 2 first, 2 last)
+  // Model chunks per pipeline rank a plan may have (the interleaved 1F1B schedule), ascending,
+  // virtual_stages[0] = 1. Counts above 1 only where a rank of v chunks prices exactly as its
+  // plain stage with v virtual stages (plan.h InterleavesExactly, one node group): its layers'
+  // terms are the plain stage's, its overhead (v times the pipeline sends) the entry below, and
+  // its activations in flight ChunkForwardsInFlight / v (cost_model.h).
+  std::vector<int> virtual_stages{1};
+  // Overheads of a rank with virtual_stages[i] chunks, i >= 1: (V - 1, K, M, 2 first, 2 last).
+  std::vector<TermScalars> interleaved_overhead;
   // Heterogeneous clusters only (else empty): the overhead of a stage whose previous / next
   // stage runs in another group (CostModel::StageOverhead's previous_group / next_group), by
   // (K, M, 2 first, 2 last, G + 1 previous, G + 1 next), index 0 = the stage's own group.
@@ -81,6 +89,14 @@ struct RelaxTables {
                         2 +
                     (last ? 1 : 0)];
   }
+  // Overhead of a rank with virtual_stages[v_option] chunks (v_option 0: Overhead).
+  const TermScalars& Overhead(int k, int m, bool first, bool last, int v_option) const {
+    if (v_option == 0) return Overhead(k, m, first, last);
+    return interleaved_overhead[(((static_cast<size_t>(v_option - 1) * num_configs + k) *
+                                      num_microbatch_options +
+                                  m) * 2 + (first ? 1 : 0)) * 2 + (last ? 1 : 0)];
+  }
+  int NumVirtualStageOptions() const { return static_cast<int>(virtual_stages.size()); }
   // Overhead(k, m, first, last) when the previous / next stage runs in group previous_group /
   // next_group (-1 or k's own group: the same group, as Overhead).
   const TermScalars& OverheadBetween(int k, int m, bool first, bool last, int previous_group,
@@ -97,8 +113,12 @@ struct RelaxTables {
 };
 
 // Reads the tables from one StageTable per microbatch option (C*K*M LayerTerms calls, 4*K*M
-// StageOverhead calls, and 4*K*M*(G+1)^2 more on G > 1 node groups).
+// StageOverhead calls, and 4*K*M*(G+1)^2 more on G > 1 node groups), and 4*K*M StageOverhead
+// calls for each count above 1 of `virtual_stages` (SpaceOptions::virtual_stages) that the
+// tables take: all of them where the problem interleaves exactly on one node group, none
+// elsewhere (those searchers then offer their plan interleaved: InterleavingSearcher).
 // Throws InputError if the model has no layers.
-RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& space);
+RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& space,
+                             const std::vector<int>& virtual_stages = {1});
 
 }  // namespace stratos

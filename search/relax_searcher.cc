@@ -754,7 +754,8 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
                     RelaxRelaxationName(ro.relaxation)));
   }
   const CostModel cost_model(problem);
-  const RelaxTables tables = BuildRelaxTables(cost_model, space);
+  const RelaxTables tables =
+      BuildRelaxTables(cost_model, space, options.space.virtual_stages);
   PlanPolisher polisher(tables);
   bool time_limited = false;
   bool evaluation_limited = false;

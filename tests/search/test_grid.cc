@@ -1,15 +1,22 @@
 // GridSearcher: the Megatron-style uniform reference, never better than the exact DP.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "baselines/dp_searcher.h"
+#include "baselines/exhaustive_searcher.h"
 #include "baselines/grid_searcher.h"
+#include "baselines/local_searcher.h"
+#include "baselines/mcmc_searcher.h"
 #include "costmodel/evaluate.h"
 #include "costmodel/synthetic.h"
+#include "relax/polish.h"
+#include "relax/tables.h"
 #include "search/interleaving_searcher.h"
+#include "search/relax_searcher.h"
 #include "search_test_util.h"
 
 namespace stratos {
@@ -190,6 +197,100 @@ TEST_CASE("dp with virtual stages: the optimum over plain and interleaved pipeli
     CHECK(dp.plan->virtual_stages > 1);
     CHECK(dp.summary.best_iteration_seconds < plain.summary.best_iteration_seconds);
   }
+  }
+}
+
+TEST_CASE("relax tables price a rank of v chunks as Evaluate prices the interleaved plan") {
+  Problem problem = SmallInterleavingProblem();
+  problem.training.global_batch_size = 64;
+  problem.cluster.devices[0].memory_bytes = 8e9;  // memory in flight decides some plans
+  const CostModel cost_model(problem);
+  SpaceOptions space_options;
+  space_options.max_stages = 4;
+  const SearchSpace space = SearchSpace::Build(problem, space_options);
+  const RelaxTables tables = BuildRelaxTables(cost_model, space, {1, 3, 2});
+  REQUIRE(tables.virtual_stages == std::vector<int>{1, 2, 3});
+  PlanPolisher polisher(tables);
+  int checked = 0, interleaved_fit = 0, interleaved_overflow = 0, rejected = 0;
+  for (int S = 1; S <= 4; ++S)
+    for (int k = 0; k < tables.num_configs; ++k)
+      for (int m = 0; m < tables.num_microbatch_options; ++m)
+        for (int vi = 0; vi < 3; ++vi) {
+          if (!tables.Valid(k, m) || S * tables.configs[k].NumDevices() > tables.num_devices)
+            continue;
+          DiscretePlan plan;
+          plan.microbatch_option = m;
+          plan.virtual_option = vi;
+          plan.configs.assign(S, k);
+          for (int s = 0; s <= S; ++s) plan.boundaries.push_back(s * tables.num_layers / S);
+          const DiscreteCost cost = polisher.Cost(plan);
+          // Interleaving needs two ranks and a layer per chunk (8 layers over 4 stages: 2 each).
+          const int v = tables.virtual_stages[vi];
+          if (v > 1 && (S < 2 || tables.num_layers / S < v)) {
+            CHECK_FALSE(cost.valid);
+            ++rejected;
+            continue;
+          }
+          REQUIRE(cost.valid);
+          const Plan priced = polisher.ToPlan(plan);
+          CHECK(priced.virtual_stages == v);
+          CHECK(polisher.FromPlan(priced) == plan);
+          const Estimate estimate = Evaluate(cost_model, priced);
+          INFO(priced.Summary());
+          CHECK(std::abs(cost.iteration_seconds - estimate.iteration_seconds) <=
+                1e-9 * estimate.iteration_seconds);
+          CHECK(cost.Fits() == estimate.Fits());
+          ++checked;
+          if (v > 1) ++(estimate.Fits() ? interleaved_fit : interleaved_overflow);
+        }
+  CHECK(checked > 100);
+  CHECK(interleaved_fit > 10);
+  CHECK(interleaved_overflow > 10);
+  CHECK(rejected > 10);
+  // Where the tables could not price a rank of chunks exactly, they offer plain pipelines only.
+  problem.model.layers[3].cost_class = 7;
+  const CostModel other(problem);
+  CHECK(BuildRelaxTables(other, SearchSpace::Build(problem, space_options), {1, 2}).virtual_stages ==
+        std::vector<int>{1});
+}
+
+TEST_CASE("relax, local and mcmc search the virtual stages: with interleaving offered relax "
+          "reaches the exhaustive optimum over plain and interleaved pipelines, local and mcmc "
+          "beat the plain optimum") {
+  for (const auto& [batch, memory_gb] : {std::pair{16, 80}, std::pair{64, 80}, std::pair{64, 8}}) {
+    CAPTURE(batch);
+    CAPTURE(memory_gb);
+    Problem problem = SmallInterleavingProblem();
+    problem.training.global_batch_size = batch;
+    problem.cluster.devices[0].memory_bytes = memory_gb * 1e9;
+    SearchOptions options;
+    options.space.recompute = {Recompute::kNone, Recompute::kFull};
+    options.space.allow_zero = false;
+    options.space.min_stages = 2;
+    options.space.max_stages = 3;
+    options.space.virtual_stages = {1, 2, 3};
+    const SearchResult truth = ExhaustiveSearcher().Search(problem, options);
+    REQUIRE(truth.plan);
+    REQUIRE(truth.plan->virtual_stages > 1);  // interleaving wins on these problems
+    options.space.virtual_stages = {1};
+    const SearchResult plain = DpSearcher().Search(problem, options);
+    REQUIRE(plain.plan);
+    options.space.virtual_stages = {1, 2, 3};
+    const SearchResult relax = RelaxSearcher().Search(problem, options);
+    const SearchResult local = LocalSearcher().Search(problem, options);
+    options.max_evaluations = 20000;
+    const SearchResult mcmc = McmcSearcher().Search(problem, options);
+    for (const SearchResult* result : {&relax, &local, &mcmc}) {
+      REQUIRE(result->plan);
+      INFO(result->summary.algorithm, ": ", result->summary.message);
+      CHECK(result->plan->virtual_stages > 1);
+      CHECK(result->summary.best_iteration_seconds <
+            plain.summary.best_iteration_seconds * (1 - 1e-9));
+      CHECK(Evaluate(problem, *result->plan).iteration_seconds ==
+            result->summary.best_iteration_seconds);
+    }
+    CHECK(testing::RelativeGap(relax.summary.best_iteration_seconds,
+                               truth.summary.best_iteration_seconds) < 1e-9);
   }
 }
 

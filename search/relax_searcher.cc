@@ -35,6 +35,8 @@ void RelaxOptions::Validate() const {
   if (late_decodes < 0) fail("late_decodes", late_decodes, "must be >= 0");
   if (decode_orders < 1) fail("decode_orders", decode_orders, "must be >= 1");
   if (level_search_options < 0) fail("level_search_options", level_search_options, "must be >= 0");
+  if (level_search_max_probes < 1)
+    fail("level_search_max_probes", level_search_max_probes, "must be >= 1");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
   if (!(extend_time_fraction > 0))
@@ -174,6 +176,8 @@ struct GradientPhase {
   // Smoothed DP, heterogeneous: each group order's least value V^0 over the annealing's DPs at
   // their final levels (the group extension tries the orders in this order).
   std::map<std::vector<int>, double> order_values;
+  long level_probes = 0;          // level-search probes decoded (smoothed DP)
+  bool level_search_cut = false;  // a pass stopped at level_search_max_probes
   bool OutOfEvaluations() const {
     return options.max_evaluations > 0 && surrogate_evaluations >= options.max_evaluations;
   }
@@ -610,17 +614,14 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // count's). From the best plan of each of the best level_search_options microbatch options,
   // probe the levels around its own (theta, phi) -- theta alone, phi alone, and both in
   // opposite directions -- majorize-minimize from each probe, move to the first improvement and
-  // probe again, until no probe improves or the pass has taken as long as the search before
-  // the first pass.
+  // probe again, until no probe improves or the pass has decoded level_search_max_probes.
   std::vector<std::pair<double, double>> probes;  // relative steps (theta, phi)
   for (double a : {0.01, 0.02, 0.04, 0.08}) probes.insert(probes.end(), {{-a, 0}, {a, 0}});
   for (double b : {0.05, 0.1, 0.2, 0.4}) probes.insert(probes.end(), {{0, -b}, {0, b}});
   for (double a : {0.01, 0.02, 0.04})
     for (double b : {0.1, 0.2, 0.4}) probes.insert(probes.end(), {{a, -b}, {-a, b}});
-  const SearchClock::duration before_level_search = SearchClock::now() - ph->start;
   auto level_search = [&](bool near) {
-    const SearchClock::time_point level_deadline =
-        std::min(ph->deadline, SearchClock::now() + before_level_search);
+    long pass_probes = 0;
     for (int option = 0; option < std::min<int>(ro.level_search_options, ranked.size());
          ++option) {
       const int unit = ranked[option].second;
@@ -630,7 +631,13 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
         const DiscretePlan& best = best_by_unit.at(unit).second;
         const SmoothedDpPoint x0 = dp.PlanLevels(best);
         for (const auto& [a, b] : probes) {
-          if (SearchClock::now() >= level_deadline) break;
+          if (SearchClock::now() >= ph->deadline) break;  // the search's time limit
+          if (pass_probes >= ro.level_search_max_probes) {
+            ph->level_search_cut = true;
+            break;
+          }
+          ++pass_probes;
+          ++ph->level_probes;
           SmoothedDpPoint x = x0;
           x.theta_seconds *= 1 + a;
           x.phi_seconds *= 1 + b;
@@ -896,7 +903,7 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   } else {
     summary.termination = TerminationType::kConverged;
     summary.message = fmt::format(
-        "{}: {} x {} Adam steps ({:.3f} s), {} plans polished ({}) ({:.3f} s){}",
+        "{}: {} x {} Adam steps ({:.3f} s){}, {} plans polished ({}) ({:.3f} s){}",
         RelaxRelaxationName(ro.relaxation),
         ro.relaxation == RelaxOptions::Relaxation::kCuts
             ? fmt::format("{} restarts", ro.restarts)
@@ -904,7 +911,12 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
             ? fmt::format("{} microbatch options over {} node-group orders",
                           tables.num_microbatch_options, space.GroupOrders().size())
             : fmt::format("{} microbatch options", tables.num_microbatch_options),
-        summary.iterations, gradient_seconds, polished, RelaxPolishName(ro.polish),
+        summary.iterations, gradient_seconds,
+        phase.level_probes > 0
+            ? fmt::format(", level search {} probes{}", phase.level_probes,
+                          phase.level_search_cut ? " (a pass stopped at its probe budget)" : "")
+            : "",
+        polished, RelaxPolishName(ro.polish),
         wall_seconds - gradient_seconds,
         extension_plans > 0
             ? fmt::format("; the group extension found {} better plans", extension_plans)

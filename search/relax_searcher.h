@@ -33,10 +33,7 @@
 // SearchSummary: algorithm "relax"; iterations = Adam steps; evaluations = surrogate batch
 // evaluations + discrete plan evaluations; termination kConverged, kTimeLimit (best plan so far),
 // kEvaluationLimit, or kInfeasible with the reason (which stage overflows memory, by how much).
-// Deterministic for a given options.seed, unless a time bound cuts it short: the time limit, or
-// the level search's own (each pass as long as the search before the first; on the scale
-// problems, e.g. operator-granularity GPT-3 175B / 16,384 GPUs, a pass can reach it, and the
-// result then depends on the machine's speed).
+// Deterministic for a given options.seed, unless the time limit cuts it short.
 #include <string>
 
 #include "search/searcher.h"
@@ -87,12 +84,18 @@ struct RelaxOptions {
   // Smoothed DP, device decode: the best this many microbatch options (by their best decoded
   // plan) get a level search: a pattern search on the levels (theta, phi) around their best
   // plan's own, majorize-minimizing from each probe, until no probe improves or the pass has
-  // taken as long as the search before the first pass (one pass; on long models a second at
-  // full resolution near the coarse plans) (>= 0; 0: none). Ablation spec, polish none, its 40
+  // decoded level_search_max_probes probes (one pass; on long models a second at full
+  // resolution near the coarse plans) (>= 0; 0: none). Ablation spec, polish none, its 40
   // non-uniform cells: 8 within 0.1% of the DP optimum with 0, 40 with 3 (at 60 steps and 15
   // late decodes, on 20 of them: 10 with 0, 17 with 1, 20 with 3); its operator cells: 2 of 4
   // with 0 (up to 14.8% above), 4 with 3.
   int level_search_options = 3;
+  // Probes one level-search pass decodes at most (a work bound, so that the search is the same
+  // on a loaded machine; >= 1). The ablation spec's non-uniform cells converge in 108-146 probes
+  // per pass with the default gradient phase (2026-11-27). Until then each pass stopped when it
+  // had taken as long as the search before it, which after one Adam step (relax-no-gradient) cut
+  // every pass short, at 51-125 probes depending on the machine's load.
+  int level_search_max_probes = 1000;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
   // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge-datasheet / 512,
   // polish none, 60 steps, late_decodes 0, no level search: 14.4% above the DP optimum with 1,

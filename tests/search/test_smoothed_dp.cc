@@ -535,7 +535,7 @@ void CheckPartEarnsItsPlace(const Problem& problem,
 }
 
 TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands within 3% of the DP "
-          "optimum on seeded non-uniform models, and beats its own undescended start") {
+          "optimum on seeded non-uniform models, never behind its own undescended start") {
   double worst = 0, worst_no_gradient = 0;
   for (std::uint64_t seed = 0; seed < 3; ++seed) {
     const OptimumAndRelax run = RunOptimumAndRelax(
@@ -551,7 +551,21 @@ TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands withi
                  run.second.plan ? run.second.summary.best_iteration_seconds / best - 1 : kInf);
   }
   CHECK(worst <= 0.03);
-  CHECK(worst < worst_no_gradient);
+  // On these three models one Adam step, then the same decodes and level search, also reaches
+  // the optimum; where the Adam steps matter is the next test.
+  CHECK(worst <= worst_no_gradient);
+}
+
+TEST_CASE("relax: where one Adam step and the same decodes and level search stop 4.6% above the "
+          "DP optimum (a seeded non-uniform 96-layer model, the ablation's instance L96-s16), "
+          "the gradient phase reaches it") {
+  NonUniformModelOptions model;
+  model.num_layers = 96;
+  Problem problem;
+  problem.model = MakeNonUniformModel(model, 16);
+  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(16);
+  problem.training.global_batch_size = 512;
+  CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->iterations = 1; }, 0.001, 0.03);
 }
 
 TEST_CASE("relax: where the majorize-minimize stops 3.7% above the DP optimum (a seeded "

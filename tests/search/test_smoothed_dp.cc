@@ -487,15 +487,16 @@ TEST_CASE("smoothed DP: EvaluateMany gives each point exactly what Evaluate give
 namespace stratos {
 namespace {
 
-// Seeded non-uniform 48-layer models on 4 p3.16xlarge nodes, batch 256: where the cut
-// relaxation's own plans were 48% above the optimum (96 layers, 16 nodes).
-Problem NonUniformProblem(std::uint64_t seed) {
+// Seeded non-uniform models on p3.16xlarge (datasheet) nodes; by default 48 layers on 4 nodes,
+// batch 256: where the cut relaxation's own plans were 48% above the optimum (96 layers, 16
+// nodes).
+Problem NonUniformProblem(std::uint64_t seed, int layers = 48, int nodes = 4, int batch = 256) {
   NonUniformModelOptions model;
-  model.num_layers = 48;
+  model.num_layers = layers;
   Problem problem;
   problem.model = MakeNonUniformModel(model, seed);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(4);
-  problem.training.global_batch_size = 256;
+  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(nodes);
+  problem.training.global_batch_size = batch;
   return problem;
 }
 
@@ -534,6 +535,10 @@ void CheckPartEarnsItsPlace(const Problem& problem,
   CHECK(run.second.summary.best_iteration_seconds > best * (1 + above));
 }
 
+// The ablation spec's non-uniform instance L96-s<seed> (experiments/specs/ablation-relax.toml):
+// a seeded 96-layer model on 16 p3.16xlarge (datasheet), global batch 512.
+Problem AblationNonUniformProblem(std::uint64_t seed) { return NonUniformProblem(seed, 96, 16, 512); }
+
 TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands within 3% of the DP "
           "optimum on seeded non-uniform models, never behind its own undescended start") {
   double worst = 0, worst_no_gradient = 0;
@@ -559,24 +564,14 @@ TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands withi
 TEST_CASE("relax: where one Adam step and the same decodes and level search stop 4.6% above the "
           "DP optimum (a seeded non-uniform 96-layer model, the ablation's instance L96-s16), "
           "the gradient phase reaches it") {
-  NonUniformModelOptions model;
-  model.num_layers = 96;
-  Problem problem;
-  problem.model = MakeNonUniformModel(model, 16);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(16);
-  problem.training.global_batch_size = 512;
+  const Problem problem = AblationNonUniformProblem(16);
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->iterations = 1; }, 0.001, 0.03);
 }
 
 TEST_CASE("relax: where the majorize-minimize stops 3.7% above the DP optimum (a seeded "
           "non-uniform 96-layer model, the ablation's instance L96-s6), the level search reaches "
           "it") {
-  NonUniformModelOptions model;
-  model.num_layers = 96;
-  Problem problem;
-  problem.model = MakeNonUniformModel(model, 6);
-  problem.cluster = ReadClusterFile(ResolveClusterPath("p3.16xlarge-datasheet")).WithNodes(16);
-  problem.training.global_batch_size = 512;
+  const Problem problem = AblationNonUniformProblem(6);
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->level_search_options = 0; }, 0.001,
                          0.01);
 }

@@ -185,8 +185,9 @@ class Chain {
     const int v = virtual_stages_[state.v_index];
     if (v == 1) return plan;
     std::optional<Plan> interleaved = InterleavePlan(plan, v);
-    STRATOS_CHECK(interleaved.has_value(), "a chain state of {} stages cannot run {} virtual stages",
-                  state.stages.size(), v);
+    STRATOS_CHECK(interleaved.has_value(),
+                  "a chain state of {} stages cannot run {} virtual stages", state.stages.size(),
+                  v);
     return *interleaved;
   }
 

@@ -256,7 +256,8 @@ DiscretePlan PlanPolisher::FromPlan(const Plan& plan) const {
                       "is not a config of the search space");
     out.configs.push_back(k);
     int layers = 0;
-    for (int chunk = s; chunk < plan.NumStages(); chunk += p) layers += plan.stages[chunk].NumLayers();
+    for (int chunk = s; chunk < plan.NumStages(); chunk += p)
+      layers += plan.stages[chunk].NumLayers();
     out.boundaries.push_back(out.boundaries.back() + layers);
   }
   return out;

@@ -68,7 +68,9 @@ class PlanPolisher {
   bool OutOfBudget(const PolishLimits& limits) const;
 
   Plan ToPlan(const DiscretePlan& plan) const;
-  // Throws InputError if the plan uses a config or microbatch count outside the tables.
+  // An interleaved plan becomes its ranks (each with its chunks' layer count) and its v, which
+  // ToPlan turns back into InterleavePlan's chunks. Throws InputError if the plan uses a config,
+  // microbatch count or virtual stage count outside the tables.
   DiscretePlan FromPlan(const Plan& plan) const;
 
   // Makes `plan` structurally valid (configs valid for its m, stage count within limits, device

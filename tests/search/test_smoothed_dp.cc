@@ -537,7 +537,9 @@ void CheckPartEarnsItsPlace(const Problem& problem,
 
 // The ablation spec's non-uniform instance L96-s<seed> (experiments/specs/ablation-relax.toml):
 // a seeded 96-layer model on 16 p3.16xlarge (datasheet), global batch 512.
-Problem AblationNonUniformProblem(std::uint64_t seed) { return NonUniformProblem(seed, 96, 16, 512); }
+Problem AblationNonUniformProblem(std::uint64_t seed) {
+  return NonUniformProblem(seed, 96, 16, 512);
+}
 
 TEST_CASE("relax: the smoothed-DP gradient phase alone (polish none) lands within 3% of the DP "
           "optimum on seeded non-uniform models, never behind its own undescended start") {

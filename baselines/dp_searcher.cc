@@ -540,8 +540,9 @@ using RectangleQueue =
 SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& options) {
   options.Validate();
   // Interleaving the DP does not price exactly: its plain optimum, offered interleaved.
-  if (!plain_only_ && options.space.OffersInterleaving() &&
-      !(InterleavesExactly(problem) && problem.cluster.NumGroups() == 1))
+  const std::vector<int> exact_virtual_stages =
+      ExactVirtualStages(problem, options.space.virtual_stages);
+  if (!plain_only_ && options.space.OffersInterleaving() && exact_virtual_stages.size() == 1)
     return InterleavingSearcher(std::make_unique<DpSearcher>(true)).Search(problem, options);
   SearchRun run(Name(), options);
   const SearchSpace space = SearchSpace::Build(problem, options.space);
@@ -631,12 +632,11 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   };
   std::vector<Unit> units;
   const std::vector<std::vector<int>> orders = space.GroupOrders();
-  const bool interleave_here = !plain_only_ && options.space.OffersInterleaving() &&
-                               InterleavesExactly(problem) && !heterogeneous;
+  const bool interleave_here = !plain_only_ && exact_virtual_stages.size() > 1;
   for (int m : space.num_microbatches) {
     if (!heterogeneous) units.push_back({m, {}});
     for (const std::vector<int>& order : orders) units.push_back({m, order});
-    for (int v : options.space.virtual_stages)
+    for (int v : exact_virtual_stages)
       for (int p = std::max(2, space.min_stages); interleave_here && v > 1 && p <= max_stages &&
                                                   p * v <= L;
            ++p)

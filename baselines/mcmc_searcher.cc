@@ -102,12 +102,7 @@ class Chain {
         rng_(static_cast<std::uint64_t>(seed) * 0x9E3779B97F4A7C15ULL + 0x5EED) {
     max_shift_ = options.max_boundary_shift > 0 ? options.max_boundary_shift
                                                 : std::max(1, num_layers_ / 8);
-    if (!space.Heterogeneous() && InterleavesExactly(cost_model.problem()))
-      for (int v : virtual_stages)
-        if (v > 1 && std::find(virtual_stages_.begin(), virtual_stages_.end(), v) ==
-                         virtual_stages_.end())
-          virtual_stages_.push_back(v);
-    std::sort(virtual_stages_.begin(), virtual_stages_.end());
+    virtual_stages_ = ExactVirtualStages(cost_model.problem(), virtual_stages);
     models_.resize(virtual_stages_.size());
     for (size_t i = 1; i < virtual_stages_.size(); ++i) {
       problems_.push_back(std::make_unique<Problem>(cost_model.problem()));

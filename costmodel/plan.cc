@@ -132,6 +132,16 @@ bool InterleavesExactly(const Problem& problem) {
   return true;
 }
 
+std::vector<int> ExactVirtualStages(const Problem& problem, const std::vector<int>& offered) {
+  std::vector<int> counts{1};
+  if (problem.cluster.NumGroups() != 1 || !InterleavesExactly(problem)) return counts;
+  for (int v : offered)
+    if (v > 1) counts.push_back(v);
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  return counts;
+}
+
 void ValidatePlan(const Problem& problem, const Plan& plan, const std::string& where) {
   ValidatePlan(CostModel(problem), plan, where);
 }

@@ -81,6 +81,12 @@ std::optional<Plan> InterleavePlan(const Plan& plan, int virtual_stages);
 // v chunks as their plain stage with v virtual stages (the DP searches them so, exactly).
 bool InterleavesExactly(const Problem& problem);
 
+// The virtual stage counts (model chunks per pipeline rank) a searcher prices exactly on
+// `problem` out of `offered` (SpaceOptions::virtual_stages): 1, and every count above 1 of
+// `offered` where InterleavesExactly holds on a cluster of one node group; ascending, without
+// repeats. {1} elsewhere (the searchers then offer their plans interleaved: InterleavingSearcher).
+std::vector<int> ExactVirtualStages(const Problem& problem, const std::vector<int>& offered);
+
 // Structural validation: layers covered once and in order, degrees consistent with the mesh,
 // meshes fit the cluster, batch divisible; with virtual stages, a whole number of them per rank,
 // each with its rank's configuration, the 1F1B schedule and no interleaving also set in

@@ -173,13 +173,7 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
     }
   }
   // Ranks of v chunks: the same stage overheads priced with v virtual pipeline stages.
-  if (t.num_groups == 1 && InterleavesExactly(problem)) {
-    for (int v : virtual_stages)
-      if (v > 1 && std::find(t.virtual_stages.begin(), t.virtual_stages.end(), v) ==
-                       t.virtual_stages.end())
-        t.virtual_stages.push_back(v);
-    std::sort(t.virtual_stages.begin(), t.virtual_stages.end());
-  }
+  t.virtual_stages = ExactVirtualStages(problem, virtual_stages);
   const int V = t.NumVirtualStageOptions();
   t.interleaved_overhead.assign(static_cast<size_t>(V - 1) * K * M * 4, TermScalars{});
   for (int vi = 1; vi < V; ++vi) {

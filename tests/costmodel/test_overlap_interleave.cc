@@ -277,6 +277,20 @@ TEST_CASE("a plan with virtual stages is priced as the same ranks under the inte
                        doctest::Contains("virtual stage 5 runs on pipeline rank 1"), InputError);
 }
 
+TEST_CASE("ExactVirtualStages: the offered counts above 1, sorted and once each, only where a "
+          "rank of v chunks prices as its plain stage") {
+  Problem problem = OptionsProblem(16, 4);
+  REQUIRE(InterleavesExactly(problem));
+  CHECK(ExactVirtualStages(problem, {1}) == std::vector<int>{1});
+  CHECK(ExactVirtualStages(problem, {4, 2, 1, 2}) == std::vector<int>{1, 2, 4});
+  CHECK(ExactVirtualStages(problem, {3}) == std::vector<int>{1, 3});
+  problem.training.schedule = Schedule::kGpipe;  // no interleaved GPipe
+  CHECK(ExactVirtualStages(problem, {1, 2}) == std::vector<int>{1});
+  problem.training.schedule = Schedule::kOneFOneB;
+  problem.model.layers[3].cost_class = 7;  // one block priced apart
+  CHECK(ExactVirtualStages(problem, {1, 2}) == std::vector<int>{1});
+}
+
 TEST_CASE("InterleavePlan splits each rank's layers into v chunks in Megatron's loop placement") {
   // 16 blocks + embedding + head = 18 layers over 4 ranks of 5|4|4|5 layers, v = 2.
   Problem problem = OptionsProblem(16, 4);

@@ -91,10 +91,11 @@ struct RelaxOptions {
   // with 0 (up to 14.8% above), 4 with 3.
   int level_search_options = 3;
   // Probes one level-search pass decodes at most (a work bound, so that the search is the same
-  // on a loaded machine; >= 1). The ablation spec's non-uniform cells converge in 108-146 probes
-  // per pass with the default gradient phase (2026-11-27). Until then each pass stopped when it
+  // on a loaded machine; >= 1). On the ablation spec's non-uniform models the whole level
+  // search converges in 106-155 probes with the default gradient phase and 141-247 after one
+  // Adam step (2026-11-27; the summary message counts them). Until then each pass stopped when it
   // had taken as long as the search before it, which after one Adam step (relax-no-gradient) cut
-  // every pass short, at 51-125 probes depending on the machine's load.
+  // every search short, at 46-148 probes on eight of the models, depending on the machine's load.
   int level_search_max_probes = 1000;
   // Smoothed DP: tracks per microbatch option, the k-th (k = 0, 1, ...) starting its device
   // price at 10^-k x the balanced estimate (>= 1). GPT-3 13B / 8 p3.16xlarge-datasheet / 512,

@@ -81,8 +81,10 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
   nearest_valid_.assign(static_cast<size_t>(K) * tables.num_microbatch_options, -2);
   mesh_configs_.resize(G * mesh_sizes_.size());
   for (int k = 0; k < K; ++k) mesh_configs_[MeshKey(k)].push_back(k);
-  // Neighbours: configs that differ from k in exactly one dimension. A mesh change keeps TP,
-  // ZeRO and recompute where the new mesh allows them.
+  // Neighbours: configs of the same mesh that differ from k in one or two of TP, ZeRO and
+  // recomputation (two at once: trading one memory saving for another, as TP for recomputation,
+  // is often faster only when both change), and the configs of the other mesh sizes. A mesh
+  // change keeps TP, ZeRO and recompute where the new mesh allows them.
   config_neighbors_.resize(K);
   for (int k = 0; k < K; ++k) {
     const StageConfig& a = tables.configs[k];
@@ -93,10 +95,7 @@ PlanPolisher::PlanPolisher(const RelaxTables& tables) : tables_(tables) {
       const bool same_mesh = a.NumDevices() == b.NumDevices() && a.node_group == b.node_group;
       const int differences = (a.tensor_parallel != b.tensor_parallel) +
                               (a.zero_stage != b.zero_stage) + (a.recompute != b.recompute);
-      if (same_mesh && differences == 1) n.insert(j);
-      if (same_mesh && a.tensor_parallel != b.tensor_parallel && a.recompute == b.recompute &&
-          (b.zero_stage == a.zero_stage || b.data_parallel == 1 || a.data_parallel == 1))
-        n.insert(j);
+      if (same_mesh && differences <= 2) n.insert(j);
     }
     for (int mi = 0; mi < static_cast<int>(mesh_sizes_.size()); ++mi) {
       if (mi == config_mesh_index_[k]) continue;
@@ -613,7 +612,7 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
         p.boundaries[i] = b;
         push(p);
       }
-  // One stage's config, one dimension at a time.
+  // One stage's config, one or two dimensions at a time.
   for (int s = 0; s < S && !extended; ++s)
     for (int j : config_neighbors_[plan.configs[s]]) {
       if (!tables_.Valid(j, m)) continue;

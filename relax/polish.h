@@ -132,7 +132,7 @@ class PlanPolisher {
   std::vector<int> config_mesh_index_;   // (K)
   std::vector<double> capacity_;         // (K) memory of the config's group, same margin
   std::vector<std::vector<int>> mesh_configs_;  // per (group, mesh size index): its configs
-  std::vector<std::vector<int>> config_neighbors_;  // (K) one dimension apart
+  std::vector<std::vector<int>> config_neighbors_;  // (K) one or two dimensions apart
   std::vector<int> lookup_;  // (group, mesh index, log2 tp, zero, recompute) -> config or -1
   int num_tp_slots_ = 1;
   // NearestValidConfig(k, m) without a device cap, by k * M + m; -2 = not computed yet.

@@ -20,6 +20,7 @@
 #include "baselines/stage_frontier.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "costmodel/interleaved_cost_model.h"
 #include "costmodel/min_plus.h"
 #include "search/interleaving_searcher.h"
 
@@ -644,12 +645,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   }
   // The cost models and frontiers of the virtual stages (each v's stage overheads send v times),
   // shared by the units of one microbatch count.
-  // (A CostModel refers to its Problem: each v's problem lives beside it.)
-  struct InterleavedModel {
-    Problem problem;
-    std::unique_ptr<CostModel> cost_model;
-  };
-  std::map<int, InterleavedModel> interleaved_models;
+  std::map<int, InterleavedCostModel> interleaved_models;
   std::map<std::pair<int, int>, std::shared_ptr<const StageFrontier>> interleaved_frontiers;
   // Each group's own configurations and mesh sizes, for the heterogeneous frontiers.
   std::vector<SearchSpace> group_spaces;
@@ -726,12 +722,8 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
   int cache_m = 0;
   auto make_oracle = [&](const Unit& unit) -> std::shared_ptr<GOracle> {
     if (unit.v > 1) {
-      InterleavedModel& model = interleaved_models[unit.v];
-      if (!model.cost_model) {
-        model.problem = problem;
-        model.problem.training.virtual_pipeline_stages = unit.v;
-        model.cost_model = std::make_unique<CostModel>(model.problem);
-      }
+      const CostModel& model =
+          interleaved_models.try_emplace(unit.v, problem, unit.v).first->second.cost_model();
       const std::pair<int, int> key{unit.m, unit.v};
       auto it = interleaved_frontiers.find(key);
       if (it == interleaved_frontiers.end()) {
@@ -740,7 +732,7 @@ SearchResult DpSearcher::Search(const Problem& problem, const SearchOptions& opt
           old = old->first.first != unit.m ? interleaved_frontiers.erase(old) : std::next(old);
         it = interleaved_frontiers
                  .emplace(key, std::make_shared<const StageFrontier>(BuildStageFrontier(
-                                   *model.cost_model, space, max_stages, unit.m, &deadline)))
+                                   model, space, max_stages, unit.m, &deadline)))
                  .first;
       }
       return std::make_shared<HomogeneousOracle>(it->second, solver, unit.p);

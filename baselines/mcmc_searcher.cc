@@ -16,6 +16,7 @@
 #include "baselines/stage_frontier.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "costmodel/interleaved_cost_model.h"
 #include "costmodel/plan.h"
 
 namespace stratos {
@@ -103,12 +104,8 @@ class Chain {
     max_shift_ = options.max_boundary_shift > 0 ? options.max_boundary_shift
                                                 : std::max(1, num_layers_ / 8);
     virtual_stages_ = ExactVirtualStages(cost_model.problem(), virtual_stages);
-    models_.resize(virtual_stages_.size());
-    for (size_t i = 1; i < virtual_stages_.size(); ++i) {
-      problems_.push_back(std::make_unique<Problem>(cost_model.problem()));
-      problems_.back()->training.virtual_pipeline_stages = virtual_stages_[i];
-      models_[i] = std::make_unique<CostModel>(*problems_.back());
-    }
+    for (size_t i = 1; i < virtual_stages_.size(); ++i)
+      models_.emplace_back(cost_model.problem(), virtual_stages_[i]);
     tables_.resize(space.num_microbatches.size() * virtual_stages_.size());
   }
 
@@ -119,7 +116,8 @@ class Chain {
   const StageTable& Table(int m_index, int v_index = 0) {
     std::unique_ptr<StageTable>& table = tables_[m_index * virtual_stages_.size() + v_index];
     if (!table)
-      table = std::make_unique<StageTable>(v_index == 0 ? cost_model_ : *models_[v_index],
+      table = std::make_unique<StageTable>(v_index == 0 ? cost_model_
+                                                        : models_[v_index - 1].cost_model(),
                                            space_.configs, space_.num_microbatches[m_index]);
     return *table;
   }
@@ -464,8 +462,7 @@ class Chain {
   int max_shift_ = 1;
   std::mt19937_64 rng_;
   std::vector<int> virtual_stages_{1};  // the counts searched, ascending
-  std::vector<std::unique_ptr<Problem>> problems_;     // the problem with each count above 1
-  std::vector<std::unique_ptr<CostModel>> models_;     // (virtual_stages_) [0] unused
+  std::vector<InterleavedCostModel> models_;  // (virtual_stages_ - 1): each count above 1
   // Per (microbatch count, virtual stage count), built lazily.
   std::vector<std::unique_ptr<StageTable>> tables_;
 };

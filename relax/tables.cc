@@ -4,6 +4,7 @@
 #include <map>
 
 #include "costmodel/error.h"
+#include "costmodel/interleaved_cost_model.h"
 #include "costmodel/plan.h"
 #include "costmodel/stage_table.h"
 
@@ -177,9 +178,8 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
   const int V = t.NumVirtualStageOptions();
   t.interleaved_overhead.assign(static_cast<size_t>(V - 1) * K * M * 4, TermScalars{});
   for (int vi = 1; vi < V; ++vi) {
-    Problem interleaved = problem;  // outlives the CostModel that refers to it
-    interleaved.training.virtual_pipeline_stages = t.virtual_stages[vi];
-    const CostModel model(interleaved);
+    const InterleavedCostModel interleaved(problem, t.virtual_stages[vi]);
+    const CostModel& model = interleaved.cost_model();
     for (int k = 0; k < K; ++k)
       for (int m = 0; m < M; ++m) {
         if (!t.Valid(k, m)) continue;

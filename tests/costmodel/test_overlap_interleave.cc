@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "costmodel/interleaved_cost_model.h"
 
 using namespace stratos;
 
@@ -289,6 +291,25 @@ TEST_CASE("ExactVirtualStages: the offered counts above 1, sorted and once each,
   problem.training.schedule = Schedule::kOneFOneB;
   problem.model.layers[3].cost_class = 7;  // one block priced apart
   CHECK(ExactVirtualStages(problem, {1, 2}) == std::vector<int>{1});
+}
+
+TEST_CASE("InterleavedCostModel prices the problem with v virtual stages, its problem its own") {
+  const Problem problem = OptionsProblem(16, 4);
+  InterleavedCostModel model(problem, 3);
+  CHECK(model.problem().training.virtual_pipeline_stages == 3);
+  CHECK(&model.cost_model().problem() == &model.problem());
+  CHECK(problem.training.virtual_pipeline_stages == 1);  // the original untouched
+  // Moved, it keeps pricing its own problem (the CostModel refers to the problem's address).
+  const InterleavedCostModel moved = std::move(model);
+  CHECK(&moved.cost_model().problem() == &moved.problem());
+  Problem option = problem;
+  option.training.virtual_pipeline_stages = 3;
+  const StageConfig config = UniformPlan(problem, 4, 2, 4, 8).stages[0].config;
+  const double p2p = moved.cost_model().StageOverhead(config, 8, true, false).p2p_seconds;
+  CHECK(p2p == CostModel(option).StageOverhead(config, 8, true, false).p2p_seconds);
+  CHECK(p2p > CostModel(problem).StageOverhead(config, 8, true, false).p2p_seconds);
+  CHECK_THROWS_WITH_AS(InterleavedCostModel(problem, 0),
+                       doctest::Contains("virtual_pipeline_stages"), InputError);
 }
 
 TEST_CASE("InterleavePlan splits each rank's layers into v chunks in Megatron's loop placement") {

@@ -18,6 +18,8 @@
 #include "baselines/stage_frontier.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
+#include "costmodel/interleaved_cost_model.h"
+#include "search/interleaving_searcher.h"
 
 #ifdef STRATOS_HAVE_CBC
 #include <coin/Cbc_C_Interface.h>
@@ -57,6 +59,14 @@ struct Column {
 // The pruned columns of one unit and what the MILP needs around them.
 struct ColumnSet {
   int m = 0;
+  // Interleaved 1F1B units (v > 1): plans of exactly `ranks` pipeline ranks of v model chunks
+  // each; the states then count the ranks to the end exactly (the ranks' chunks in flight depend
+  // on the rank and on p), a column's a is t / v + c, and max t weighs m - 1/v. Plain: v = 1,
+  // ranks = 0.
+  int v = 1;
+  int ranks = 0;
+  // The objective's weight of the slowest stage: m - 1/v (m - 1 exactly for v = 1).
+  double Weight() const { return m - 1.0 / v; }
   // The node groups the stages visit, one run each, in pipeline order ({0} on a homogeneous
   // cluster), each run's device budget (its group's), and their sum.
   std::vector<int> order;
@@ -65,7 +75,7 @@ struct ColumnSet {
   int num_states = 1;            // Q
   bool open_last_state = false;  // state Q means ">= Q stages remain" (loops to itself)
   std::vector<Column> columns;   // ordered by first_layer
-  // Lower bound on this unit's optimum without a MILP: the shortest chain by t + c plus (m - 1)
+  // Lower bound on this unit's optimum without a MILP: the shortest chain by a plus Weight()
   // times t_floor plus e_floor. kInf when no chain of columns exists (the unit is infeasible).
   double cheap_bound = kInf;
   // Lower bound on max_s t_s: the volume bound, and the largest per-layer least t of a column
@@ -96,14 +106,14 @@ int StateOf(int remaining, int num_states, bool open) {
 
 // Drops the columns that lie on no source-to-sink chain, or on none that could beat
 // `incumbent` seconds: a chain through a column costs at least the cheapest chain by t + c
-// through it plus (m - 1) max(t_col, t_floor) plus max(e_col, e_floor). Repeats while t_floor (the largest per-layer least
-// t of a remaining column covering it, or the volume bound) rises; then sets cheap_bound. Exact:
-// only plans no better than the incumbent are lost.
+// through it plus w max(t_col, t_floor) plus max(e_col, e_floor), w = ColumnSet::Weight(). Repeats
+// while t_floor (the largest per-layer least t of a remaining column covering it, or the volume
+// bound) rises; then sets cheap_bound. Exact: only plans no better than the incumbent are lost.
 void Tighten(ColumnSet& set, double incumbent) {
   const int L = set.num_layers;
   const int Q = set.num_states;
   const bool open = set.open_last_state;
-  const int m = set.m;
+  const double weight = set.Weight();
   const size_t num_nodes = set.NumNodes();
   const double threshold = incumbent * (1.0 + 1e-12);
   std::vector<double> forward(num_nodes), backward(num_nodes), cover(L), cover_e(L);
@@ -112,7 +122,8 @@ void Tighten(ColumnSet& set, double incumbent) {
     std::fill(forward.begin(), forward.end(), kInf);
     std::fill(backward.begin(), backward.end(), kInf);
     for (int q = 1; q <= Q; ++q)
-      if ((q == Q && open) || q >= set.min_stages) forward[set.Node(0, q, 0, true)] = 0.0;
+      if (set.ranks > 0 ? q == set.ranks : (q == Q && open) || q >= set.min_stages)
+        forward[set.Node(0, q, 0, true)] = 0.0;
     double to_sink = kInf;
     for (const Column& col : set.columns) {
       const double d = forward[col.tail] + col.a;
@@ -133,7 +144,7 @@ void Tighten(ColumnSet& set, double incumbent) {
       const double rest = col.head < 0 ? 0.0 : backward[col.head];
       const double through = forward[col.tail] + col.a + rest;
       if (!std::isfinite(through) ||
-          through + (m - 1) * std::max(col.t, set.t_floor) + std::max(col.e, set.e_floor) >
+          through + weight * std::max(col.t, set.t_floor) + std::max(col.e, set.e_floor) >
               threshold)
         continue;
       kept.push_back(col);
@@ -156,7 +167,7 @@ void Tighten(ColumnSet& set, double incumbent) {
     const bool raised = floor > set.t_floor || e_floor > set.e_floor;
     set.t_floor = std::max(set.t_floor, floor);
     set.e_floor = std::max(set.e_floor, e_floor);
-    set.cheap_bound = to_sink + (m - 1) * set.t_floor + set.e_floor;
+    set.cheap_bound = to_sink + weight * set.t_floor + set.e_floor;
     if (!removed && !raised) return;
   }
 }
@@ -266,7 +277,7 @@ using RunTables = std::vector<std::array<std::array<const StageTable*, 2>, 2>>;
 ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
                        const std::vector<GroupSpace>& groups, const std::vector<int>& order,
                        const RunTables& run_tables, int m, int max_stages,
-                       const Deadline& deadline, size_t max_columns) {
+                       const Deadline& deadline, size_t max_columns, int v, int ranks) {
   const Problem& problem = cost_model.problem();
   const Schedule schedule = problem.training.schedule;
   const int L = problem.NumLayers();
@@ -281,14 +292,21 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
   }
   set.num_layers = L;
   set.min_stages = space.min_stages;
+  set.v = v;
+  set.ranks = ranks;
   // 1F1B: a stage with k stages after it (itself included) holds min(m, k) microbatches, so
-  // counts k >= m are interchangeable; GPipe: every stage holds m.
-  const int Q = schedule == Schedule::kOneFOneB ? std::min(m, max_stages) : 1;
-  const bool open = Q < max_stages;
+  // counts k >= m are interchangeable; GPipe: every stage holds m. Interleaved (ranks > 0): rank
+  // p - q of p holds ChunkForwardsInFlight chunk forwards, each 1/v of its activations.
+  const int Q =
+      ranks > 0 ? ranks : schedule == Schedule::kOneFOneB ? std::min(m, max_stages) : 1;
+  const bool open = ranks == 0 && Q < max_stages;
   set.num_states = Q;
   set.open_last_state = open;
-  std::vector<int> inflight(Q + 1, 0);
-  for (int q = 1; q <= Q; ++q) inflight[q] = MicrobatchesInFlight(schedule, q, 0, m);
+  std::vector<double> inflight(Q + 1, 0);
+  for (int q = 1; q <= Q; ++q)
+    inflight[q] = ranks > 0 ? ChunkForwardsInFlight(schedule, ranks, ranks - q, m, v) /
+                                  static_cast<double>(v)
+                            : MicrobatchesInFlight(schedule, q, 0, m);
 
   struct Candidate {
     double t, a, e;
@@ -315,6 +333,11 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
             for (int j = i + 1; j <= L; ++j) {
               // Only the last run reaches the last layer, and not through a send to a next run.
               if (j == L && r + 1 < K) break;
+              // An interleaved rank needs a layer per chunk (InterleavePlan).
+              if (j - i < v) {
+                if (j < L) inner += table.Layer(j - 1, c);
+                continue;
+              }
               StageTerms terms;
               if (j < L) {
                 inner += table.Layer(j - 1, c);
@@ -323,10 +346,11 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
                 terms = table.Terms(i, L, c);  // a last stage's overhead differs
               }
               const double t = terms.MicrobatchSeconds();
-              const double a = t + terms.OneTimeSeconds();
+              const double a = t / v + terms.OneTimeSeconds();
               const double e = terms.ExposedTailSeconds();
               for (int q = 1; q <= Q; ++q) {
-                if (L - i < q) break;  // q stages need q layers
+                if (L - i < q * v) break;  // q stages need q layers (v each when interleaved)
+                if (ranks > 0 && i == 0 && q != ranks) continue;  // exactly `ranks` ranks
                 // Evaluate's rule (capacity - peak < 0 is a violation); in-flight grows with q.
                 if (capacity - terms.PeakMemoryBytes(inflight[q]) < 0) break;
                 const bool last = j == L;
@@ -356,7 +380,7 @@ ColumnSet BuildColumns(const CostModel& cost_model, const SearchSpace& space,
                 heads.push_back({-1, 0});
               } else {
                 const int next_run = r + nk;
-                if (q >= 2 && L - j >= q - 1)
+                if (q >= 2 && L - j >= (q - 1) * v)
                   heads.push_back({set.Node(j, q - 1, next_run, nk == 1), q - 1});
                 if (q == Q && open && L - j >= Q)
                   heads.push_back({set.Node(j, Q, next_run, nk == 1), Q});
@@ -733,7 +757,6 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
                       double seconds, bool log) {
   const int L = num_layers;
   const int C = static_cast<int>(set.columns.size());
-  const int m = set.m;
   const double scale = set.cheap_bound > 0 && std::isfinite(set.cheap_bound) ? set.cheap_bound
                                                                               : 1.0;
   const double big = std::numeric_limits<double>::max();
@@ -848,7 +871,7 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
   }
   col_lb.push_back(set.t_floor / scale);
   col_ub.push_back(big);
-  obj.push_back(m - 1.0);
+  obj.push_back(set.Weight());
   add_per_layer_columns(row_v0, row_e0);
   start.push_back(static_cast<CoinBigIndex>(index.size()));  // E
   for (int l = 0; l < L; ++l) {
@@ -898,7 +921,7 @@ MilpOutcome SolveMilp(const ColumnSet& set, const SearchSpace& space, int max_st
     });
     double objective = 0;
     for (int k : chosen) objective += set.columns[k].a;
-    objective += (m - 1) * solution[C + L] * scale + solution[C + 2 * L + 1] * scale;
+    objective += set.Weight() * solution[C + L] * scale + solution[C + 2 * L + 1] * scale;
     outcome.chosen = chosen;
     outcome.objective_seconds = objective;
   }
@@ -1018,6 +1041,13 @@ bool IlpSearcher::Available() {
 
 SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& options) {
   options.Validate();
+  // Interleaving the ILP does not price exactly: its plain optimum, offered interleaved.
+  const std::vector<int> exact_virtual_stages =
+      ExactVirtualStages(problem, options.space.virtual_stages);
+  if (!plain_only_ && options.space.OffersInterleaving() && exact_virtual_stages.size() == 1)
+    return InterleavingSearcher(std::make_unique<IlpSearcher>(ilp_options_, true))
+        .Search(problem, options);
+  const bool interleave_here = !plain_only_ && exact_virtual_stages.size() > 1;
   SearchRun run(Name(), options);
   const SearchClock::time_point start = run.Start();
   const SearchSpace space = SearchSpace::Build(problem, options.space);
@@ -1065,8 +1095,14 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                           ScheduleName(problem.training.schedule));
       } else if (!m_in_space) {
         why = fmt::format("num_microbatches {} is not in the search space", warm.num_microbatches);
-      } else if (warm.NumStages() < space.min_stages || warm.NumStages() > max_stages) {
-        why = fmt::format("{} stages outside [{}, {}]", warm.NumStages(), space.min_stages,
+      } else if (warm.virtual_stages > 1 &&
+                 std::find(exact_virtual_stages.begin(), exact_virtual_stages.end(),
+                           warm.virtual_stages) == exact_virtual_stages.end()) {
+        why = fmt::format("{} virtual stages per rank are not searched here",
+                          warm.virtual_stages);
+      } else if (warm.NumPipelineRanks() < space.min_stages ||
+                 warm.NumPipelineRanks() > max_stages) {
+        why = fmt::format("{} stages outside [{}, {}]", warm.NumPipelineRanks(), space.min_stages,
                           max_stages);
       } else if (!SearchSpace::GroupsInRuns(StageGroups(warm))) {
         why = "its stages do not visit the node groups in runs (a group's stages consecutive)";
@@ -1111,9 +1147,22 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
     group.index.push_back(static_cast<int>(c));
   }
   const int num_m = static_cast<int>(space.num_microbatches.size());
-  const int num_units = num_m * static_cast<int>(orders.size());
-  // "m=4" or "m=4, groups 1>0" (progress lines, messages).
+  // With virtual stages v > 1 offered and priced exactly (one node group, InterleavesExactly),
+  // a unit per (m, v, p) more: plans of exactly p pipeline ranks of v chunks, for every p from 2
+  // to max_stages with p v <= L (as the DP's units).
+  std::vector<std::pair<int, int>> interleaved_units;  // (v, p)
+  for (int v : exact_virtual_stages)
+    for (int p = std::max(2, space.min_stages); interleave_here && v > 1 && p <= max_stages &&
+                                                p * v <= L;
+         ++p)
+      interleaved_units.push_back({v, p});
+  const int num_units =
+      num_m * static_cast<int>(orders.size() + interleaved_units.size());
+  std::map<int, InterleavedCostModel> interleaved_models;  // by v
+  // "m=4", "m=4, groups 1>0" or "m=4, 2 ranks x 4 virtual stages" (progress lines, messages).
   auto describe = [&](const ColumnSet& set) {
+    if (set.v > 1)
+      return fmt::format("m={}, {} ranks x {} virtual stages", set.m, set.ranks, set.v);
     if (!heterogeneous) return fmt::format("m={}", set.m);
     std::string text;
     for (int g : set.order) text += fmt::format("{}{}", text.empty() ? "" : ">", g);
@@ -1139,6 +1188,37 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   double balanced_best = kInf;  // BalancedRuns, over the orders of several groups
   const Deadline deadline = run.MakeDeadline();
   const double memory_limit = MemoryLimitBytes(options);
+  bool declined = false;  // the columns would pass the memory limit
+  // Builds the columns of one unit (priced by `model`) into per_m; false when the search stops
+  // building (stopped_by_time or declined set).
+  auto build_unit = [&](const CostModel& model, const std::vector<int>& order,
+                        const RunTables& run_tables, int m, int v, int ranks) {
+    PerM entry;
+    const double room = memory_limit / kBytesPerColumn - static_cast<double>(num_held_columns);
+    try {
+      entry.set = BuildColumns(model, space, groups, order, run_tables, m, max_stages, deadline,
+                               static_cast<size_t>(std::max(0.0, room)), v, ranks);
+    } catch (const Deadline::Expired&) {
+      stopped_by_time = true;
+      return false;
+    } catch (const ColumnLimitReached&) {
+      declined = true;
+      return false;
+    }
+    entry.bound = entry.set.cheap_bound;
+    entry.feasible = std::isfinite(entry.set.cheap_bound);
+    num_columns += entry.set.columns.size();
+    // Keep only the columns that can beat the incumbent so far (what the later Tighten with a
+    // better one keeps is the same: pruning is monotone in the incumbent), so that the many
+    // units of a heterogeneous cluster do not hold every column they built.
+    if (std::isfinite(best)) {
+      Tighten(entry.set, best);
+      entry.set.columns.shrink_to_fit();
+    }
+    num_held_columns += entry.set.columns.size();
+    per_m.push_back(std::move(entry));
+    return true;
+  };
   for (int m : space.num_microbatches) {
     // The stage tables of this count by (group, group received from, group sent to; -1: its
     // own), shared by its orders.
@@ -1163,36 +1243,7 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                 (pk == 1 && r == 0) || (nk == 1 && r + 1 == K)
                     ? nullptr
                     : &table_of(order[r], pk ? order[r - 1] : -1, nk ? order[r + 1] : -1);
-      PerM entry;
-      const double room =
-          memory_limit / kBytesPerColumn - static_cast<double>(num_held_columns);
-      try {
-        entry.set = BuildColumns(cost_model, space, groups, order, run_tables, m, max_stages,
-                                 deadline, static_cast<size_t>(std::max(0.0, room)));
-      } catch (const Deadline::Expired&) {
-        stopped_by_time = true;
-        break;
-      } catch (const ColumnLimitReached&) {
-        summary.termination = TerminationType::kDeclined;
-        summary.message = fmt::format(
-            "problem too large for the ILP: the columns of {} layers pass {:.0f} (about {:.0f} "
-            "bytes each with CBC's copies), over the memory limit of {:.1f} GiB (--memory-limit)",
-            L, memory_limit / kBytesPerColumn, kBytesPerColumn, memory_limit / (1u << 30));
-        result.plan.reset();
-        return run.Finish();
-      }
-      entry.bound = entry.set.cheap_bound;
-      entry.feasible = std::isfinite(entry.set.cheap_bound);
-      num_columns += entry.set.columns.size();
-      // Keep only the columns that can beat the incumbent so far (what the later Tighten with a
-      // better one keeps is the same: pruning is monotone in the incumbent), so that the many
-      // units of a heterogeneous cluster do not hold every column they built.
-      if (std::isfinite(best)) {
-        Tighten(entry.set, best);
-        entry.set.columns.shrink_to_fit();
-      }
-      num_held_columns += entry.set.columns.size();
-      per_m.push_back(std::move(entry));
+      if (!build_unit(cost_model, order, run_tables, m, 1, 0)) break;
       if (K > 1) {
         std::optional<Plan> balanced;
         try {
@@ -1213,14 +1264,45 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       }
       if (std::optional<Plan> uniform =
               BestUniform(cost_model, space, groups[order[0]], *run_tables[0][0][0], max_stages)) {
-        const Estimate estimate = Evaluate(cost_model, *uniform);
-        STRATOS_CHECK(estimate.Fits(), "uniform plan does not fit: {}",
-                      estimate.MemoryViolation());
+        const Estimate plain = Evaluate(cost_model, *uniform);
+        STRATOS_CHECK(plain.Fits(), "uniform plan does not fit: {}", plain.MemoryViolation());
+        // With virtual stages, its fastest interleaved form (the interleaved units' cutoff).
+        long forms = 0;
+        const auto [plan, estimate] =
+            interleave_here
+                ? FastestInterleaving(cost_model, *uniform, plain, exact_virtual_stages, &forms)
+                : std::pair<Plan, Estimate>{*uniform, plain};
         uniform_best = std::min(uniform_best, estimate.iteration_seconds);
-        if (estimate.iteration_seconds < best) improve(*uniform, estimate.iteration_seconds);
+        if (estimate.iteration_seconds < best) improve(plan, estimate.iteration_seconds);
       }
     }
-    if (stopped_by_time) break;
+    // The interleaved units of this count, each v's stages priced by its own cost model.
+    std::map<int, std::unique_ptr<StageTable>> interleaved_tables;  // by v
+    for (auto [v, p] : interleaved_units) {
+      if (stopped_by_time || declined) break;
+      if (run.OutOfTime()) {
+        stopped_by_time = true;
+        break;
+      }
+      const CostModel& model = interleaved_models.try_emplace(v, problem, v).first->second
+                                   .cost_model();
+      std::unique_ptr<StageTable>& table = interleaved_tables[v];
+      if (!table) table = std::make_unique<StageTable>(model, groups[0].configs, m, -1, -1);
+      RunTables run_tables(1);
+      run_tables[0][0][0] = table.get();
+      run_tables[0][0][1] = run_tables[0][1][0] = run_tables[0][1][1] = nullptr;
+      if (!build_unit(model, {0}, run_tables, m, v, p)) break;
+    }
+    if (stopped_by_time || declined) break;
+  }
+  if (declined) {
+    summary.termination = TerminationType::kDeclined;
+    summary.message = fmt::format(
+        "problem too large for the ILP: the columns of {} layers pass {:.0f} (about {:.0f} "
+        "bytes each with CBC's copies), over the memory limit of {:.1f} GiB (--memory-limit)",
+        L, memory_limit / kBytesPerColumn, kBytesPerColumn, memory_limit / (1u << 30));
+    result.plan.reset();
+    return run.Finish();
   }
   // Drop the columns that cannot beat the incumbent, then solve the units in order of their
   // bound (the best-looking first, so the cutoff tightens early).
@@ -1249,7 +1331,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
     }
     std::vector<int> mip_start;
     double cutoff = best;
-    if (warm_estimate && ilp_options_.warm_start->num_microbatches == set.m &&
+    if (warm_estimate && set.v == 1 && ilp_options_.warm_start->virtual_stages == 1 &&
+        ilp_options_.warm_start->num_microbatches == set.m &&
         RunGroups(*ilp_options_.warm_start) == set.order) {
       mip_start = MapPlanToColumns(set, *ilp_options_.warm_start, *warm_estimate);
       // Let CBC accept the MIP start, whose value is at most the incumbent's.
@@ -1275,6 +1358,15 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
       }
       STRATOS_CHECK(expected_first == L, "MILP solution for {} ends at layer {} of {}",
                     describe(set), expected_first, L);
+      if (set.v > 1) {
+        // Each rank's layers in v chunks: priced as the rank's plain stage (InterleavesExactly).
+        STRATOS_CHECK(plan.NumStages() == set.ranks, "MILP solution for {} has {} ranks",
+                      describe(set), plan.NumStages());
+        std::optional<Plan> interleaved = InterleavePlan(plan, set.v);
+        STRATOS_CHECK(interleaved.has_value(), "MILP plan {} has no {} virtual stages",
+                      plan.Summary(), set.v);
+        plan = std::move(*interleaved);
+      }
       // The runs visit the unit's groups in its order, each within its budget (Evaluate()
       // checks the budgets; the runs are the search space's rule).
       STRATOS_CHECK(RunGroups(plan) == set.order && SearchSpace::GroupsInRuns(StageGroups(plan)),
@@ -1334,11 +1426,16 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
   if (static_cast<int>(per_m.size()) < num_units) lower_bound = std::min(lower_bound, 0.0);
   const bool all_settled = num_settled == num_units;
   summary.best_iteration_seconds = best;
-  // What a unit is, in the messages: a microbatch count, or with several groups a pair.
+  // What a unit is, in the messages: a microbatch count, with several groups a pair, with
+  // virtual stages a microbatch count and a plain or interleaved pipeline.
   const std::string units =
       heterogeneous ? fmt::format("(microbatch count, node-group order) pairs ({} x {})", num_m,
                                   orders.size())
-                    : std::string("microbatch counts");
+      : interleaved_units.empty()
+          ? std::string("microbatch counts")
+          : fmt::format("(microbatch count, pipeline) units ({} x (plain + {} of ranks x virtual "
+                        "stages))",
+                        num_m, interleaved_units.size());
   const std::string work = fmt::format(
       "{} MILPs over {} {} ({} settled by their bound), {} columns built, {} in "
       "the MILPs; best uniform plan {}{}{}{}",
@@ -1350,7 +1447,8 @@ SearchResult IlpSearcher::Search(const Problem& problem, const SearchOptions& op
                                       : std::string("none"))
                     : std::string(),
       warm_note, abandoned);
-  const std::string units_short = heterogeneous ? "units" : "microbatch counts";
+  const std::string units_short =
+      heterogeneous || !interleaved_units.empty() ? "units" : "microbatch counts";
 
   if (all_settled && result.plan) {
     summary.termination = TerminationType::kOptimal;

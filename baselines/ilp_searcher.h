@@ -18,6 +18,19 @@
 //             and the valid volume cut num_devices * T_max >= sum_col n_c t_col x_col;
 //   objective min sum_col (t_col + e_col) x_col + (m - 1) T_max.
 //
+// Interleaved 1F1B (options.space.virtual_stages offers v > 1; Narayanan et al. SC'21 §2.2.2):
+// where a rank of v chunks prices as its plain stage with v virtual stages (one node group,
+// plan.h InterleavesExactly / ExactVirtualStages) every (m, v, p) with 2 <= p <= max_stages and
+// p v <= L is a unit more, as in the DP: plans of exactly p pipeline ranks, each of at least v
+// layers, its columns priced by the cost model with v virtual stages (v times the sends); the
+// states count the ranks to the end exactly (rank p - q holds ChunkForwardsInFlight(p, p - q,
+// m, v) / v microbatches' worth of activations), the flow leaves layer 0 only in state p, and
+// the objective is sum_col (t_col / v + c_col) x_col + (m - 1/v) T_max + E_max. A unit's plan is
+// InterleavePlan(plan, v). Its optimum is then proven over plain and interleaved pipelines; the
+// uniform incumbent is the best uniform plan's fastest interleaved form. Elsewhere (other models,
+// heterogeneous clusters) the ILP runs plain and offers its plan interleaved
+// (search/interleaving_searcher.h), claiming no optimum.
+//
 // Heterogeneous clusters (several node groups; a group's stages run consecutively, each group at
 // most one run, in any order, within its device budget SearchSpace::group_devices): an outer
 // enumeration of the orders of every nonempty subset of the usable groups (SearchSpace::
@@ -102,7 +115,10 @@ struct IlpOptions {
 
 class IlpSearcher : public Searcher {
  public:
-  explicit IlpSearcher(IlpOptions ilp_options = {}) : ilp_options_(std::move(ilp_options)) {}
+  // plain_only: plain pipelines whatever options.space.virtual_stages offers (the form the
+  // InterleavingSearcher wraps where the virtual stages are not priced exactly).
+  explicit IlpSearcher(IlpOptions ilp_options = {}, bool plain_only = false)
+      : ilp_options_(std::move(ilp_options)), plain_only_(plain_only) {}
 
   std::string Name() const override { return "ilp"; }
   // Throws InputError for invalid options (SearchOptions::Validate, SearchSpace::Build).
@@ -116,6 +132,7 @@ class IlpSearcher : public Searcher {
 
  private:
   IlpOptions ilp_options_;
+  bool plain_only_;
 };
 
 }  // namespace stratos

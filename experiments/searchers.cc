@@ -225,16 +225,16 @@ void SearcherSetup::Validate(const std::string& where) const {
 
 std::unique_ptr<Searcher> SearcherSetup::MakeSearcher() const {
   // The grid enumerates the interleaved forms of every uniform plan itself, the exhaustive search
-  // those of every plan, and the DP searches the virtual stages where it prices them exactly
-  // (wrapping itself elsewhere, dp_searcher.h). Relax (its polish), local and MCMC search them
-  // there too; the wrapper offers their plain plans interleaved elsewhere, and the ILP's always
-  // (search/interleaving_searcher.h).
+  // those of every plan, and the DP and the ILP search the virtual stages where they price them
+  // exactly (wrapping themselves elsewhere, dp_searcher.h, ilp_searcher.h). Relax (its polish),
+  // local and MCMC search them there too; the wrapper offers their plain plans interleaved
+  // elsewhere (search/interleaving_searcher.h).
   if (algorithm_ == "grid") return std::make_unique<GridSearcher>();
   if (algorithm_ == "dp") return std::make_unique<DpSearcher>();
   if (algorithm_ == "exhaustive") return std::make_unique<ExhaustiveSearcher>();
+  if (algorithm_ == "ilp") return std::make_unique<IlpSearcher>(ilp_);
   std::unique_ptr<Searcher> searcher;
   if (algorithm_ == "relax") searcher = std::make_unique<RelaxSearcher>(relax_);
-  else if (algorithm_ == "ilp") searcher = std::make_unique<IlpSearcher>(ilp_);
   else if (algorithm_ == "mcmc") searcher = std::make_unique<McmcSearcher>(mcmc_);
   else if (algorithm_ == "local") searcher = std::make_unique<LocalSearcher>(local_);
   else STRATOS_CHECK(false, "no searcher named {}", algorithm_);

@@ -73,6 +73,10 @@ expect "relax searches the virtual stages in its polish, to the DP's optimum (pl
   "relax: converged, best 3.14354 s" -- \
   "$STRATOS" search --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 --global-batch 128 \
   --algo relax --virtual-stages 1,2,4 --no-progress --output-dir "$WORK/search_interleaved_relax"
+expect "the ILP proves the optimum over plain and interleaved pipelines too (plain: 0.905251 s)" 0 \
+  "ilp: optimal, best 0.893052 s" -- \
+  "$STRATOS" search --model gpt3-6.7b --cluster dgx-a100-80gb-datasheet --nodes 2 --global-batch 32 \
+  --algo ilp --virtual-stages 1,2 --no-progress --output-dir "$WORK/search_interleaved_ilp"
 expect "on a heterogeneous cluster the DP offers its plain optimum interleaved, proving nothing" 0 \
   "dp: converged, best 0.230203 s" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster dgx-h100-a100 --global-batch 64 --algo dp \

@@ -9,6 +9,7 @@
 #include "baselines/dp_searcher.h"
 #include "baselines/exhaustive_searcher.h"
 #include "baselines/grid_searcher.h"
+#include "baselines/ilp_searcher.h"
 #include "baselines/local_searcher.h"
 #include "baselines/mcmc_searcher.h"
 #include "costmodel/evaluate.h"
@@ -162,8 +163,8 @@ Problem SmallInterleavingProblem() {
   return problem;
 }
 
-TEST_CASE("dp with virtual stages: the optimum over plain and interleaved pipelines, as the "
-          "exhaustive search over every plan and its interleaved forms finds it") {
+TEST_CASE("dp and ilp with virtual stages: the optimum over plain and interleaved pipelines, as "
+          "the exhaustive search over every plan and its interleaved forms finds it") {
   // Batch 64 also on 8 GB devices, where memory decides among the plans (with v up to 3 the
   // optimum there is 3 ranks x 2 chunks, on 80 GB 2 ranks x 3).
   for (const auto& [batch, memory_gb] : {std::pair{8, 80}, std::pair{16, 80}, std::pair{64, 80},
@@ -196,6 +197,18 @@ TEST_CASE("dp with virtual stages: the optimum over plain and interleaved pipeli
     // Interleaving wins here: the plain optimum is beaten.
     CHECK(dp.plan->virtual_stages > 1);
     CHECK(dp.summary.best_iteration_seconds < plain.summary.best_iteration_seconds);
+    // The ILP's units of p ranks x v chunks prove the same optimum (CBC's tolerances: 1e-6).
+    if (IlpSearcher::Available()) {
+      const SearchResult ilp = IlpSearcher().Search(problem, options);
+      REQUIRE(ilp.plan);
+      INFO(ilp.summary.message);
+      CHECK(ilp.summary.termination == TerminationType::kOptimal);
+      CHECK(testing::RelativeGap(ilp.summary.best_iteration_seconds,
+                                 truth.summary.best_iteration_seconds) < 1e-6);
+      CHECK(Evaluate(problem, *ilp.plan).iteration_seconds ==
+            ilp.summary.best_iteration_seconds);
+      CHECK(ilp.plan->virtual_stages > 1);
+    }
   }
   }
 }
@@ -295,8 +308,8 @@ TEST_CASE("relax, local and mcmc search the virtual stages: with interleaving of
   }
 }
 
-TEST_CASE("dp with virtual stages on a model it cannot price interleaved offers its plain "
-          "optimum interleaved, claiming no optimum") {
+TEST_CASE("dp and ilp with virtual stages on a model they cannot price interleaved offer their "
+          "plain optimum interleaved, claiming no optimum") {
   Problem problem = SmallInterleavingProblem();
   problem.model.layers[3].cost_class = 7;  // one block priced apart
   REQUIRE_FALSE(InterleavesExactly(problem));
@@ -309,6 +322,13 @@ TEST_CASE("dp with virtual stages on a model it cannot price interleaved offers 
   REQUIRE(dp.plan);
   CHECK(dp.summary.termination == TerminationType::kConverged);
   CHECK_FALSE(dp.summary.lower_bound_seconds.has_value());
+  if (IlpSearcher::Available()) {  // the ILP likewise
+    const SearchResult ilp = IlpSearcher().Search(problem, options);
+    REQUIRE(ilp.plan);
+    CHECK(ilp.summary.termination == TerminationType::kConverged);
+    CHECK_FALSE(ilp.summary.lower_bound_seconds.has_value());
+    CHECK(ilp.summary.message.find("optimal over plain pipelines only") != std::string::npos);
+  }
 }
 
 }  // namespace stratos

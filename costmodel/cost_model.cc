@@ -190,6 +190,25 @@ DpLayout DataParallelLayout(const StageConfig& c) {
   return {c.mesh_nodes, c.mesh_gpus_per_node / c.tensor_parallel, c.tensor_parallel};
 }
 
+// DP gradient synchronization of a stage once per iteration (Rajbhandari et al. SC'20 §5, §7):
+// ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them and, after the optimizer step,
+// all-gather the updated parameters (`param_bytes`: half precision where the gradients may be
+// fp32); ZeRO-3 only reduce-scatters (it gathers the parameters in every pass instead). Each
+// collective priced as its own kind (collective.h CollectiveSeconds: a calibrated cluster fits
+// each kind apart). With bytes 0 and with_latency, the latency and launch terms alone.
+double DpSyncSeconds(const ClusterSpec& cluster, int zero_stage, double grad_bytes,
+                     double param_bytes, const DpLayout& g, bool with_latency) {
+  const GroupLayout layout{g.nodes, g.gpus_per_node, g.concurrent};
+  if (zero_stage == 0)
+    return CollectiveSeconds(cluster, Collective::kAllReduce, grad_bytes, layout, with_latency);
+  double seconds =
+      CollectiveSeconds(cluster, Collective::kReduceScatter, grad_bytes, layout, with_latency);
+  if (zero_stage < 3)
+    seconds +=
+        CollectiveSeconds(cluster, Collective::kAllGather, param_bytes, layout, with_latency);
+  return seconds;
+}
+
 bool Recomputes(const LayerSpec& layer) {
   return layer.kind == LayerKind::kTransformer || layer.kind == LayerKind::kExplicit;
 }
@@ -353,10 +372,10 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   terms.working_bytes = training.loss_transient_bytes_per_logit * b * layer.logits_per_sample / tp;
 
   // Data parallelism. Gradient sync once per iteration (bandwidth part here, latency once per
-  // stage in StageOverhead): all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
-  // parameters (same volume) for ZeRO 1-2; reduce-scatter only for ZeRO-3, which instead
-  // all-gathers the parameters in every forward and backward pass (1.5x volume; Rajbhandari et
-  // al. SC'20 §7). With gradient compression (ZeRO 0-1 only, costmodel/compression.h) each of
+  // stage in StageOverhead; DpSyncSeconds): all-reduce for ZeRO 0; reduce-scatter of the
+  // gradients + all-gather of the updated parameters for ZeRO 1-2; reduce-scatter only for
+  // ZeRO-3, which instead all-gathers the parameters in every forward and backward pass (1.5x
+  // volume; Rajbhandari et al. SC'20 §7). With gradient compression (ZeRO 0-1 only, costmodel/compression.h) each of
   // the layer's gradient tensors is exchanged in its compressed form: ring all-reduce of its
   // MessageBytes, or an all-gather of n messages; ZeRO-1 then all-gathers the updated parameters,
   // and its half-precision casts, being linear, reduce-scatter instead of all-reducing.
@@ -390,15 +409,13 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   } else if (dp > 1 && params > 0) {
     const DpLayout g = DataParallelLayout(c);
     const double grad_bytes = params * gb;
-    const double factor = c.zero_stage == 3 ? 1.0 : 2.0;
-    terms.dp_sync_seconds = RingCollectiveSeconds(cluster, grad_bytes, factor, g.nodes,
-                                                  g.gpus_per_node, g.concurrent, false);
+    terms.dp_sync_seconds =
+        DpSyncSeconds(cluster, c.zero_stage, grad_bytes, params * pb, g, false);
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
     // ZeRO-2/3's reduce-scatters before the last microbatch's (ZeroReduceScatterShare).
     if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
       terms.zero_reduce_scatter_seconds =
-          share * RingCollectiveSeconds(cluster, grad_bytes, 1.0, g.nodes, g.gpus_per_node,
-                                        g.concurrent, false);
+          share * DpSyncSeconds(cluster, 3, grad_bytes, 0.0, g, false);
     if (c.zero_stage == 3) {
       const double gather = RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
                                                   g.gpus_per_node, g.concurrent, true);
@@ -482,15 +499,11 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
   // Latency of the bucketed DP gradient synchronization, once per iteration.
   if (c.data_parallel > 1) {
     const DpLayout g = DataParallelLayout(c);
-    const double factor = c.zero_stage == 3 ? 1.0 : 2.0;
-    terms.dp_sync_seconds =
-        RingCollectiveSeconds(cluster, 0.0, factor, g.nodes, g.gpus_per_node, g.concurrent, true);
+    terms.dp_sync_seconds = DpSyncSeconds(cluster, c.zero_stage, 0.0, 0.0, g, true);
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
     // ... and of ZeRO-2/3's reduce-scatters in the m - 1 microbatches before the last (LayerTerms).
     if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
-      terms.zero_reduce_scatter_seconds =
-          share *
-          RingCollectiveSeconds(cluster, 0.0, 1.0, g.nodes, g.gpus_per_node, g.concurrent, true);
+      terms.zero_reduce_scatter_seconds = share * DpSyncSeconds(cluster, 3, 0.0, 0.0, g, true);
   }
 
   // ZeRO-3's parameters in flight (Rajbhandari et al. SC'20 §5.3; PyTorch FSDP's per-block

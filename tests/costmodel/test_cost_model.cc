@@ -152,6 +152,37 @@ TEST_CASE("ZeRO-2/3 reduce-scatter every microbatch's gradients: m - 1 reduce-sc
             .zero_reduce_scatter_seconds == 0.0);
 }
 
+TEST_CASE("DP sync: ZeRO-0 all-reduces the gradients, ZeRO-1/2 reduce-scatter them and "
+          "all-gather the half-precision parameters, ZeRO-3 only reduce-scatters, each collective "
+          "at its own calibration") {
+  // One block of h = 1024 (12 h^2 + 13 h parameters), fp32 gradients and bf16 parameters, on a
+  // DP group of 4 GPUs of one node at 100 GB/s: each collective moves (n - 1)/n = 3/4 of its
+  // buffer over each GPU's link per pass, an all-reduce two passes.
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.training.grad_dtype_bytes = 4;
+  problem.training.param_dtype_bytes = 2;
+  const double params = 12.0 * 1024 * 1024 + 13 * 1024;
+  auto sync = [&](const Problem& p, int zero) {
+    return CostModel(p).LayerTerms(1, Config(4, 1, zero, Recompute::kNone), 2).dp_sync_seconds;
+  };
+  CHECK(sync(problem, 0) == doctest::Approx(2 * 3.0 / 4 * params * 4 / 100e9));
+  for (int zero : {1, 2})
+    CHECK(sync(problem, zero) == doctest::Approx(3.0 / 4 * params * (4 + 2) / 100e9));
+  CHECK(sync(problem, 3) == doctest::Approx(3.0 / 4 * params * 4 / 100e9));
+  // A network calibrated per collective (calibrate/): reduce-scatters at 50 GB/s, all-gathers at
+  // 80, all-reduces at 100. ZeRO-2's earlier reduce-scatters (m = 2: half of one) at 50 too.
+  Problem fitted = problem;
+  NetworkLevel& level = fitted.cluster.networks[0];
+  level.collective_fits[static_cast<int>(Collective::kReduceScatter)] = LinkFit{50e9, 0.0};
+  level.collective_fits[static_cast<int>(Collective::kAllGather)] = LinkFit{80e9, 0.0};
+  CHECK(sync(fitted, 0) == doctest::Approx(sync(problem, 0)));
+  CHECK(sync(fitted, 1) ==
+        doctest::Approx(3.0 / 4 * params * 4 / 50e9 + 3.0 / 4 * params * 2 / 80e9));
+  CHECK(sync(fitted, 3) == doctest::Approx(3.0 / 4 * params * 4 / 50e9));
+  CHECK(CostModel(fitted).LayerTerms(1, Config(4, 1, 2, Recompute::kNone), 2)
+            .zero_reduce_scatter_seconds == doctest::Approx(0.5 * 3.0 / 4 * params * 4 / 50e9));
+}
+
 TEST_CASE("the head keeps the fp32 softmax of its logits and holds the loss's transient beside "
           "it once per stage") {
   // h = 1024, V = 51200, s = 512; TP 2 splits the logits (vocabulary-parallel cross entropy).

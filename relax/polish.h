@@ -79,11 +79,11 @@ class PlanPolisher {
   bool Repair(DiscretePlan* plan);
 
   // Best-improvement local search from `plan` (which must be valid), over: moving a stage
-  // boundary by 1, 2, 4, ... layers; one stage's config to a neighbour (one dimension: mesh size,
-  // DP x TP split, ZeRO stage, recompute); the same change on every stage; another microbatch
-  // count; another number of virtual stages (where the tables offer some); merging or
-  // splitting stages; changing the stage count with uniform stages; and rebalancing the layers
-  // for the current configs. Returns the final cost. `on_improvement`
+  // boundary by 1, 2, 4, ... layers; one stage's config to a neighbour (another mesh size, or one
+  // or two of the DP x TP split, ZeRO stage and recompute); the same change on every stage;
+  // another microbatch count; another number of virtual stages (where the tables offer some);
+  // merging or splitting stages; changing the stage count with uniform stages; and rebalancing
+  // the layers for the current configs. Returns the final cost. `on_improvement`
   // is called with every new best fitting cost. Descents are memoized across calls (every plan
   // on a finished descent maps to the local optimum it reaches: the descent is deterministic),
   // and the kicks are skipped when the first descent reaches a local optimum that an earlier

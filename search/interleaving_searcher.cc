@@ -34,6 +34,9 @@ SearchResult InterleavingSearcher::Search(const Problem& problem, const SearchOp
   SearchResult result = inner_->Search(problem, options);
   if (!options.space.OffersInterleaving() || problem.training.virtual_pipeline_stages != 1)
     return result;
+  // An interleaved plan: the inner searcher searched the virtual stages itself (relax's polish,
+  // local, MCMC, or the DP and the ILP with their proofs over them), nothing to add.
+  if (result.plan && result.plan->virtual_stages > 1) return result;
   SearchSummary& summary = result.summary;
   if (summary.termination == TerminationType::kOptimal) {
     summary.termination = TerminationType::kConverged;

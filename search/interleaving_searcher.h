@@ -4,10 +4,12 @@
 // options.space.virtual_stages offers v > 1, its best plan is also priced with each such v
 // (InterleavePlan: each rank keeps its layers, split into v chunks) and the fastest plan that
 // fits memory is returned. The grid (every uniform plan) and the exhaustive search (every plan)
-// enumerate the counts themselves, and the DP searches them where it prices them exactly
-// (dp_searcher.h, which wraps itself elsewhere): none of the three is wrapped. A lower bound the
-// wrapped searcher proves covers plain pipelines only, so with v > 1 in the space the result
-// carries none and is not called optimal.
+// enumerate the counts themselves, and the DP and the ILP search them where they price them
+// exactly (dp_searcher.h, ilp_searcher.h, which wrap themselves elsewhere): none of the four is
+// wrapped. Relax, local and MCMC are, and search v themselves where it is priced exactly: a plan
+// the wrapped searcher returns interleaved is returned as it is, its summary untouched. A lower
+// bound the wrapped searcher proves for a plain plan covers plain pipelines only, so with v > 1
+// in the space that result carries none and is not called optimal.
 #include <memory>
 
 #include "search/searcher.h"

@@ -150,6 +150,16 @@ TEST_CASE("InterleavingSearcher offers the wrapped searcher's best plan interlea
   CHECK(result.summary.evaluations == dp.summary.evaluations + 2);
   CHECK(result.summary.message.find("interleaved (4 virtual stages per rank)") !=
         std::string::npos);
+  // A searcher that searches the virtual stages itself returns its interleaved plan untouched,
+  // with its proof.
+  const SearchResult own = DpSearcher().Search(problem, options);
+  REQUIRE(own.plan);
+  REQUIRE(own.plan->virtual_stages > 1);
+  const SearchResult kept = InterleavingSearcher(std::make_unique<DpSearcher>()).Search(problem,
+                                                                                    options);
+  CHECK(kept.summary.termination == TerminationType::kOptimal);
+  CHECK(kept.summary.message == own.summary.message);
+  CHECK(kept.summary.evaluations == own.summary.evaluations);
 }
 
 // GPT-3 1.3B's shape cut to 6 blocks (8 layers with the embedding and the head) on one DGX A100

@@ -1,6 +1,7 @@
 #include "costmodel/collective.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "costmodel/error.h"
 
@@ -41,7 +42,12 @@ CollectiveTerms RingCollectiveTerms(Collective kind, InterNodeAlgorithm algorith
     } else {
       terms.inter_node_bytes = concurrent * factor * (nodes - 1) / nodes * bytes;
     }
-    if (with_latency) terms.inter_steps = factor * (nodes - 1);
+    // The ring's k - 1 steps per pass; the hierarchical all-reduce, NCCL's tree, 2 log2i(k)
+    // (tuning.cc: 2 * log2i(nNodes) inter-node latencies, log2i rounding down).
+    if (with_latency)
+      terms.inter_steps = kind == Collective::kAllReduce && !flat_ring
+                              ? 2.0 * std::floor(std::log2(static_cast<double>(nodes)))
+                              : factor * (nodes - 1);
   }
   return terms;
 }

@@ -11,8 +11,11 @@
 // (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); the latency part follows NCCL's own model
 // (src/graph/tuning.cc): a base latency per call (our launch), and for a ring factor * (n-1)
 // steps of which factor * (k-1) cross nodes (nInterSteps), the rest intra-node; for the tree
-// all-reduce 2 (n/k - 1) intra-node steps and 2 log2(k) inter-node ones (our hierarchical
-// form charges 2 (k-1), the same for 2 nodes).
+// all-reduce 2 (n/k - 1) intra-node steps and 2 log2i(k) inter-node ones (log2i rounds down),
+// which our hierarchical all-reduce charges (its bandwidth terms are the tree's NIC traffic; its
+// all-gather and reduce-scatter, which NCCL runs as rings only, k - 1). Until 2026-11-27 the
+// hierarchical all-reduce charged 2 (k-1), the same for 2 nodes but linear in k: small
+// messages over many nodes were priced too slow.
 #include "costmodel/cluster.h"
 
 namespace stratos {

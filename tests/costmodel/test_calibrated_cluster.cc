@@ -2,6 +2,7 @@
 // equal, and without the keys the cost model gives exactly the numbers it gave before them.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 
 #include "calibrate/cluster_writer.h"
@@ -201,7 +202,8 @@ latency_us = 10
 }
 
 // The pre-calibration collective formula, copied from cost_model.cc as it was before the
-// calibrated keys existed.
+// calibrated keys existed, but for the inter-node latency of an all-reduce (factor 2): NCCL's
+// tree, 2 floor(log2 k) steps for k nodes (collective.h; it charged 2 (k - 1) then).
 double OldRingCollectiveSeconds(const ClusterSpec& cluster, double bytes, double factor, int nodes,
                                 int gpn, int concurrent, bool with_latency) {
   if (bytes <= 0 && !with_latency) return 0.0;
@@ -214,7 +216,8 @@ double OldRingCollectiveSeconds(const ClusterSpec& cluster, double bytes, double
   if (nodes > 1) {
     const NetworkLevel& level = cluster.InterNode();
     seconds += concurrent * factor * (nodes - 1) / nodes * bytes / level.EffectiveBandwidth();
-    if (with_latency) seconds += factor * (nodes - 1) * level.latency_seconds;
+    const double steps = factor == 2.0 ? 2.0 * std::floor(std::log2(nodes)) : nodes - 1.0;
+    if (with_latency) seconds += steps * level.latency_seconds;
   }
   return seconds;
 }

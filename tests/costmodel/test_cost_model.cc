@@ -1,6 +1,8 @@
 // The cost model pinned to published formulas and hand-computed numbers.
 #include <doctest/doctest.h>
 
+#include <utility>
+
 #include "costmodel/compression.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/error.h"
@@ -283,6 +285,24 @@ TEST_CASE("ring all-reduce moves 2(n-1)/n of the buffer per GPU plus 2(n-1) late
   CHECK(cost_model.AllGatherSeconds(bytes, 1, 4, 1) ==
         doctest::Approx(3.0 / 4 * bytes / 100e9 + 3e-6));
   CHECK(cost_model.AllReduceSeconds(bytes, 1, 1, 1) == 0.0);
+}
+
+TEST_CASE("an all-reduce across k nodes takes NCCL's tree latency, 2 floor(log2 k) inter-node "
+          "steps, an all-gather the ring's k - 1") {
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.cluster.networks = {{"nvlink", 200e9, 1e-6, 1.0, ""}, {"ib", 25e9, 10e-6, 1.0, ""}};
+  for (auto [k, tree_steps] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{4, 4},
+                               std::pair{8, 6}, std::pair{64, 12}}) {
+    CAPTURE(k);
+    problem.cluster.node_groups[0].count = k;
+    const CostModel cost_model(problem);
+    // Latency only (no bytes), one GPU per node: no intra-node steps.
+    CHECK(cost_model.AllReduceSeconds(0.0, k, 1, 1) == doctest::Approx(tree_steps * 10e-6));
+    CHECK(cost_model.AllGatherSeconds(0.0, k, 1, 1) == doctest::Approx((k - 1) * 10e-6));
+    // 8 GPUs per node add the intra-node ring's 2 (8 - 1) steps to the all-reduce.
+    CHECK(cost_model.AllReduceSeconds(0.0, k, 8, 1) ==
+          doctest::Approx(tree_steps * 10e-6 + 14 * 1e-6));
+  }
 }
 
 TEST_CASE("hierarchical all-reduce across nodes shares each node's NICs among its groups") {

@@ -714,6 +714,28 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
       }
     }
   }
+  // Split every stage in two, both halves on half its mesh (a stage that cannot be halved stays
+  // whole): the pipeline twice as deep on the same devices, each group keeping its share, which
+  // one split at a time cannot reach when the stages must stay balanced.
+  if (S < tables_.max_stages) {
+    DiscretePlan p = plan;
+    p.boundaries.assign(1, 0);
+    p.configs.clear();
+    for (int s = 0; s < S; ++s) {
+      const int k = plan.configs[s];
+      const int half = WithMesh(k, config_mesh_index_[k] - 1, any_m);
+      const int first = plan.boundaries[s], last = plan.boundaries[s + 1];
+      const bool split = half >= 0 && last - first >= 2 &&
+                         p.NumStages() + 2 + (S - s - 1) <= tables_.max_stages;
+      if (split) {
+        p.boundaries.push_back((first + last) / 2);
+        p.configs.push_back(half);
+      }
+      p.boundaries.push_back(last);
+      p.configs.push_back(split ? half : k);
+    }
+    if (p.NumStages() > S) push_structural(p);
+  }
   // Another stage count with uniform stages: the widest stage's config, its mesh scaled so that
   // the stages share the devices.
   {

@@ -82,12 +82,12 @@ class PlanPolisher {
   // boundary by 1, 2, 4, ... layers; one stage's config to a neighbour (another mesh size, or one
   // or two of the DP x TP split, ZeRO stage and recompute); the same change on every stage;
   // another microbatch count; another number of virtual stages (where the tables offer some);
-  // merging or splitting stages; changing the stage count with uniform stages; and rebalancing
-  // the layers for the current configs. Returns the final cost. `on_improvement`
-  // is called with every new best fitting cost. Descents are memoized across calls (every plan
-  // on a finished descent maps to the local optimum it reaches: the descent is deterministic),
-  // and the kicks are skipped when the first descent reaches a local optimum that an earlier
-  // call already kicked from.
+  // merging or splitting stages (one, or every stage on half its mesh); changing the stage count
+  // with uniform stages; and rebalancing the layers for the current configs. Returns the final
+  // cost. `on_improvement` is called with every new best fitting cost. Descents are memoized
+  // across calls (every plan on a finished descent maps to the local optimum it reaches: the
+  // descent is deterministic), and the kicks are skipped when the first descent reaches a local
+  // optimum that an earlier call already kicked from.
   DiscreteCost Polish(DiscretePlan* plan, const PolishLimits& limits,
                       const std::function<void(double)>& on_improvement = nullptr);
 

@@ -375,10 +375,11 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // stage in StageOverhead; DpSyncSeconds): all-reduce for ZeRO 0; reduce-scatter of the
   // gradients + all-gather of the updated parameters for ZeRO 1-2; reduce-scatter only for
   // ZeRO-3, which instead all-gathers the parameters in every forward and backward pass (1.5x
-  // volume; Rajbhandari et al. SC'20 §7). With gradient compression (ZeRO 0-1 only, costmodel/compression.h) each of
-  // the layer's gradient tensors is exchanged in its compressed form: ring all-reduce of its
-  // MessageBytes, or an all-gather of n messages; ZeRO-1 then all-gathers the updated parameters,
-  // and its half-precision casts, being linear, reduce-scatter instead of all-reducing.
+  // volume; Rajbhandari et al. SC'20 §7). With gradient compression (ZeRO 0-1 only,
+  // costmodel/compression.h) each of the layer's gradient tensors is exchanged in its compressed
+  // form: ring all-reduce of its MessageBytes, or an all-gather of n messages; ZeRO-1 then
+  // all-gathers the updated parameters, and its half-precision casts, being linear,
+  // reduce-scatter instead of all-reducing.
   // Compressing and decompressing run on the device's cores after the last backward, so their
   // time (CompressionWorkOf) is exposed in full, not hidden behind the backward pass.
   if (dp > 1 && params > 0 && c.grad_compression.kind != GradCompression::kNone) {

@@ -196,13 +196,19 @@ DpLayout DataParallelLayout(const StageConfig& c) {
 // fp32); ZeRO-3 only reduce-scatters (it gathers the parameters in every pass instead). Each
 // collective priced as its own kind (collective.h CollectiveSeconds: a calibrated cluster fits
 // each kind apart). With bytes 0 and with_latency, the latency and launch terms alone.
+// One reduce-scatter of `grad_bytes` over the DP group (ZeRO-2/3's per-microbatch ones too).
+double ReduceScatterSeconds(const ClusterSpec& cluster, double grad_bytes, const DpLayout& g,
+                            bool with_latency) {
+  return CollectiveSeconds(cluster, Collective::kReduceScatter, grad_bytes,
+                           GroupLayout{g.nodes, g.gpus_per_node, g.concurrent}, with_latency);
+}
+
 double DpSyncSeconds(const ClusterSpec& cluster, int zero_stage, double grad_bytes,
                      double param_bytes, const DpLayout& g, bool with_latency) {
   const GroupLayout layout{g.nodes, g.gpus_per_node, g.concurrent};
   if (zero_stage == 0)
     return CollectiveSeconds(cluster, Collective::kAllReduce, grad_bytes, layout, with_latency);
-  double seconds =
-      CollectiveSeconds(cluster, Collective::kReduceScatter, grad_bytes, layout, with_latency);
+  double seconds = ReduceScatterSeconds(cluster, grad_bytes, g, with_latency);
   if (zero_stage < 3)
     seconds +=
         CollectiveSeconds(cluster, Collective::kAllGather, param_bytes, layout, with_latency);
@@ -416,7 +422,7 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     // ZeRO-2/3's reduce-scatters before the last microbatch's (ZeroReduceScatterShare).
     if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
       terms.zero_reduce_scatter_seconds =
-          share * DpSyncSeconds(cluster, 3, grad_bytes, 0.0, g, false);
+          share * ReduceScatterSeconds(cluster, grad_bytes, g, false);
     if (c.zero_stage == 3) {
       const double gather = RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
                                                   g.gpus_per_node, g.concurrent, true);
@@ -504,7 +510,7 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
     terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
     // ... and of ZeRO-2/3's reduce-scatters in the m - 1 microbatches before the last (LayerTerms).
     if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
-      terms.zero_reduce_scatter_seconds = share * DpSyncSeconds(cluster, 3, 0.0, 0.0, g, true);
+      terms.zero_reduce_scatter_seconds = share * ReduceScatterSeconds(cluster, 0.0, g, true);
   }
 
   // ZeRO-3's parameters in flight (Rajbhandari et al. SC'20 §5.3; PyTorch FSDP's per-block

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <regex>
 #include <tuple>
 #include <utility>
 
@@ -298,6 +299,40 @@ std::vector<AlpaPointRow> ReadAlpaPoints(const std::string& path) {
     if (r.has_model_tflops) r.tflops_per_gpu_model = row.Finite("tflops_per_gpu_model");
     r.tflops_per_gpu_with_recompute = row.Finite("tflops_per_gpu_with_recompute");
     r.peak_memory_gb = row.Finite("peak_mem_gb");
+    rows.push_back(r);
+  });
+  return rows;
+}
+
+std::vector<NcclSweepRow> ReadNcclSweeps(const std::string& path) {
+  static const std::array<const char*, 4> kNames = {"config", "size_bytes", "time_us",
+                                                    "busbw_GBps"};
+  static const std::regex kConfig(R"(^(\d{1,6}) nodes? x (\d{1,6}) ([^ (]+))");
+  std::vector<NcclSweepRow> rows;
+  ReadTable(path, kNames, [&](const Row<4>& row) {
+    NcclSweepRow r;
+    r.line = row.line;
+    r.config = row.Text("config");
+    std::smatch match;
+    if (!std::regex_search(r.config, match, kConfig))
+      row.Fail("config", "must start with \"N node(s) x G <GPU>\"");
+    r.nodes = std::stoi(match[1]);
+    r.gpus_per_node = std::stoi(match[2]);
+    r.gpu = match[3];
+    if (r.nodes < 1 || r.gpus_per_node < 1 || r.nodes * r.gpus_per_node < 2)
+      row.Fail("config", "needs at least 2 GPUs in all");
+    r.size_bytes = row.Finite("size_bytes");
+    if (!(r.size_bytes > 0)) row.Fail("size_bytes", "must be > 0");
+    if (!row.Text("time_us").empty()) {
+      r.seconds = row.Finite("time_us") * 1e-6;
+      if (!(r.seconds > 0)) row.Fail("time_us", "must be > 0");
+    } else {
+      const double busbw = row.Finite("busbw_GBps") * 1e9;
+      if (!(busbw > 0)) row.Fail("busbw_GBps", "must be > 0 where time_us is empty");
+      const double n = r.nodes * r.gpus_per_node;
+      r.seconds = r.size_bytes * 2.0 * (n - 1.0) / n / busbw;
+      r.seconds_from_busbw = true;
+    }
     rows.push_back(r);
   });
   return rows;

@@ -120,4 +120,19 @@ struct AlpaPointRow {
 };
 std::vector<AlpaPointRow> ReadAlpaPoints(const std::string& path);
 
+// nccl_allreduce_sweeps.csv: one all-reduce per row, a sweep of message sizes per config.
+struct NcclSweepRow {
+  int line = 0;
+  std::string config;     // e.g. "4 nodes x 8 B200 (AWS P6-B200, EFA v4)"
+  int nodes = 0;          // from the config's leading "N node(s) x G <GPU>"
+  int gpus_per_node = 0;
+  std::string gpu;        // "<GPU>": sweeps of the same GPU share the intra-node hardware
+  double size_bytes = 0;  // the buffer each rank all-reduces
+  // Per call: time_us where the row has it, else from the bus bandwidth as nccl-tests defines
+  // it (doc/PERFORMANCE.md): busbw = size / time * 2 (n - 1) / n over n = nodes x gpus_per_node.
+  double seconds = 0;
+  bool seconds_from_busbw = false;
+};
+std::vector<NcclSweepRow> ReadNcclSweeps(const std::string& path);
+
 }  // namespace stratos

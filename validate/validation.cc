@@ -8,6 +8,7 @@
 #include "validate/amp_trials.h"
 #include "validate/korthikanti.h"
 #include "validate/megatron_h100.h"
+#include "validate/nccl_sweeps.h"
 #include "validate/reference_tables.h"
 #include "validate/vtrain.h"
 #include "validate/zero_memory.h"
@@ -16,7 +17,8 @@ namespace stratos {
 
 const std::vector<std::string>& ValidationReportNames() {
   static const std::vector<std::string> names = {"megatron-h100", "amp", "korthikanti", "zero",
-                                                 "alpa-point", "vtrain"};
+                                                 "alpa-point", "vtrain",
+                                                 "nccl"};
   return names;
 }
 
@@ -36,6 +38,9 @@ std::string ValidationReportDescription(const std::string& name) {
   if (name == "vtrain")
     return "predicted vs measured iteration time of vTrain's 1,440 GPT runs on one A100 node "
            "(a fifth fitted), MAPE and Spearman within each model";
+  if (name == "nccl")
+    return "measured NCCL all-reduce sweeps vs the collective model, its constants fitted on "
+           "every fifth row (held-out MAPE by message size)";
   return "";
 }
 
@@ -49,6 +54,7 @@ ValidationReport RunValidationReport(const std::string& name) {
   if (name == "zero") return ValidateZeroMemory(ReferenceDataPath("zero_memory.csv"));
   if (name == "alpa-point") return ValidateAlpaPoint(ReferenceDataPath("alpa_measured_points.csv"));
   if (name == "vtrain") return ValidateVtrain(ReferenceDataPath("vtrain_a100_single_node.csv"));
+  if (name == "nccl") return ValidateNcclSweeps(ReferenceDataPath("nccl_allreduce_sweeps.csv"));
   throw InputError(fmt::format("validate: report = {}: unknown (reports: {})", name,
                                fmt::join(ValidationReportNames(), ", ")));
 }

@@ -7,7 +7,7 @@
 
 namespace stratos {
 
-// "megatron-h100", "amp", "korthikanti", "zero", "alpa-point".
+// "megatron-h100", "amp", "korthikanti", "zero", "alpa-point", "vtrain", "nccl".
 const std::vector<std::string>& ValidationReportNames();
 
 // One line per report: what it compares with what.

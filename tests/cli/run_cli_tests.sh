@@ -320,9 +320,10 @@ validate_pattern() {
     korthikanti) echo "recompute overhead full" ;;
     zero) echo "agree up to the printed rounding" ;;
     alpa-point) echo "predicted .* s vs measured 2.465 s" ;;
+    nccl) echo "held-out MAPE from 1 MiB: .*4 nodes x 8 B200 [^;]*: model [0-9.]*%" ;;
   esac
 }
-for report in megatron-h100 amp korthikanti zero alpa-point; do
+for report in megatron-h100 amp korthikanti zero alpa-point nccl; do
   expect "validate $report prints its headline" 0 "$(validate_pattern "$report")" -- \
     "$STRATOS" validate "$report" --output-dir "$WORK/validate/$report"
   expect "validate $report writes its JSON" 0 "\"headline\"" -- \

@@ -8,13 +8,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "costmodel/collective.h"
 #include "costmodel/error.h"
 #include "costmodel/evaluate.h"
 #include "tests/scratch_dir.h"
+#include "validate/builders.h"
 #include "validate/alpa_point.h"
 #include "validate/amp_trials.h"
 #include "validate/korthikanti.h"
 #include "validate/megatron_h100.h"
+#include "validate/nccl_sweeps.h"
 #include "validate/rank_correlation.h"
 #include "validate/reference_tables.h"
 #include "validate/report.h"
@@ -352,6 +355,121 @@ TEST_CASE("vTrain report: rows not fitted within the 8% MAPE and 0.9 Spearman ta
   CHECK(report.summary["shipped_constants_equal_this_fit"] == true);
   CHECK(report.summary["shipped_mape_not_fitted_pct"].get<double>() ==
         doctest::Approx(report.summary["mape_not_fitted_pct"].get<double>()).epsilon(1e-9));
+}
+
+namespace {
+// A sweep file of all-reduce times that `cluster` prices (every size 2^10..2^30 bytes) for each
+// (config, nodes), every second config's times given as bus bandwidth only.
+std::string WriteSweeps(const std::string& name, const ClusterSpec& cluster,
+                        const std::vector<std::pair<std::string, int>>& configs) {
+  const std::string path = (stratos::testing::ScratchRoot() / name).string();
+  std::filesystem::create_directories(stratos::testing::ScratchRoot());
+  std::ofstream out(path);
+  out << "config,size_bytes,time_us,algbw_GBps,busbw_GBps,source,value_status\n";
+  bool busbw = false;
+  for (const auto& [config, nodes] : configs) {
+    for (int log2 = 10; log2 <= 30; ++log2) {
+      const double bytes = std::ldexp(1.0, log2);
+      const double seconds = CollectiveSeconds(cluster, Collective::kAllReduce, bytes,
+                                               GroupLayout{nodes, 8, 1});
+      const double n = 8.0 * nodes;
+      if (busbw)
+        out << '"' << config << "\"," << bytes << ",,,"
+            << fmt::format("{:.17g}", bytes / seconds * 2 * (n - 1) / n / 1e9) << ",test,x\n";
+      else
+        out << '"' << config << "\"," << bytes << "," << fmt::format("{:.17g}", seconds * 1e6)
+            << ",,,test,x\n";
+    }
+    busbw = !busbw;
+  }
+  return path;
+}
+}  // namespace
+
+TEST_CASE("NCCL sweeps: every fifth row from the largest is fitted; the fit recovers the "
+          "constants that generated the sweeps and the tree prices them exactly") {
+  // Known constants on the dgx-h100-datasheet topology (launch 0: with one GPU count per node
+  // the launch cost and the intra-node latency add up alike).
+  ClusterSpec truth = ZooCluster("dgx-h100-datasheet", 4);
+  const int ar = static_cast<int>(Collective::kAllReduce);
+  truth.networks[0].collective_fits[ar] = LinkFit{300e9, 3e-6};
+  truth.networks[1].collective_fits[ar] = LinkFit{150e9, 9e-6};
+  truth.collectives[ar].launch_seconds = 0;
+  truth.collectives[ar].inter_node_algorithm = InterNodeAlgorithm::kHierarchical;
+  const std::string path = WriteSweeps(
+      "sweeps.csv", truth,
+      {{"1 node x 8 X (test)", 1}, {"4 nodes x 8 X (test)", 4}, {"2 nodes x 8 Y", 2}});
+
+  const std::vector<NcclSweepRow> rows = ReadNcclSweeps(path);
+  REQUIRE(rows.size() == 63);
+  CHECK(rows[21].seconds_from_busbw);
+  CHECK(rows[21].nodes == 4);
+  CHECK(rows[21].gpu == "X");
+  // Given as bus bandwidth: the time comes back.
+  CHECK(rows[21].seconds ==
+        doctest::Approx(CollectiveSeconds(truth, Collective::kAllReduce, 1024, {4, 8, 1})));
+  const std::vector<NcclSweepRow> sweep(rows.begin(), rows.begin() + 21);
+  const std::vector<bool> fitted = NcclFittedRows(sweep);
+  CHECK(std::count(fitted.begin(), fitted.end(), true) == 5);  // 2^30, 2^25, 2^20, 2^15, 2^10
+  CHECK(fitted[20]);
+  CHECK(fitted[15]);
+  CHECK(!fitted[19]);
+
+  const ValidationReport report = ValidateNcclSweeps(path);
+  const nlohmann::json& x = report.summary["gpu_types"][0];
+  REQUIRE(x["gpu"] == "X");
+  REQUIRE(x["scored"] == true);
+  CHECK(x["fitted_rows"] == 10);
+  CHECK(x["fit"]["intra_node"]["bandwidth_GBps"].get<double>() == doctest::Approx(300));
+  CHECK(x["fit"]["intra_node"]["latency_us"].get<double>() == doctest::Approx(3));
+  CHECK(x["fit"]["inter_node"]["bandwidth_GBps"].get<double>() == doctest::Approx(150));
+  CHECK(x["fit"]["inter_node"]["latency_us"].get<double>() == doctest::Approx(9));
+  const nlohmann::json& sweeps = report.summary["sweeps"];
+  REQUIRE(sweeps.size() == 3);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(sweeps[i]["held_out_rows"] == 16);
+    CHECK(sweeps[i]["model"]["held_out_mape_pct"].get<double>() < 1e-3);  // percent
+  }
+  // One node count: listed, not scored by the model, its alpha-beta form fitted alone.
+  CHECK(report.summary["gpu_types"][1]["gpu"] == "Y");
+  CHECK(report.summary["gpu_types"][1]["scored"] == false);
+  CHECK(sweeps[2]["model"].is_null());
+  CHECK(sweeps[2]["alpha_beta"]["held_out_mape_pct"].get<double>() < 1e-3);
+  CHECK(report.headline.find("model not scored (one node count)") != std::string::npos);
+  CHECK(report.rows.size() == 63);
+}
+
+TEST_CASE("NCCL sweeps: a config without its node and GPU counts names the file, line and rule") {
+  const std::string path = (stratos::testing::ScratchRoot() / "bad_sweeps.csv").string();
+  std::filesystem::create_directories(stratos::testing::ScratchRoot());
+  {
+    std::ofstream out(path);
+    out << "config,size_bytes,time_us,algbw_GBps,busbw_GBps\n"
+        << "\"8 H100\",1024,10,,\n";
+  }
+  CHECK_THROWS_WITH_AS(ReadNcclSweeps(path),
+                       doctest::Contains("bad_sweeps.csv:2: config = \"8 H100\": must start "
+                                         "with \"N node(s) x G <GPU>\""),
+                       InputError);
+}
+
+TEST_CASE("NCCL report on the shipped sweeps: B200 scored on its 1- and 4-node sweeps, the "
+          "H100 sweep (one node count) listed; large messages within 20% (regression)") {
+  const ValidationReport report = RunValidationReport("nccl");
+  const nlohmann::json& types = report.summary["gpu_types"];
+  REQUIRE(types.size() == 2);
+  const nlohmann::json& h100 = types[0]["gpu"] == "H100" ? types[0] : types[1];
+  const nlohmann::json& b200 = types[0]["gpu"] == "B200" ? types[0] : types[1];
+  CHECK(h100["scored"] == false);
+  REQUIRE(b200["scored"] == true);
+  int rows = 0;
+  for (const nlohmann::json& sweep : report.summary["sweeps"]) {
+    rows += sweep["rows"].get<int>() * (sweep["config"].get<std::string>().find("B200") !=
+                                        std::string::npos);
+    if (sweep["model"].is_null()) continue;
+    CHECK(sweep["model"]["held_out_mape_from_1MiB_pct"].get<double>() < 20.0);
+  }
+  CHECK(b200["fitted_rows"].get<int>() * 5 <= rows);
 }
 
 TEST_CASE("every report runs, has rows, a headline and serializes") {

@@ -1,0 +1,44 @@
+#pragma once
+// Validation of the collective model (costmodel/collective.h) on measured all-reduce sweeps
+// (../shared/data/reference/nccl_allreduce_sweeps.csv): the all-reduce constants (launch,
+// latency and bandwidth per network level) are fitted by calibrate/collective_fit.h on every
+// fifth row of each sweep counting down from its largest message, and every row is predicted;
+// errors are reported on the rows not fitted, over all sizes, from 1 MiB up, and below.
+#include <string>
+#include <vector>
+
+#include "costmodel/cluster.h"
+#include "validate/reference_tables.h"
+#include "validate/report.h"
+
+namespace stratos {
+
+// Whether `row` (of `sweep`, one config's rows) is fitted: every fifth row of the sweep sorted
+// by size, starting at its largest message (the best-measured bandwidth). At most a fifth of
+// each sweep, rounded up.
+std::vector<bool> NcclFittedRows(const std::vector<NcclSweepRow>& sweep);
+
+// Fits the all-reduce constants on `rows` (every one fitted) with the inter-node `algorithm`
+// and returns `base` (whose intra-node level is the first network level) with them applied.
+// Throws InputError (calibrate/collective_fit.h) when the rows cannot tell the constants apart,
+// e.g. a single group layout, whose intra- and inter-node terms add up alike.
+ClusterSpec FitNcclSweeps(const ClusterSpec& base, InterNodeAlgorithm algorithm,
+                          const std::vector<NcclSweepRow>& rows);
+
+// Diagnostic forms fitted to one sweep alone on its `fitted` rows (relative least squares,
+// coefficients >= 0): t = a + S / B (alpha-beta), or with `with_sqrt` t = a + S / B + c sqrt(S),
+// the cross term of a pipelined transfer's (sqrt(p alpha) + sqrt(S beta))^2 (chunked pipelines:
+// Van de Geijn's pipelined broadcast; NCCL pipelines each ring step in chunks) with a free
+// coefficient. Returns the predicted seconds of every row. Throws InputError when the fitted
+// rows cannot determine the coefficients.
+std::vector<double> FitSweepForm(const std::vector<NcclSweepRow>& sweep,
+                                 const std::vector<bool>& fitted, bool with_sqrt);
+
+// The report: per GPU type with sweeps of at least two node counts (a single layout cannot
+// separate the intra- from the inter-node constants: listed, not scored), the fit above on the
+// zoo's `dgx-h100-datasheet` topology (8 GPUs per node on NVSwitch, one NIC level), once with
+// NCCL's tree latency for the hierarchical all-reduce (the cost model's default) and once with a
+// flat ring. Throws InputError for a malformed table or one with nothing to score.
+ValidationReport ValidateNcclSweeps(const std::string& reference_path);
+
+}  // namespace stratos

@@ -146,7 +146,8 @@ CalibrationResult Calibrate(const ClusterSpec& base, const Profile& profile,
       continue;
     }
     CollectiveReport report;
-    report.fit = FitCollective(kind, options.algorithms[index], ring_links, fit_rows[index]);
+    report.fit = FitCollective(kind, options.algorithms[index], ring_links, fit_rows[index],
+                               options.collective_pipeline);
     ApplyCollectiveFit(report.fit, cluster);
     collective_rows_fitted += report.fit.rows;
     result.collectives.push_back(report);

@@ -55,6 +55,9 @@ struct CalibrateOptions {
   // reduce-scatter (NCCL has no tree for them).
   std::array<InterNodeAlgorithm, kNumCollectives> algorithms = {
       InterNodeAlgorithm::kHierarchical, InterNodeAlgorithm::kRing, InterNodeAlgorithm::kRing};
+  // Fit each network level's pipelining coefficient beside its latency and bandwidth
+  // (costmodel/collective.h: the bus bandwidth's ramp over message sizes).
+  bool collective_pipeline = true;
   // GEMM rows of this dtype fit the device's curve (the cost model prices fp16/bf16 GEMMs
   // against peak_TFLOPS, the dense fp16/bf16 peak).
   std::string matmul_dtype = "f16";

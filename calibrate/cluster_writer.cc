@@ -60,9 +60,12 @@ toml::table NetworkTable(const NetworkLevel& level) {
   for (Collective kind : kAllCollectives) {
     const std::optional<LinkFit>& fit = level.collective_fits[static_cast<int>(kind)];
     if (!fit) continue;
-    table.insert(CollectiveName(kind),
-                 toml::table{{"bandwidth_GBps", fit->bandwidth_bytes_per_second / kGB},
-                             {"latency_us", fit->latency_seconds / kMicrosecond}});
+    toml::table fit_table{{"bandwidth_GBps", fit->bandwidth_bytes_per_second / kGB},
+                          {"latency_us", fit->latency_seconds / kMicrosecond}};
+    if (fit->pipeline_seconds_per_sqrt_byte > 0)
+      fit_table.insert("pipeline_us_per_sqrt_MB",
+                       fit->pipeline_seconds_per_sqrt_byte * 1e3 / kMicrosecond);
+    table.insert(CollectiveName(kind), fit_table);
   }
   InsertSource(table, level.source);
   return table;

@@ -14,10 +14,19 @@ namespace stratos {
 namespace {
 
 // Regressor columns, in the order of CollectiveTerms.
-enum Column { kLaunch, kIntraAlpha, kIntraBeta, kInterAlpha, kInterBeta, kColumns };
-constexpr const char* kColumnNames[kColumns] = {"launch", "intra-node latency",
-                                                "intra-node bandwidth", "inter-node latency",
-                                                "inter-node bandwidth"};
+enum Column {
+  kLaunch,
+  kIntraAlpha,
+  kIntraBeta,
+  kInterAlpha,
+  kInterBeta,
+  kIntraPipeline,
+  kInterPipeline,
+  kColumns
+};
+constexpr const char* kColumnNames[kColumns] = {
+    "launch",           "intra-node latency",  "intra-node bandwidth", "inter-node latency",
+    "inter-node bandwidth", "intra-node pipelining", "inter-node pipelining"};
 
 }  // namespace
 
@@ -29,7 +38,7 @@ std::string CollectiveRowExclusion(const CollectiveRow& row) {
 }
 
 CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int ring_links_per_gpu,
-                            const std::vector<CollectiveRow>& rows) {
+                            const std::vector<CollectiveRow>& rows, bool with_pipeline) {
   const std::string what = fmt::format("fit of {}", CollectiveName(kind));
   Eigen::MatrixXd terms(static_cast<Eigen::Index>(rows.size()), kColumns);
   Eigen::VectorXd seconds(static_cast<Eigen::Index>(rows.size()));
@@ -40,16 +49,18 @@ CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int r
     const CollectiveTerms t = RingCollectiveTerms(kind, algorithm, row.bytes, row.Layout(),
                                                   ring_links_per_gpu, /*with_latency=*/true);
     terms.row(static_cast<Eigen::Index>(i)) << t.launches, t.intra_steps, t.intra_link_bytes,
-        t.inter_steps, t.inter_node_bytes;
+        t.inter_steps, t.inter_node_bytes, t.intra_pipeline, t.inter_pipeline;
     seconds(static_cast<Eigen::Index>(i)) = row.seconds;
   }
   // Levels no row exercises are left out of the fit (and stay uncalibrated).
+  // The pipelining columns only where asked for.
   std::vector<int> used;
   for (int c = 0; c < kColumns; ++c) {
+    if (!with_pipeline && (c == kIntraPipeline || c == kInterPipeline)) continue;
     if (rows.empty() || terms.col(c).cwiseAbs().maxCoeff() > 0) used.push_back(c);
   }
-  double coefficient[kColumns] = {0, 0, 0, 0, 0};
-  bool fitted[kColumns] = {false, false, false, false, false};
+  double coefficient[kColumns] = {};
+  bool fitted[kColumns] = {};
   auto solve = [&](const std::vector<int>& columns) {
     Eigen::MatrixXd A(terms.rows(), static_cast<Eigen::Index>(columns.size()));
     std::vector<std::string> names;
@@ -85,7 +96,8 @@ CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int r
   fit.ring_links_per_gpu = ring_links_per_gpu;
   fit.launch_seconds = coefficient[kLaunch];
   fit.rows = static_cast<int>(rows.size());
-  auto level = [&](Column alpha, Column beta, const char* name) -> std::optional<LinkFit> {
+  auto level = [&](Column alpha, Column beta, Column pipeline,
+                   const char* name) -> std::optional<LinkFit> {
     if (!fitted[beta]) return std::nullopt;
     if (!(coefficient[beta] > 0)) {
       throw InputError(
@@ -93,10 +105,10 @@ CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int r
                       "by it); profile larger messages",
                       what, name));
     }
-    return LinkFit{1.0 / coefficient[beta], coefficient[alpha]};
+    return LinkFit{1.0 / coefficient[beta], coefficient[alpha], coefficient[pipeline]};
   };
-  fit.intra = level(kIntraAlpha, kIntraBeta, "intra-node");
-  fit.inter = level(kInterAlpha, kInterBeta, "inter-node");
+  fit.intra = level(kIntraAlpha, kIntraBeta, kIntraPipeline, "intra-node");
+  fit.inter = level(kInterAlpha, kInterBeta, kInterPipeline, "inter-node");
   return fit;
 }
 

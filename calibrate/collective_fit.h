@@ -1,7 +1,8 @@
 #pragma once
 // Fitting the collective constants of the cost model (costmodel/collective.h) to profiled
 // collective times. For one collective and a fixed inter-node algorithm the model is linear in
-//   (launch, alpha_intra, 1 / bandwidth_intra, alpha_inter, 1 / bandwidth_inter)
+//   (launch, alpha_intra, 1 / bandwidth_intra, alpha_inter, 1 / bandwidth_inter[, c_intra,
+//    c_inter])
 // with the row's RingCollectiveTerms as regressors, so the fit is a relative-error least squares
 // (calibrate/least_squares.h) with every coefficient >= 0. Which terms a profile can determine
 // depends on its rows: without rows crossing nodes the inter-node pair is not fitted.
@@ -30,13 +31,14 @@ struct CollectiveFit {
   std::string note;  // what the fit had to give up, e.g. a launch cost it could not separate
 };
 
-// Fits `kind`'s constants to `rows` (all of that op and covered by the model). When the launch
-// cost cannot be told apart from the per-step latencies (every row has the same group layout),
-// it is fixed at 0 and `note` says so. Throws InputError naming the collective when there are
+// Fits `kind`'s constants to `rows` (all of that op and covered by the model), with
+// `with_pipeline` also each level's pipelining coefficient (costmodel/collective.h). When the
+// launch cost cannot be told apart from the per-step latencies (every row has the same group
+// layout), it is fixed at 0 and `note` says so. Throws InputError naming the collective when there are
 // too few rows, when other constants cannot be told apart, or when a bandwidth comes out
 // unbounded (no bandwidth-bound rows).
 CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int ring_links_per_gpu,
-                            const std::vector<CollectiveRow>& rows);
+                            const std::vector<CollectiveRow>& rows, bool with_pipeline = false);
 
 // Writes `fit` into `cluster`: the network levels' collective_fits, ring_links_per_gpu of the
 // intra-node level, and the collective's launch cost and algorithm. Throws InputError if the fit

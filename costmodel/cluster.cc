@@ -83,6 +83,11 @@ double NetworkLevel::CollectiveLatency(Collective kind) const {
   return fit ? fit->latency_seconds : latency_seconds;
 }
 
+double NetworkLevel::CollectivePipeline(Collective kind) const {
+  const std::optional<LinkFit>& fit = collective_fits[static_cast<int>(kind)];
+  return fit ? fit->pipeline_seconds_per_sqrt_byte : 0.0;
+}
+
 int ClusterSpec::NumNodes() const {
   int nodes = 0;
   for (const NodeGroup& group : node_groups) nodes += group.count;

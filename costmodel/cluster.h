@@ -117,10 +117,11 @@ struct GroupLink {
 
 // Calibrated alpha-beta constants of one collective on one network level (fitted by
 // `stratos calibrate`): achievable bandwidth (already net of any efficiency) and latency per ring
-// step.
+// step, and the pipelining term c of collective.h (seconds per sqrt(step x byte); 0: none).
 struct LinkFit {
   double bandwidth_bytes_per_second = 0;
   double latency_seconds = 0;
+  double pipeline_seconds_per_sqrt_byte = 0;
 };
 
 // One level of the network hierarchy, from inside a node outward.
@@ -150,6 +151,8 @@ struct NetworkLevel {
   // ring_links_per_gpu is set): its calibrated fit, else EffectiveBandwidth() / latency_seconds.
   double CollectiveBandwidth(Collective kind) const;
   double CollectiveLatency(Collective kind) const;
+  // The pipelining coefficient of `kind`'s fit (collective.h), 0 without one.
+  double CollectivePipeline(Collective kind) const;
 };
 
 // Per-collective constants that do not belong to one network level.

@@ -138,10 +138,14 @@ NetworkLevel ReadNetwork(const TomlTableReader& n, int index) {
   // [network.<collective>]: calibrated bandwidth and latency of one collective on this level.
   for (Collective kind : kAllCollectives) {
     if (const std::optional<TomlTableReader> fit = SubTable(n, CollectiveName(kind))) {
-      fit->AllowOnly({"bandwidth_GBps", "latency_us"});
+      fit->AllowOnly({"bandwidth_GBps", "latency_us", "pipeline_us_per_sqrt_MB"});
       LinkFit link;
       link.bandwidth_bytes_per_second = fit->Positive("bandwidth_GBps") * kGB;
       link.latency_seconds = RequiredNonNegative(*fit, "latency_us") * kMicrosecond;
+      // us per sqrt(MB) -> seconds per sqrt(byte): sqrt(1e6 bytes) = 1e3 sqrt(byte).
+      if (fit->Find("pipeline_us_per_sqrt_MB") != nullptr)
+        link.pipeline_seconds_per_sqrt_byte =
+            RequiredNonNegative(*fit, "pipeline_us_per_sqrt_MB") * kMicrosecond / 1e3;
       level.collective_fits[static_cast<int>(kind)] = link;
     }
   }

@@ -53,6 +53,7 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   [network.all_reduce]            # optional, calibrated, per collective (all_reduce,
 //   bandwidth_GBps = 23             #   all_gather, reduce_scatter): > 0, replaces
 //   latency_us = 11                 #   bandwidth x efficiency; >= 0, replaces latency_us
+//   pipeline_us_per_sqrt_MB = 0.3   #   optional, >= 0, default 0: collective.h's pipelining term
 //   [collective.all_gather]         # optional, per collective:
 //   launch_us = 38                  #   >= 0, default 0: fixed cost per call
 //   inter_node_algorithm = "ring"   #   "hierarchical" (default) | "ring" (costmodel/collective.h)

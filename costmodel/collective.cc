@@ -27,13 +27,14 @@ CollectiveTerms RingCollectiveTerms(Collective kind, InterNodeAlgorithm algorith
     const int n = nodes * gpn;
     // The expressions keep the evaluation order of the pre-calibration model, so that an
     // uncalibrated cluster gives bit-identical times.
+    const double steps = flat_ring ? factor * nodes * (gpn - 1) : factor * (gpn - 1);
     if (flat_ring) {
       terms.intra_link_bytes = factor * (n - 1) / n * bytes / links;
-      if (with_latency) terms.intra_steps = factor * nodes * (gpn - 1);
     } else {
       terms.intra_link_bytes = factor * (gpn - 1) / gpn * bytes / links;
-      if (with_latency) terms.intra_steps = factor * (gpn - 1);
     }
+    if (with_latency) terms.intra_steps = steps;
+    terms.intra_pipeline = std::sqrt(steps * terms.intra_link_bytes);
   }
   if (nodes > 1) {
     if (flat_ring) {
@@ -44,10 +45,11 @@ CollectiveTerms RingCollectiveTerms(Collective kind, InterNodeAlgorithm algorith
     }
     // The ring's k - 1 steps per pass; the hierarchical all-reduce, NCCL's tree, 2 log2i(k)
     // (tuning.cc: 2 * log2i(nNodes) inter-node latencies, log2i rounding down).
-    if (with_latency)
-      terms.inter_steps = kind == Collective::kAllReduce && !flat_ring
-                              ? 2.0 * std::floor(std::log2(static_cast<double>(nodes)))
-                              : factor * (nodes - 1);
+    const double steps = kind == Collective::kAllReduce && !flat_ring
+                             ? 2.0 * std::floor(std::log2(static_cast<double>(nodes)))
+                             : factor * (nodes - 1);
+    if (with_latency) terms.inter_steps = steps;
+    terms.inter_pipeline = std::sqrt(steps * terms.inter_node_bytes);
   }
   return terms;
 }
@@ -63,11 +65,13 @@ double CollectiveSeconds(const ClusterSpec& cluster, Collective kind, double byt
   if (layout.gpus_per_node > 1) {
     seconds += terms.intra_link_bytes / intra.CollectiveBandwidth(kind);
     if (with_latency) seconds += terms.intra_steps * intra.CollectiveLatency(kind);
+    if (const double c = intra.CollectivePipeline(kind); c > 0) seconds += c * terms.intra_pipeline;
   }
   if (layout.nodes > 1) {
     const NetworkLevel& inter = cluster.InterNode();
     seconds += terms.inter_node_bytes / inter.CollectiveBandwidth(kind);
     if (with_latency) seconds += terms.inter_steps * inter.CollectiveLatency(kind);
+    if (const double c = inter.CollectivePipeline(kind); c > 0) seconds += c * terms.inter_pipeline;
   }
   if (terms.launches > 0) seconds += terms.launches * calibration.launch_seconds;
   return seconds;

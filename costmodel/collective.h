@@ -4,6 +4,7 @@
 //
 //   t = launches * launch + intra_steps * alpha_intra + intra_link_bytes / bandwidth_intra
 //                         + inter_steps * alpha_inter + inter_node_bytes / bandwidth_inter
+//                         + c_intra * intra_pipeline + c_inter * inter_pipeline
 //
 // so that the cost model (CollectiveSeconds) and the calibration's least-squares fit
 // (calibrate/collective_fit.h) use the very same terms. Sources: bytes moved per rank
@@ -16,6 +17,13 @@
 // all-gather and reduce-scatter, which NCCL runs as rings only, k - 1). Until 2026-11-27 the
 // hierarchical all-reduce charged 2 (k-1), the same for 2 nodes but linear in k: small
 // messages over many nodes were priced too slow.
+// The pipelining terms: a transfer of S bytes over p steps, pipelined in chunks, takes at best
+// (sqrt(p alpha) + sqrt(S beta))^2 = p alpha + S beta + 2 sqrt(alpha beta) sqrt(p S) (Van de
+// Geijn's pipelined broadcast); NCCL pipelines every ring step in chunks and its bus bandwidth
+// ramps up over two decades of message sizes, which the alpha-beta line cannot follow (README
+// "validate nccl": held-out 7-38% too fast from 4 to 256 MiB). The cross term's regressor is
+// sqrt(steps x bytes) per level, its coefficient c fitted freely (>= 0; 0 without a fit), and it
+// is charged whether or not the latency part is asked for: it grows with the bytes.
 #include "costmodel/cluster.h"
 
 namespace stratos {
@@ -38,6 +46,8 @@ struct CollectiveTerms {
   double intra_link_bytes = 0;  // bytes each GPU moves over one of its intra-node links
   double inter_steps = 0;       // ring steps between nodes
   double inter_node_bytes = 0;  // bytes each node's NICs move (all concurrent groups)
+  double intra_pipeline = 0;    // sqrt(intra-node steps x intra_link_bytes), latency or not
+  double inter_pipeline = 0;    // sqrt(inter-node steps x inter_node_bytes), latency or not
 };
 
 // Terms of `kind` over `bytes` (all-reduce: the buffer each rank holds; all-gather: the gathered

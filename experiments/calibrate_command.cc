@@ -51,6 +51,7 @@ std::string CommandLine(const CalibrateArgs& args, const std::string& profile_fl
   if (!args.matmul_dtype.empty()) line += fmt::format(" --matmul-dtype {}", args.matmul_dtype);
   if (!args.name.empty()) line += fmt::format(" --name {}", args.name);
   if (args.no_layer_curve) line += " --no-layer-curve";
+  if (args.no_pipelining) line += " --no-pipelining";
   if (!args.memory_runs.empty())
     line += fmt::format(" --memory-runs {}", PathForDisplay(args.memory_runs));
   line += FrameworkMemoryFlag(args);
@@ -350,6 +351,7 @@ int RunCalibrate(const CalibrateArgs& given) {
   options.holdout = ParseHoldout(args.holdout);
   options.ring_links_per_gpu = args.ring_links;
   options.fit_layer_curve = !args.no_layer_curve;
+  options.collective_pipeline = !args.no_pipelining;
   options.memory_from_runs = !args.memory_runs.empty();
   options.matmul_dtype = matmul_dtype;
   options.name = !args.name.empty() ? args.name : args.save_as;
@@ -486,6 +488,10 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
       "--no-layer-curve", c.no_layer_curve,
       "fit no block curve from the profile's transformer blocks (blocks are then priced from the "
       "GEMM curve and the memory roofline alone)");
+  commands.calibrate->add_flag(
+      "--no-pipelining", c.no_pipelining,
+      "fit each network level's latency and bandwidth only, no pipelining term c sqrt(steps x "
+      "bytes) (costmodel/collective.h; it follows the bus bandwidth's ramp over message sizes)");
   commands.calibrate->add_option(
       "--name", c.name, "name of the calibrated cluster (default: the --save-as name, else "
                         "<base>-calibrated)");

@@ -38,9 +38,10 @@ LoadedProfile LoadProfile(const std::string& profile_dir, const std::string& alp
 }
 
 std::string CalibrationTable(const CalibrationResult& result) {
-  std::string out = fmt::format("{:<15} {:<12} {:>9}  {:<5} {:>10} {:>12}  {:>21}  {:>21}\n",
-                                "collective", "inter-node", "launch", "level", "latency",
-                                "bandwidth", "fitted MAPE (max) n", "held-out MAPE (max) n");
+  std::string out =
+      fmt::format("{:<15} {:<12} {:>9}  {:<5} {:>10} {:>12} {:>11}  {:>21}  {:>21}\n",
+                  "collective", "inter-node", "launch", "level", "latency", "bandwidth",
+                  "pipelining", "fitted MAPE (max) n", "held-out MAPE (max) n");
   auto errors = [](const ErrorStats& e) {
     return fmt::format("{:>6} ({:>6}) {:>5}", Percent(e.mape), Percent(e.max_ape), e.rows);
   };
@@ -53,19 +54,24 @@ std::string CalibrationTable(const CalibrationResult& result) {
       const std::string bandwidth =
           fmt::format("{:.4g} GB/s{}", link->bandwidth_bytes_per_second / 1e9,
                       std::string(level) == "intra" && fit.ring_links_per_gpu > 0 ? "*" : " ");
+      // The pipelining coefficient c (collective.h) in us per sqrt(MB).
+      const double pipelining = link->pipeline_seconds_per_sqrt_byte * 1e3 * 1e6;
       if (first) {
-        out += fmt::format("{:<15} {:<12} {:>6.1f} us  {:<5} {:>7.1f} us {:>12}  {}  {}\n",
+        out += fmt::format("{:<15} {:<12} {:>6.1f} us  {:<5} {:>7.1f} us {:>12} {:>11.3f}  {}  {}\n",
                            CollectiveName(fit.kind), InterNodeAlgorithmName(fit.algorithm),
                            fit.launch_seconds * 1e6, level, link->latency_seconds * 1e6, bandwidth,
-                           errors(report.fitted), errors(report.held_out));
+                           pipelining, errors(report.fitted), errors(report.held_out));
       } else {
-        out += fmt::format("{:<15} {:<12} {:>9}  {:<5} {:>7.1f} us {:>12}\n", "", "", "", level,
-                           link->latency_seconds * 1e6, bandwidth);
+        out += fmt::format("{:<15} {:<12} {:>9}  {:<5} {:>7.1f} us {:>12} {:>11.3f}\n", "", "",
+                           "", level, link->latency_seconds * 1e6, bandwidth, pipelining);
       }
       first = false;
     }
     if (!fit.note.empty()) out += fmt::format("  note: {}\n", fit.note);
   }
+  if (!result.collectives.empty())
+    out += "  pipelining: c of c sqrt(steps x bytes) per level (costmodel/collective.h), us per "
+           "sqrt(MB)\n";
   if (!result.collectives.empty() && result.collectives.front().fit.ring_links_per_gpu > 0) {
     out += fmt::format(
         "  * per NVLink link; a ring over g GPUs of a node drives min(g-1, {}) "

@@ -176,6 +176,7 @@ struct CalibrateArgs {
   std::string output;                   // "": out/calibrate/cluster.toml unless save_as
   std::string save_as;                  // "": none; else written to UserClusterPath(save_as)
   bool no_layer_curve = false;          // fit no block curve even if the profile has blocks
+  bool no_pipelining = false;           // fit no collective pipelining term
   // Fit the T4 on AMP's published layer profile (validate/amp_trials.h AmpCalibratedCluster).
   bool amp_profile = false;
   // A directory of CUDA runs' measurement.json files (`stratos run --device cuda`): the device's

@@ -62,7 +62,8 @@ nlohmann::json FitJson(const ClusterSpec& cluster) {
     const auto& fit = cluster.networks[level].collective_fits[index];
     if (fit)
       out[names[level]] = {{"latency_us", fit->latency_seconds * 1e6},
-                           {"bandwidth_GBps", fit->bandwidth_bytes_per_second / 1e9}};
+                           {"bandwidth_GBps", fit->bandwidth_bytes_per_second / 1e9},
+                           {"pipeline_us_per_sqrt_MB", fit->pipeline_seconds_per_sqrt_byte * 1e9}};
   }
   return out;
 }
@@ -114,12 +115,13 @@ std::vector<bool> NcclFittedRows(const std::vector<NcclSweepRow>& sweep) {
 }
 
 ClusterSpec FitNcclSweeps(const ClusterSpec& base, InterNodeAlgorithm algorithm,
-                          const std::vector<NcclSweepRow>& rows) {
+                          const std::vector<NcclSweepRow>& rows, bool with_pipeline) {
   std::vector<CollectiveRow> collective_rows;
   for (const NcclSweepRow& row : rows) collective_rows.push_back(ToCollectiveRow(row));
   STRATOS_CHECK(!base.networks.empty(), "cluster {} has no network level", base.name);
-  const CollectiveFit fit = FitCollective(Collective::kAllReduce, algorithm,
-                                          base.networks[0].ring_links_per_gpu, collective_rows);
+  const CollectiveFit fit =
+      FitCollective(Collective::kAllReduce, algorithm, base.networks[0].ring_links_per_gpu,
+                    collective_rows, with_pipeline);
   ClusterSpec cluster = base;
   ApplyCollectiveFit(fit, cluster);
   return cluster;
@@ -160,7 +162,7 @@ ValidationReport ValidateNcclSweeps(const std::string& reference_path) {
       fmt::format(
           "model: the cost model's all-reduce (costmodel/collective.h) on the zoo's {} topology "
           "(8 GPUs per node on NVSwitch, one NIC level), its launch cost and the latency per "
-          "step and bandwidth of each network level fitted by calibrate/collective_fit.h on the "
+          "step, bandwidth and pipelining coefficient of each network level fitted by calibrate/collective_fit.h on the "
           "fitted rows of every sweep of one GPU type together (relative least squares, all >= "
           "0; a launch cost the layouts cannot tell apart from the intra-node latency is fixed "
           "at 0). A GPU type swept at one node count is not scored by it: one group layout "
@@ -169,10 +171,10 @@ ValidationReport ValidateNcclSweeps(const std::string& reference_path) {
       "Across nodes the model charges NCCL's tree latency (2 floor(log2 k) inter-node steps); "
       "a flat ring (2 (k - 1)) gives the same predictions here: with one multi-node count per "
       "GPU type the fitted inter-node latency absorbs the step count.",
-      "a-b: t = a + S / B fitted to each sweep alone on the same rows (what the model is within "
-      "one layout); a-b-sqrt: t = a + S / B + c sqrt(S), the cross term of a pipelined "
-      "transfer's (sqrt(p alpha) + sqrt(S beta))^2, a diagnostic of the bandwidth ramp the "
-      "alpha-beta form cannot follow (not in the cost model).",
+      "Fitted to each sweep alone on the same rows: a-b, t = a + S / B (the model without its "
+      "pipelining term, calibrate --no-pipelining, within one layout); a-b-sqrt, t = a + S / B "
+      "+ c sqrt(S) (the model within one layout: its pipelining regressor sqrt(steps x bytes) is "
+      "proportional to sqrt(S) there).",
       "Rows given as bus bandwidth only are times size / busbw x 2 (n - 1) / n (nccl-tests' "
       "definition); monotone = no larger message of the sweep took less time (a row that is "
       "not is a measurement artefact such as a warm-up; kept in the MAPE over all sizes)."};
@@ -221,7 +223,7 @@ ValidationReport ValidateNcclSweeps(const std::string& reference_path) {
       continue;
     }
     const ClusterSpec fit = FitNcclSweeps(ZooCluster(kBase, max_nodes),
-                                          InterNodeAlgorithm::kHierarchical, fitted_rows);
+                                          InterNodeAlgorithm::kHierarchical, fitted_rows, true);
     for (const std::string& config : configs_of[gpu]) {
       const std::vector<NcclSweepRow>& sweep = sweep_of[config];
       for (size_t i = 0; i < sweep.size(); ++i)

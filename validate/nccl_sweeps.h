@@ -18,18 +18,18 @@ namespace stratos {
 // each sweep, rounded up.
 std::vector<bool> NcclFittedRows(const std::vector<NcclSweepRow>& sweep);
 
-// Fits the all-reduce constants on `rows` (every one fitted) with the inter-node `algorithm`
-// and returns `base` (whose intra-node level is the first network level) with them applied.
+// Fits the all-reduce constants on `rows` (every one fitted) with the inter-node `algorithm`,
+// with `with_pipeline` each level's pipelining coefficient too (costmodel/collective.h), and
+// returns `base` (whose intra-node level is the first network level) with them applied.
 // Throws InputError (calibrate/collective_fit.h) when the rows cannot tell the constants apart,
 // e.g. a single group layout, whose intra- and inter-node terms add up alike.
 ClusterSpec FitNcclSweeps(const ClusterSpec& base, InterNodeAlgorithm algorithm,
-                          const std::vector<NcclSweepRow>& rows);
+                          const std::vector<NcclSweepRow>& rows, bool with_pipeline);
 
-// Diagnostic forms fitted to one sweep alone on its `fitted` rows (relative least squares,
-// coefficients >= 0): t = a + S / B (alpha-beta), or with `with_sqrt` t = a + S / B + c sqrt(S),
-// the cross term of a pipelined transfer's (sqrt(p alpha) + sqrt(S beta))^2 (chunked pipelines:
-// Van de Geijn's pipelined broadcast; NCCL pipelines each ring step in chunks) with a free
-// coefficient. Returns the predicted seconds of every row. Throws InputError when the fitted
+// Forms fitted to one sweep alone on its `fitted` rows (relative least squares, coefficients
+// >= 0): t = a + S / B (alpha-beta), or with `with_sqrt` t = a + S / B + c sqrt(S) (the cost
+// model's collective within one group layout, pipelining term included: collective.h).
+// Returns the predicted seconds of every row. Throws InputError when the fitted
 // rows cannot determine the coefficients.
 std::vector<double> FitSweepForm(const std::vector<NcclSweepRow>& sweep,
                                  const std::vector<bool>& fitted, bool with_sqrt);

@@ -102,6 +102,49 @@ TEST_CASE("the collective fit recovers launch, latency and bandwidth of both lev
   }
 }
 
+TEST_CASE("the collective fit with pipelining recovers every level's coefficient too") {
+  ClusterSpec known = KnownCluster();
+  known.networks[0].collective_fits[0]->pipeline_seconds_per_sqrt_byte = 12e-9;
+  known.networks[1].collective_fits[0]->pipeline_seconds_per_sqrt_byte = 200e-9;
+  const CollectiveFit fit = FitCollective(Collective::kAllReduce, InterNodeAlgorithm::kHierarchical,
+                                          6, GeneratedRows(known, "all_reduce"), true);
+  REQUIRE(fit.intra.has_value());
+  REQUIRE(fit.inter.has_value());
+  CHECK(fit.launch_seconds == doctest::Approx(45e-6).epsilon(1e-6));
+  CHECK(fit.intra->pipeline_seconds_per_sqrt_byte == doctest::Approx(12e-9).epsilon(1e-6));
+  CHECK(fit.inter->pipeline_seconds_per_sqrt_byte == doctest::Approx(200e-9).epsilon(1e-6));
+  CHECK(fit.inter->bandwidth_bytes_per_second == doctest::Approx(2.3e9).epsilon(1e-6));
+  // Without it the coefficients stay 0 and the line misses the generated times.
+  const CollectiveFit plain = FitCollective(Collective::kAllReduce,
+                                            InterNodeAlgorithm::kHierarchical, 6,
+                                            GeneratedRows(known, "all_reduce"));
+  CHECK(plain.intra->pipeline_seconds_per_sqrt_byte == 0.0);
+  CHECK(plain.inter->pipeline_seconds_per_sqrt_byte == 0.0);
+}
+
+TEST_CASE("pipelining term by hand: c sqrt(steps x bytes) per level, with or without latency") {
+  ClusterSpec cluster = KnownCluster();  // 2 nodes of 8, ring links 6 on the intra level
+  cluster.networks[0].collective_fits[0]->pipeline_seconds_per_sqrt_byte = 0.5e-9;
+  cluster.networks[1].collective_fits[0]->pipeline_seconds_per_sqrt_byte = 2e-9;
+  ClusterSpec without = cluster;
+  without.networks[0].collective_fits[0]->pipeline_seconds_per_sqrt_byte = 0;
+  without.networks[1].collective_fits[0]->pipeline_seconds_per_sqrt_byte = 0;
+  const double S = 64e6;
+  // One node, 8 GPUs: 2 x 7 steps; each GPU's links carry 2 x 7/8 S over min(7, 6) = 6 links.
+  const double intra = 0.5e-9 * std::sqrt(14.0 * (2.0 * 7.0 / 8.0 * S / 6.0));
+  for (bool with_latency : {true, false}) {
+    CHECK(CollectiveSeconds(cluster, Collective::kAllReduce, S, {1, 8, 1}, with_latency) -
+              CollectiveSeconds(without, Collective::kAllReduce, S, {1, 8, 1}, with_latency) ==
+          doctest::Approx(intra));
+  }
+  // Two nodes (hierarchical: 2 floor(log2 2) = 2 inter-node steps; each node's NICs move
+  // 2 x 1/2 S): both levels' terms.
+  const double inter = 2e-9 * std::sqrt(2.0 * (2.0 * 1.0 / 2.0 * S));
+  CHECK(CollectiveSeconds(cluster, Collective::kAllReduce, S, {2, 8, 1}) -
+            CollectiveSeconds(without, Collective::kAllReduce, S, {2, 8, 1}) ==
+        doctest::Approx(intra + inter));
+}
+
 TEST_CASE("a profile without node-crossing rows fits the intra-node level only") {
   std::vector<CollectiveRow> rows;
   for (const CollectiveRow& row : GeneratedRows(KnownCluster(), "all_reduce")) {

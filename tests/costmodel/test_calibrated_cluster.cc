@@ -82,6 +82,8 @@ void CheckSameCluster(const ClusterSpec& a, const ClusterSpec& b) {
       CHECK(Close(x.collective_fits[c]->bandwidth_bytes_per_second,
                   y.collective_fits[c]->bandwidth_bytes_per_second));
       CHECK(Close(x.collective_fits[c]->latency_seconds, y.collective_fits[c]->latency_seconds));
+      CHECK(Close(x.collective_fits[c]->pipeline_seconds_per_sqrt_byte,
+                  y.collective_fits[c]->pipeline_seconds_per_sqrt_byte));
     }
   }
   for (int c = 0; c < kNumCollectives; ++c) {
@@ -102,7 +104,7 @@ ClusterSpec CalibratedExample() {
   cluster.devices[0].reserved_memory_bytes = 0.75 * 1024 * 1024 * 1024;
   cluster.devices[0].memory_fragmentation = 0.079;
   cluster.networks[0].ring_links_per_gpu = 6;
-  cluster.networks[0].collective_fits[0] = LinkFit{22.95e9, 10.89e-6};
+  cluster.networks[0].collective_fits[0] = LinkFit{22.95e9, 10.89e-6, 11.9e-9};
   cluster.networks[0].collective_fits[2] = LinkFit{17.41e9 / 3, 29.2e-6 / 7};
   cluster.networks[1].collective_fits[1] = LinkFit{2.589e9, 138.7e-6};
   cluster.collectives[1] = {38.03e-6, InterNodeAlgorithm::kRing};

@@ -392,8 +392,9 @@ TEST_CASE("NCCL sweeps: every fifth row from the largest is fitted; the fit reco
   // the launch cost and the intra-node latency add up alike).
   ClusterSpec truth = ZooCluster("dgx-h100-datasheet", 4);
   const int ar = static_cast<int>(Collective::kAllReduce);
-  truth.networks[0].collective_fits[ar] = LinkFit{300e9, 3e-6};
-  truth.networks[1].collective_fits[ar] = LinkFit{150e9, 9e-6};
+  // Pipelining 0.2 and 0.5 us per sqrt(MB).
+  truth.networks[0].collective_fits[ar] = LinkFit{300e9, 3e-6, 0.2e-9};
+  truth.networks[1].collective_fits[ar] = LinkFit{150e9, 9e-6, 0.5e-9};
   truth.collectives[ar].launch_seconds = 0;
   truth.collectives[ar].inter_node_algorithm = InterNodeAlgorithm::kHierarchical;
   const std::string path = WriteSweeps(
@@ -424,6 +425,9 @@ TEST_CASE("NCCL sweeps: every fifth row from the largest is fitted; the fit reco
   CHECK(x["fit"]["intra_node"]["latency_us"].get<double>() == doctest::Approx(3));
   CHECK(x["fit"]["inter_node"]["bandwidth_GBps"].get<double>() == doctest::Approx(150));
   CHECK(x["fit"]["inter_node"]["latency_us"].get<double>() == doctest::Approx(9));
+  CHECK(x["fit"]["intra_node"]["pipeline_us_per_sqrt_MB"].get<double>() == doctest::Approx(0.2));
+  CHECK(x["fit"]["inter_node"]["pipeline_us_per_sqrt_MB"].get<double>() ==
+        doctest::Approx(0.5).epsilon(1e-3));
   const nlohmann::json& sweeps = report.summary["sweeps"];
   REQUIRE(sweeps.size() == 3);
   for (int i = 0; i < 2; ++i) {
@@ -434,7 +438,8 @@ TEST_CASE("NCCL sweeps: every fifth row from the largest is fitted; the fit reco
   CHECK(report.summary["gpu_types"][1]["gpu"] == "Y");
   CHECK(report.summary["gpu_types"][1]["scored"] == false);
   CHECK(sweeps[2]["model"].is_null());
-  CHECK(sweeps[2]["alpha_beta"]["held_out_mape_pct"].get<double>() < 1e-3);
+  CHECK(sweeps[2]["pipelined"]["held_out_mape_pct"].get<double>() < 1e-3);
+  CHECK(sweeps[2]["alpha_beta"]["held_out_mape_pct"].get<double>() > 0.1);
   CHECK(report.headline.find("model not scored (one node count)") != std::string::npos);
   CHECK(report.rows.size() == 63);
 }

@@ -25,8 +25,9 @@ enum Column {
   kColumns
 };
 constexpr const char* kColumnNames[kColumns] = {
-    "launch",           "intra-node latency",  "intra-node bandwidth", "inter-node latency",
-    "inter-node bandwidth", "intra-node pipelining", "inter-node pipelining"};
+    "launch",               "intra-node latency",    "intra-node bandwidth",
+    "inter-node latency",   "inter-node bandwidth",  "intra-node pipelining",
+    "inter-node pipelining"};
 
 }  // namespace
 

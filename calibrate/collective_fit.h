@@ -34,9 +34,9 @@ struct CollectiveFit {
 // Fits `kind`'s constants to `rows` (all of that op and covered by the model), with
 // `with_pipeline` also each level's pipelining coefficient (costmodel/collective.h). When the
 // launch cost cannot be told apart from the per-step latencies (every row has the same group
-// layout), it is fixed at 0 and `note` says so. Throws InputError naming the collective when there are
-// too few rows, when other constants cannot be told apart, or when a bandwidth comes out
-// unbounded (no bandwidth-bound rows).
+// layout), it is fixed at 0 and `note` says so. Throws InputError naming the collective when
+// there are too few rows, when other constants cannot be told apart, or when a bandwidth comes
+// out unbounded (no bandwidth-bound rows).
 CollectiveFit FitCollective(Collective kind, InterNodeAlgorithm algorithm, int ring_links_per_gpu,
                             const std::vector<CollectiveRow>& rows, bool with_pipeline = false);
 

@@ -378,8 +378,9 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   terms.working_bytes = training.loss_transient_bytes_per_logit * b * layer.logits_per_sample / tp;
 
   // Data parallelism. Gradient sync once per iteration (bandwidth part here, latency once per
-  // stage in StageOverhead; DpSyncSeconds): all-reduce for ZeRO 0; reduce-scatter of the
-  // gradients + all-gather of the updated parameters for ZeRO 1-2; reduce-scatter only for
+  // stage in StageOverhead; DpSyncSeconds; a calibrated pipelining term (collective.h) per
+  // layer, as if each layer's gradients were one bucket): all-reduce for ZeRO 0; reduce-scatter
+  // of the gradients + all-gather of the updated parameters for ZeRO 1-2; reduce-scatter only for
   // ZeRO-3, which instead all-gathers the parameters in every forward and backward pass (1.5x
   // volume; Rajbhandari et al. SC'20 §7). With gradient compression (ZeRO 0-1 only,
   // costmodel/compression.h) each of the layer's gradient tensors is exchanged in its compressed

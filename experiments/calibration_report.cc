@@ -57,10 +57,11 @@ std::string CalibrationTable(const CalibrationResult& result) {
       // The pipelining coefficient c (collective.h) in us per sqrt(MB).
       const double pipelining = link->pipeline_seconds_per_sqrt_byte * 1e3 * 1e6;
       if (first) {
-        out += fmt::format("{:<15} {:<12} {:>6.1f} us  {:<5} {:>7.1f} us {:>12} {:>11.3f}  {}  {}\n",
-                           CollectiveName(fit.kind), InterNodeAlgorithmName(fit.algorithm),
-                           fit.launch_seconds * 1e6, level, link->latency_seconds * 1e6, bandwidth,
-                           pipelining, errors(report.fitted), errors(report.held_out));
+        out += fmt::format(
+            "{:<15} {:<12} {:>6.1f} us  {:<5} {:>7.1f} us {:>12} {:>11.3f}  {}  {}\n",
+            CollectiveName(fit.kind), InterNodeAlgorithmName(fit.algorithm),
+            fit.launch_seconds * 1e6, level, link->latency_seconds * 1e6, bandwidth, pipelining,
+            errors(report.fitted), errors(report.held_out));
       } else {
         out += fmt::format("{:<15} {:<12} {:>9}  {:<5} {:>7.1f} us {:>12} {:>11.3f}\n", "", "",
                            "", level, link->latency_seconds * 1e6, bandwidth, pipelining);

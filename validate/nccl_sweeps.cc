@@ -162,11 +162,12 @@ ValidationReport ValidateNcclSweeps(const std::string& reference_path) {
       fmt::format(
           "model: the cost model's all-reduce (costmodel/collective.h) on the zoo's {} topology "
           "(8 GPUs per node on NVSwitch, one NIC level), its launch cost and the latency per "
-          "step, bandwidth and pipelining coefficient of each network level fitted by calibrate/collective_fit.h on the "
-          "fitted rows of every sweep of one GPU type together (relative least squares, all >= "
-          "0; a launch cost the layouts cannot tell apart from the intra-node latency is fixed "
-          "at 0). A GPU type swept at one node count is not scored by it: one group layout "
-          "cannot separate the intra- from the inter-node constants.",
+          "step, bandwidth and pipelining coefficient of each network level fitted by "
+          "calibrate/collective_fit.h on the fitted rows of every sweep of one GPU type "
+          "together (relative least squares, all >= 0; a launch cost the layouts cannot tell "
+          "apart from the intra-node latency is fixed at 0). A GPU type swept at one node count "
+          "is not scored by it: one group layout cannot separate the intra- from the inter-node "
+          "constants.",
           kBase),
       "Across nodes the model charges NCCL's tree latency (2 floor(log2 k) inter-node steps); "
       "a flat ring (2 (k - 1)) gives the same predictions here: with one multi-node count per "

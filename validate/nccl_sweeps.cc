@@ -199,21 +199,20 @@ ValidationReport ValidateNcclSweeps(const std::string& reference_path) {
   nlohmann::json types = nlohmann::json::array();
   for (const std::string& gpu : gpus) {
     std::vector<NcclSweepRow> fitted_rows;
+    const int first_nodes = sweep_of[configs_of[gpu].front()].front().nodes;
     int max_nodes = 1;
     bool several_layouts = false;
     for (const std::string& config : configs_of[gpu]) {
       const std::vector<NcclSweepRow>& sweep = sweep_of[config];
-      for (size_t i = 0; i < sweep.size(); ++i) {
+      // The config fixes a sweep's layout: its first row stands for all.
+      if (sweep.front().gpus_per_node != 8)
+        throw InputError(fmt::format("{}:{}: config = \"{}\": must have 8 GPUs per node (the "
+                                     "topology of {})",
+                                     reference_path, sweep.front().line, config, kBase));
+      max_nodes = std::max(max_nodes, sweep.front().nodes);
+      several_layouts |= sweep.front().nodes != first_nodes;
+      for (size_t i = 0; i < sweep.size(); ++i)
         if (fitted_of[config][i]) fitted_rows.push_back(sweep[i]);
-        max_nodes = std::max(max_nodes, sweep[i].nodes);
-        several_layouts |= sweep[i].nodes != sweep.front().nodes ||
-                           sweep[i].nodes != sweep_of[configs_of[gpu].front()].front().nodes;
-        if (sweep[i].gpus_per_node != sweep.front().gpus_per_node ||
-            sweep[i].gpus_per_node != 8)
-          throw InputError(fmt::format("{}:{}: config = \"{}\": the topology ({}) has 8 GPUs "
-                                       "per node",
-                                       reference_path, sweep[i].line, config, kBase));
-      }
     }
     if (!several_layouts) {
       types.push_back({{"gpu", gpu},

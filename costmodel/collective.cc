@@ -65,13 +65,13 @@ double CollectiveSeconds(const ClusterSpec& cluster, Collective kind, double byt
   if (layout.gpus_per_node > 1) {
     seconds += terms.intra_link_bytes / intra.CollectiveBandwidth(kind);
     if (with_latency) seconds += terms.intra_steps * intra.CollectiveLatency(kind);
-    if (const double c = intra.CollectivePipeline(kind); c > 0) seconds += c * terms.intra_pipeline;
+    seconds += intra.CollectivePipeline(kind) * terms.intra_pipeline;  // 0 without a fit
   }
   if (layout.nodes > 1) {
     const NetworkLevel& inter = cluster.InterNode();
     seconds += terms.inter_node_bytes / inter.CollectiveBandwidth(kind);
     if (with_latency) seconds += terms.inter_steps * inter.CollectiveLatency(kind);
-    if (const double c = inter.CollectivePipeline(kind); c > 0) seconds += c * terms.inter_pipeline;
+    seconds += inter.CollectivePipeline(kind) * terms.inter_pipeline;
   }
   if (terms.launches > 0) seconds += terms.launches * calibration.launch_seconds;
   return seconds;

@@ -142,27 +142,21 @@ int RunValidateAlpaComm(const ValidateAlpaCommArgs& args) {
                Cell(with_filled));
     verdicts.push_back(fmt::format("{} {} {}", op, Percent(all.mape),
                                    all.mape <= kTargetMape ? "<= 15%" : "> 15%"));
-    // The base cluster's own (uncalibrated) constants on the same held-out rows.
-    std::vector<double> base_predicted, base_measured;
+    // On the same held-out rows: the base cluster's own (uncalibrated) constants, and the fit
+    // without the pipelining term (all sizes and 64 KiB-16 MiB).
+    std::vector<double> measured_all, base_predicted, plain_all, plain_mid, measured_mid;
     for (const Residual& r : residuals) {
       if (!held(r)) continue;
-      base_predicted.push_back(PredictCollectiveSeconds(base, *r.row));
-      base_measured.push_back(r.row->seconds);
-    }
-    const ErrorStats uncalibrated = RelativeErrors(base_predicted, base_measured);
-    baselines.push_back(fmt::format("{} {}", op, Percent(uncalibrated.mape)));
-    // Without the pipelining term, on the same held-out rows: all sizes and 64 KiB-16 MiB.
-    std::vector<double> plain_all, measured_all, plain_mid, measured_mid;
-    for (const Residual& r : residuals) {
-      if (!held(r)) continue;
-      const double t = PredictCollectiveSeconds(plain, *r.row);
-      plain_all.push_back(t);
       measured_all.push_back(r.row->seconds);
+      base_predicted.push_back(PredictCollectiveSeconds(base, *r.row));
+      plain_all.push_back(PredictCollectiveSeconds(plain, *r.row));
       if (r.row->bytes >= kSizeRanges[1].min_bytes && r.row->bytes < kSizeRanges[1].max_bytes) {
-        plain_mid.push_back(t);
+        plain_mid.push_back(plain_all.back());
         measured_mid.push_back(r.row->seconds);
       }
     }
+    const ErrorStats uncalibrated = RelativeErrors(base_predicted, measured_all);
+    baselines.push_back(fmt::format("{} {}", op, Percent(uncalibrated.mape)));
     const ErrorStats plain_errors = RelativeErrors(plain_all, measured_all);
     const ErrorStats plain_mid_errors = RelativeErrors(plain_mid, measured_mid);
     without_pipelining.push_back(fmt::format("{} {} ({} {})", op, Percent(plain_errors.mape),

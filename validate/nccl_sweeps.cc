@@ -25,7 +25,7 @@ constexpr const char* kBase = "dgx-h100-datasheet";
 CollectiveRow ToCollectiveRow(const NcclSweepRow& row) {
   CollectiveRow r;
   r.op = "all_reduce";
-  r.dtype = "f32";
+  r.dtype = "f32";  // nccl-tests' default; the sweeps do not say, and the fit ignores it
   r.nodes = row.nodes;
   r.gpus_per_node = row.gpus_per_node;
   r.group_size = row.nodes * row.gpus_per_node;
@@ -36,18 +36,17 @@ CollectiveRow ToCollectiveRow(const NcclSweepRow& row) {
   return r;
 }
 
-// Mean absolute percentage error over the rows `keep` selects; NaN when it selects none.
+// MAPE in percent over the rows `keep` selects (RelativeErrors); NaN when it selects none.
 template <typename Keep>
 double Mape(const std::vector<double>& predicted, const std::vector<NcclSweepRow>& rows,
             Keep keep) {
-  double sum = 0;
-  int count = 0;
+  std::vector<double> kept, measured;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (!keep(i)) continue;
-    sum += std::abs(predicted[i] / rows[i].seconds - 1.0);
-    ++count;
+    kept.push_back(predicted[i]);
+    measured.push_back(rows[i].seconds);
   }
-  return count > 0 ? 100.0 * sum / count : std::nan("");
+  return 100.0 * RelativeErrors(kept, measured).mape;
 }
 
 nlohmann::json Number(double value) {

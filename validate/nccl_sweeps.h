@@ -1,7 +1,7 @@
 #pragma once
 // Validation of the collective model (costmodel/collective.h) on measured all-reduce sweeps
-// (../shared/data/reference/nccl_allreduce_sweeps.csv): the all-reduce constants (launch,
-// latency and bandwidth per network level) are fitted by calibrate/collective_fit.h on every
+// (../shared/data/reference/nccl_allreduce_sweeps.csv): the all-reduce constants (launch;
+// latency, bandwidth and pipelining coefficient per network level) are fitted by calibrate/collective_fit.h on every
 // fifth row of each sweep counting down from its largest message, and every row is predicted;
 // errors are reported on the rows not fitted, over all sizes, from 1 MiB up, and below.
 #include <string>
@@ -13,9 +13,9 @@
 
 namespace stratos {
 
-// Whether `row` (of `sweep`, one config's rows) is fitted: every fifth row of the sweep sorted
-// by size, starting at its largest message (the best-measured bandwidth). At most a fifth of
-// each sweep, rounded up.
+// Per row of `sweep` (one config's rows), whether it is fitted: every fifth row of the sweep
+// sorted by size, starting at its largest message (the best-measured bandwidth). At most a fifth
+// of each sweep, rounded up.
 std::vector<bool> NcclFittedRows(const std::vector<NcclSweepRow>& sweep);
 
 // Fits the all-reduce constants on `rows` (every one fitted) with the inter-node `algorithm`,
@@ -35,10 +35,11 @@ std::vector<double> FitSweepForm(const std::vector<NcclSweepRow>& sweep,
                                  const std::vector<bool>& fitted, bool with_sqrt);
 
 // The report: per GPU type with sweeps of at least two node counts (a single layout cannot
-// separate the intra- from the inter-node constants: listed, not scored), the fit above on the
-// zoo's `dgx-h100-datasheet` topology (8 GPUs per node on NVSwitch, one NIC level), once with
-// NCCL's tree latency for the hierarchical all-reduce (the cost model's default) and once with a
-// flat ring. Throws InputError for a malformed table or one with nothing to score.
+// separate the intra- from the inter-node constants: listed, not scored), the fit above with the
+// pipelining term on the zoo's `dgx-h100-datasheet` topology (8 GPUs per node on NVSwitch, one
+// NIC level; NCCL's tree latency for the all-reduce across nodes, the cost model's default);
+// per sweep, FitSweepForm's two forms beside it. Throws InputError for a malformed table, a
+// sweep of other than 8 GPUs per node, or a table with nothing to score.
 ValidationReport ValidateNcclSweeps(const std::string& reference_path);
 
 }  // namespace stratos

@@ -16,8 +16,8 @@
 namespace stratos {
 
 const std::vector<std::string>& ValidationReportNames() {
-  static const std::vector<std::string> names = {"megatron-h100", "amp", "korthikanti", "zero",
-                                                 "alpa-point", "vtrain",
+  static const std::vector<std::string> names = {"megatron-h100", "amp",        "korthikanti",
+                                                 "zero",          "alpa-point", "vtrain",
                                                  "nccl"};
   return names;
 }

@@ -48,12 +48,18 @@ std::vector<std::string> ExportPlanToDirectory(const Problem& problem, const Pla
 int RunExport(const ExportArgs& args) {
   const Target target = ParseTarget(args.target, "command line: --to");
   Plan plan = ReadPlanFile(args.plan_file);
-  const Problem problem = ProblemForPlan(args.problem, plan);
+  Problem problem = ProblemForPlan(args.problem, plan);
   ValidatePlan(problem, plan, args.plan_file);
+  const std::string training_change = TargetTrainingChange(target, problem.training);
+  if (!training_change.empty()) fmt::print("{}\n", training_change);
+  problem.training = TrainingForTarget(target, problem.training);
   const Estimate original = Evaluate(problem, plan);
   fmt::print("plan {}: {}\npredicted iteration: {:.4f} s{}\n", args.plan_file, plan.Summary(),
              original.iteration_seconds,
              original.Fits() ? "" : "; DOES NOT FIT: " + original.MemoryViolation());
+  if (!original.Fits() && !training_change.empty())
+    fmt::print("(`stratos search --export {}` searches plans priced as {} runs them)\n",
+               args.target, args.target);
   if (args.nearest) {
     const NearestPlan nearest = NearestPlanForTarget(problem, plan, target, args.plan_file);
     if (nearest.changes.empty()) {
@@ -109,11 +115,14 @@ int RunImport(const ImportArgs& args) {
   problem.training.schedule = layout.schedule;
   problem.training.dp_overlap_fraction = args.problem.dp_overlap;
   if (layout.tensor_parallel > 1) problem.training.sequence_parallel = layout.sequence_parallel;
+  const std::string training_change = TargetTrainingChange(target, problem.training);
+  problem.training = TrainingForTarget(target, problem.training);
   const Plan plan = PlanFromLayout(problem, layout, args.file);
   const Estimate estimate = Evaluate(problem, plan);
   fmt::print("problem: {} on {} ({} devices), global batch {}, seq {}\n", problem.model.name,
              problem.cluster.NodesLabel(), problem.NumDevices(),
              problem.training.global_batch_size, problem.model.seq_length);
+  if (!training_change.empty()) fmt::print("{}\n", training_change);
   fmt::print("{}", EstimateReport(estimate, plan));
   if (!args.plan_output.empty()) {
     WriteJsonAtomically(args.plan_output, PlanToJson(plan));

@@ -58,7 +58,8 @@ nlohmann::json ProblemJson(const Problem& problem) {
           {"global_batch_size", problem.training.global_batch_size},
           {"seq_length", problem.model.seq_length},
           {"schedule", ScheduleName(problem.training.schedule)},
-          {"dp_overlap_fraction", problem.training.dp_overlap_fraction}};
+          {"dp_overlap_fraction", problem.training.dp_overlap_fraction},
+          {"grad_dtype_bytes", problem.training.grad_dtype_bytes}};
 }
 
 }  // namespace
@@ -207,6 +208,13 @@ int RunSearch(const SearchArgs& args) {
   if (args.run)
     problem.training =
         RuntimeTraining(problem.training.global_batch_size, problem.training.schedule);
+  // --export: the searchers price plans as the target runs them (interop.h TrainingForTarget).
+  std::string training_change;
+  if (!args.export_target.empty() && !args.run) {
+    const Target target = ParseTarget(args.export_target, "command line: --export");
+    training_change = TargetTrainingChange(target, problem.training);
+    problem.training = TrainingForTarget(target, problem.training);
+  }
   const CostModel cost_model(problem);
   fmt::print("problem: {} ({:.3f} B parameters, {} layers) on {} ({} devices), global batch "
              "{}, seq {}, {}\n",
@@ -214,6 +222,7 @@ int RunSearch(const SearchArgs& args) {
              problem.cluster.NodesLabel(), problem.NumDevices(),
              problem.training.global_batch_size, problem.model.seq_length,
              ScheduleName(problem.training.schedule));
+  if (!training_change.empty()) fmt::print("{}\n", training_change);
 
   std::vector<Outcome> outcomes;
   for (const auto& setup : setups) {

@@ -57,6 +57,20 @@ struct ParallelLayout {
   bool EvenBlocks() const;
 };
 
+// The training as `target` runs a plan, from the one stratos priced it with (`training`; its
+// default prices 2-byte gradients, the ZeRO paper's 2 + 2 + 12 bytes per parameter with Adam).
+// Megatron-LM with bf16 parameters accumulates and all-reduces the gradients in fp32: --bf16 sets
+// accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16 is given
+// (megatron/training/arguments.py; the gradient buffer is then fp32, param_and_grad_buffer.py),
+// so its grad_dtype_bytes is 4: 2 + 4 + 12 = 18 bytes per parameter unsharded, and twice the
+// bytes in the DP gradient reduction. The other targets keep `training`: DeepSpeed's ZeRO holds
+// the gradients in the parameters' dtype; torchtitan's FSDP2 (fp32 sharded parameters and
+// gradients, Adam's 8) and DDP also total 16 bytes per parameter (its fp32 reduce-scatter moves
+// twice the bytes priced). Unchanged where the parameters are not 2-byte.
+TrainingSpec TrainingForTarget(Target target, const TrainingSpec& training);
+// What TrainingForTarget changes, as one line for the user ("" when nothing).
+std::string TargetTrainingChange(Target target, const TrainingSpec& training);
+
 // The plan as `target` runs it. Requires a transformer model (gpt or llama family; torchtitan:
 // llama only) and a plan valid for `problem`. Throws InputError "<where>: stages[s].<key> =
 // <value>: <target> <rule>" for what the target cannot express: different DP, TP, ZeRO,

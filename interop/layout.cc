@@ -100,6 +100,21 @@ Target ParseTarget(const std::string& text, const std::string& where) {
                   "must be one of megatron, deepspeed, torchtitan, torch-pipelining");
 }
 
+TrainingSpec TrainingForTarget(Target target, const TrainingSpec& training) {
+  TrainingSpec out = training;
+  if (target == Target::kMegatron && training.param_dtype_bytes == 2) out.grad_dtype_bytes = 4;
+  return out;
+}
+
+std::string TargetTrainingChange(Target target, const TrainingSpec& training) {
+  const TrainingSpec out = TrainingForTarget(target, training);
+  if (out.grad_dtype_bytes == training.grad_dtype_bytes) return "";
+  return fmt::format(
+      "priced as {} runs it: gradients accumulated and reduced in fp32 ({} bytes per parameter, "
+      "not {}; Megatron-LM's --bf16 without --grad-reduce-in-bf16)",
+      TargetName(target), out.grad_dtype_bytes, training.grad_dtype_bytes);
+}
+
 bool ParallelLayout::EvenBlocks() const {
   if (blocks.empty()) return true;
   for (int b : blocks)

@@ -790,6 +790,17 @@ expect "... and its summary" 0 "" -- test -f "$WORK/search-export/summary.json"
 expect "search --export megatron writes the launch script" 0 "wrote .*/export/" -- \
   "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
   --algo dp --no-progress --export megatron --output-dir "$WORK/search-export"
+expect "search --export megatron prices Megatron-LM's fp32 gradients" 0 \
+  "priced as megatron runs it: gradients accumulated and reduced in fp32" -- \
+  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp --no-progress --export megatron --output-dir "$WORK/search-export"
+# A plan searched with 2-byte gradients that only fits so: its Megatron export says it does not.
+"$STRATOS" search --model gpt3-6.7b --cluster dgx-a100-80gb --nodes 2 --global-batch 512 \
+  --algo dp --no-progress --output-dir "$WORK/search-6.7b" >/dev/null 2>&1
+expect "export --to megatron says a plan does not fit Megatron-LM's fp32 gradients" 0 \
+  "DOES NOT FIT: stage 0 needs .*search --export megatron" -- sh -c '"$0" "$@" | tr "\n" " "' \
+  "$STRATOS" export --plan "$WORK/search-6.7b/plans/dp.json" --model gpt3-6.7b \
+  --cluster dgx-a100-80gb --nodes 2 --to megatron --output "$WORK/export-6.7b"
 
 # Workers die with their launcher (issue 18, defect 8): kill -9 `stratos run` mid-training, and
 # its workers (their argument is the run's run_options.json) are gone within 10 s.

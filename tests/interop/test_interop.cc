@@ -332,4 +332,38 @@ TEST_CASE("a plan over two node groups exports with the groups' order in the lau
         "node: node group a100 has 4 GPUs per node, group h100 8");
 }
 
+
+TEST_CASE("Megatron-LM's bf16 training holds and reduces fp32 gradients: exports are priced so") {
+  Problem problem = ExampleProblem();
+  const TrainingSpec& priced = problem.training;
+  REQUIRE(priced.param_dtype_bytes == 2);
+  REQUIRE(priced.grad_dtype_bytes == 2);
+  CHECK(TrainingForTarget(Target::kMegatron, priced).grad_dtype_bytes == 4);
+  CHECK(Contains(TargetTrainingChange(Target::kMegatron, priced), "fp32"));
+  for (Target target : {Target::kDeepSpeed, Target::kTorchtitan, Target::kTorchPipelining}) {
+    CHECK(TrainingForTarget(target, priced).grad_dtype_bytes == 2);
+    CHECK(TargetTrainingChange(target, priced).empty());
+  }
+  TrainingSpec fp32 = priced;
+  fp32.param_dtype_bytes = fp32.grad_dtype_bytes = 4;
+  CHECK(TrainingForTarget(Target::kMegatron, fp32).grad_dtype_bytes == 4);
+  CHECK(TargetTrainingChange(Target::kMegatron, fp32).empty());
+
+  // The same plan as Megatron runs it: 2 more bytes per parameter each rank holds (ZeRO-0), and
+  // a DP all-reduce of twice the bytes.
+  const Plan plan = BlocksPlan(problem, {16, 16}, 1, 2, 4, 0, Recompute::kNone, 8);
+  const Estimate as_priced = Evaluate(problem, plan);
+  Problem megatron = problem;
+  megatron.training = TrainingForTarget(Target::kMegatron, problem.training);
+  const Estimate as_run = Evaluate(megatron, plan);
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    double params = 0;
+    for (int l = plan.stages[s].first_layer; l < plan.stages[s].last_layer; ++l)
+      params += problem.model.layers[l].stored_param_count / 4;  // TP 4
+    CHECK(as_run.stages[s].terms.state_bytes ==
+          doctest::Approx(as_priced.stages[s].terms.state_bytes + 2 * params).epsilon(1e-12));
+    CHECK(as_run.stages[s].terms.dp_sync_seconds > as_priced.stages[s].terms.dp_sync_seconds);
+  }
+}
+
 }  // namespace stratos

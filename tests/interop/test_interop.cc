@@ -332,7 +332,6 @@ TEST_CASE("a plan over two node groups exports with the groups' order in the lau
         "node: node group a100 has 4 GPUs per node, group h100 8");
 }
 
-
 TEST_CASE("Megatron-LM's bf16 training holds and reduces fp32 gradients: exports are priced so") {
   Problem problem = ExampleProblem();
   const TrainingSpec& priced = problem.training;

@@ -64,7 +64,7 @@ toml::table NetworkTable(const NetworkLevel& level) {
                           {"latency_us", fit->latency_seconds / kMicrosecond}};
     if (fit->pipeline_seconds_per_sqrt_byte > 0)
       fit_table.insert("pipeline_us_per_sqrt_MB",
-                       fit->pipeline_seconds_per_sqrt_byte * 1e3 / kMicrosecond);
+                       fit->pipeline_seconds_per_sqrt_byte / LinkFit::kUsPerSqrtMB);
     table.insert(CollectiveName(kind), fit_table);
   }
   InsertSource(table, level.source);

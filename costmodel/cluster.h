@@ -122,6 +122,10 @@ struct LinkFit {
   double bandwidth_bytes_per_second = 0;
   double latency_seconds = 0;
   double pipeline_seconds_per_sqrt_byte = 0;
+
+  // One us per sqrt(MB), the unit files and reports give the pipelining term in, in seconds per
+  // sqrt(byte): sqrt(1e6 bytes) = 1e3 sqrt(byte).
+  static constexpr double kUsPerSqrtMB = 1e-6 / 1e3;
 };
 
 // One level of the network hierarchy, from inside a node outward.

@@ -142,10 +142,9 @@ NetworkLevel ReadNetwork(const TomlTableReader& n, int index) {
       LinkFit link;
       link.bandwidth_bytes_per_second = fit->Positive("bandwidth_GBps") * kGB;
       link.latency_seconds = RequiredNonNegative(*fit, "latency_us") * kMicrosecond;
-      // us per sqrt(MB) -> seconds per sqrt(byte): sqrt(1e6 bytes) = 1e3 sqrt(byte).
       if (fit->Find("pipeline_us_per_sqrt_MB") != nullptr)
         link.pipeline_seconds_per_sqrt_byte =
-            RequiredNonNegative(*fit, "pipeline_us_per_sqrt_MB") * kMicrosecond / 1e3;
+            RequiredNonNegative(*fit, "pipeline_us_per_sqrt_MB") * LinkFit::kUsPerSqrtMB;
       level.collective_fits[static_cast<int>(kind)] = link;
     }
   }

@@ -54,8 +54,7 @@ std::string CalibrationTable(const CalibrationResult& result) {
       const std::string bandwidth =
           fmt::format("{:.4g} GB/s{}", link->bandwidth_bytes_per_second / 1e9,
                       std::string(level) == "intra" && fit.ring_links_per_gpu > 0 ? "*" : " ");
-      // The pipelining coefficient c (collective.h) in us per sqrt(MB).
-      const double pipelining = link->pipeline_seconds_per_sqrt_byte * 1e3 * 1e6;
+      const double pipelining = link->pipeline_seconds_per_sqrt_byte / LinkFit::kUsPerSqrtMB;
       if (first) {
         out += fmt::format(
             "{:<15} {:<12} {:>6.1f} us  {:<5} {:>7.1f} us {:>12} {:>11.3f}  {}  {}\n",

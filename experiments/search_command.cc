@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/error.h"
@@ -209,11 +210,13 @@ int RunSearch(const SearchArgs& args) {
     problem.training =
         RuntimeTraining(problem.training.global_batch_size, problem.training.schedule);
   // --export: the searchers price plans as the target runs them (interop.h TrainingForTarget).
+  std::optional<Target> export_target;
+  if (!args.export_target.empty())
+    export_target = ParseTarget(args.export_target, "command line: --export");
   std::string training_change;
-  if (!args.export_target.empty() && !args.run) {
-    const Target target = ParseTarget(args.export_target, "command line: --export");
-    training_change = TargetTrainingChange(target, problem.training);
-    problem.training = TrainingForTarget(target, problem.training);
+  if (export_target && !args.run) {
+    training_change = TargetTrainingChange(*export_target, problem.training);
+    problem.training = TrainingForTarget(*export_target, problem.training);
   }
   const CostModel cost_model(problem);
   fmt::print("problem: {} ({:.3f} B parameters, {} layers) on {} ({} devices), global batch "
@@ -292,7 +295,7 @@ int RunSearch(const SearchArgs& args) {
   OutputSet outputs(args.output_dir, {"plans", "traces", "export", "anytime.csv", "summary.json"});
   // --export: the best plan, written into the set (a refusal is reported after the set lands).
   std::string export_error;
-  if (!args.export_target.empty()) {
+  if (export_target) {
     const Outcome* best_outcome = nullptr;
     for (const Outcome& o : outcomes)
       if (o.estimate && (!best_outcome || o.estimate->iteration_seconds <
@@ -302,10 +305,9 @@ int RunSearch(const SearchArgs& args) {
       export_error = "no plan to export";
     } else {
       try {
-        const Target target = ParseTarget(args.export_target, "command line: --export");
         EnsureDirectory(outputs.Path("export"));
         for (const ExportFile& file :
-             ExportPlan(problem, *best_outcome->result.plan, target,
+             ExportPlan(problem, *best_outcome->result.plan, *export_target,
                         fmt::format("{} plan", best_outcome->algorithm)))
           WriteFileAtomically(outputs.Path("export") + "/" + file.name, file.text,
                               file.executable);

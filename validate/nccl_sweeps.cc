@@ -62,7 +62,8 @@ nlohmann::json FitJson(const ClusterSpec& cluster) {
     if (fit)
       out[names[level]] = {{"latency_us", fit->latency_seconds * 1e6},
                            {"bandwidth_GBps", fit->bandwidth_bytes_per_second / 1e9},
-                           {"pipeline_us_per_sqrt_MB", fit->pipeline_seconds_per_sqrt_byte * 1e9}};
+                           {"pipeline_us_per_sqrt_MB",
+                            fit->pipeline_seconds_per_sqrt_byte / LinkFit::kUsPerSqrtMB}};
   }
   return out;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // Validation of the collective model (costmodel/collective.h) on measured all-reduce sweeps
 // (../shared/data/reference/nccl_allreduce_sweeps.csv): the all-reduce constants (launch;
-// latency, bandwidth and pipelining coefficient per network level) are fitted by calibrate/collective_fit.h on every
-// fifth row of each sweep counting down from its largest message, and every row is predicted;
+// latency, bandwidth and pipelining coefficient per network level) are fitted by
+// calibrate/collective_fit.h on every fifth row of each sweep counting down from its largest
+// message, and every row is predicted;
 // errors are reported on the rows not fitted, over all sizes, from 1 MiB up, and below.
 #include <string>
 #include <vector>

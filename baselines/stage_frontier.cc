@@ -59,7 +59,8 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
                                           space.configs[c].NumDevices()) -
                          space.mesh_sizes.begin());
 
-  // Lower bounds on the bottleneck stage time and on the longest tail, for x = t and x = e: every
+  // Lower bounds on the bottleneck stage time and on the longest tail, for x = t and x = e (its
+  // additive part, StageTerms::AdditiveTailSeconds, below e with DP buckets): every
   // stage's x is at least the sum of its layers' x (when overheads and layers are >= 0), so
   // sum_s n_s x_s >= sum_l min_c n_c x(l, c) and max_s x_s >= that / num_devices; and
   // max_s x_s >= max_l min_c x(l, c).
@@ -87,7 +88,7 @@ StageFrontier BuildStageFrontier(const CostModel& cost_model, const SearchSpace&
   frontier.t_lower_bound =
       max_lower_bound([](const StageTerms& terms) { return terms.MicrobatchSeconds(); });
   frontier.e_lower_bound =
-      max_lower_bound([](const StageTerms& terms) { return terms.ExposedTailSeconds(); });
+      max_lower_bound([](const StageTerms& terms) { return terms.AdditiveTailSeconds(); });
 
   // Group 0: the empty frontier (cells with j <= i, and cells where nothing fits).
   frontier.cell_group.assign(frontier.NumCells(), 0);

@@ -18,6 +18,9 @@ StageTerms& StageTerms::operator+=(const StageTerms& o) {
   forward_seconds += o.forward_seconds;
   dp_sync_exposed_seconds += o.dp_sync_exposed_seconds;
   optimizer_seconds += o.optimizer_seconds;
+  dp_bucketed_sync_seconds += o.dp_bucketed_sync_seconds;
+  dp_backward_window_seconds += o.dp_backward_window_seconds;
+  dp_last_bucket_seconds += o.dp_last_bucket_seconds;
   cut_cost_seconds += o.cut_cost_seconds;
   dp_sync_seconds += o.dp_sync_seconds;
   state_bytes += o.state_bytes;
@@ -37,6 +40,9 @@ StageTerms& StageTerms::operator*=(double w) {
   forward_seconds *= w;
   dp_sync_exposed_seconds *= w;
   optimizer_seconds *= w;
+  dp_bucketed_sync_seconds *= w;
+  dp_backward_window_seconds *= w;
+  dp_last_bucket_seconds *= w;
   cut_cost_seconds *= w;
   dp_sync_seconds *= w;
   state_bytes *= w;
@@ -203,16 +209,35 @@ double ReduceScatterSeconds(const ClusterSpec& cluster, double grad_bytes, const
                            GroupLayout{g.nodes, g.gpus_per_node, g.concurrent}, with_latency);
 }
 
-double DpSyncSeconds(const ClusterSpec& cluster, int zero_stage, double grad_bytes,
-                     double param_bytes, const DpLayout& g, bool with_latency) {
-  const GroupLayout layout{g.nodes, g.gpus_per_node, g.concurrent};
+// The gradient reduction: ZeRO-0's all-reduce, ZeRO-1/2/3's reduce-scatter (what buckets carry).
+double DpReduceSeconds(const ClusterSpec& cluster, int zero_stage, double grad_bytes,
+                       const DpLayout& g, bool with_latency) {
   if (zero_stage == 0)
-    return CollectiveSeconds(cluster, Collective::kAllReduce, grad_bytes, layout, with_latency);
-  double seconds = ReduceScatterSeconds(cluster, grad_bytes, g, with_latency);
-  if (zero_stage < 3)
-    seconds +=
-        CollectiveSeconds(cluster, Collective::kAllGather, param_bytes, layout, with_latency);
-  return seconds;
+    return CollectiveSeconds(cluster, Collective::kAllReduce, grad_bytes,
+                             GroupLayout{g.nodes, g.gpus_per_node, g.concurrent}, with_latency);
+  return ReduceScatterSeconds(cluster, grad_bytes, g, with_latency);
+}
+
+// ZeRO-1/2's all-gather of the updated parameters after the optimizer step; 0 otherwise.
+double DpGatherSeconds(const ClusterSpec& cluster, int zero_stage, double param_bytes,
+                       const DpLayout& g, bool with_latency) {
+  if (zero_stage == 0 || zero_stage >= 3) return 0.0;
+  return CollectiveSeconds(cluster, Collective::kAllGather, param_bytes,
+                           GroupLayout{g.nodes, g.gpus_per_node, g.concurrent}, with_latency);
+}
+
+// A DP synchronization `reduce_seconds` + `gather_seconds` into `terms`, its exposed part
+// without buckets (1 - dp_overlap_fraction) of both; `bucketed`: the reduction as the bucketed
+// S (StageTerms::BucketedDpExposedSeconds) and (1 - dp_overlap_fraction) of the all-gather.
+void SetDpSync(const TrainingSpec& training, bool bucketed, double reduce_seconds,
+               double gather_seconds, StageTerms* terms) {
+  terms->dp_sync_seconds = reduce_seconds + gather_seconds;
+  if (bucketed) {
+    terms->dp_bucketed_sync_seconds = reduce_seconds;
+    terms->dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * gather_seconds;
+  } else {
+    terms->dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms->dp_sync_seconds;
+  }
 }
 
 bool Recomputes(const LayerSpec& layer) {
@@ -378,8 +403,10 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   terms.working_bytes = training.loss_transient_bytes_per_logit * b * layer.logits_per_sample / tp;
 
   // Data parallelism. Gradient sync once per iteration (bandwidth part here, latency once per
-  // stage in StageOverhead; DpSyncSeconds; a calibrated pipelining term (collective.h) per
-  // layer, as if each layer's gradients were one bucket): all-reduce for ZeRO 0; reduce-scatter
+  // stage in StageOverhead; DpReduceSeconds + DpGatherSeconds; a calibrated pipelining term
+  // (collective.h) per layer, as if each layer's gradients were one bucket; with
+  // TrainingSpec::dp_bucket_bytes the reduction in buckets under the backward pass, SetDpSync):
+  // all-reduce for ZeRO 0; reduce-scatter
   // of the gradients + all-gather of the updated parameters for ZeRO 1-2; reduce-scatter only for
   // ZeRO-3, which instead all-gathers the parameters in every forward and backward pass (1.5x
   // volume; Rajbhandari et al. SC'20 §7). With gradient compression (ZeRO 0-1 only,
@@ -417,9 +444,9 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   } else if (dp > 1 && params > 0) {
     const DpLayout g = DataParallelLayout(c);
     const double grad_bytes = params * gb;
-    terms.dp_sync_seconds =
-        DpSyncSeconds(cluster, c.zero_stage, grad_bytes, params * pb, g, false);
-    terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
+    SetDpSync(training, training.dp_bucket_bytes > 0,
+              DpReduceSeconds(cluster, c.zero_stage, grad_bytes, g, false),
+              DpGatherSeconds(cluster, c.zero_stage, params * pb, g, false), &terms);
     // ZeRO-2/3's reduce-scatters before the last microbatch's (ZeroReduceScatterShare).
     if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
       terms.zero_reduce_scatter_seconds =
@@ -432,6 +459,10 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
       terms.forward_seconds += gather;
     }
   }
+  // Buckets hide the reduction behind the last microbatch's backward pass, recomputation
+  // included (StageTerms::BucketedDpExposedSeconds), every layer's, with parameters or not.
+  if (training.dp_bucket_bytes > 0 && dp > 1 && c.grad_compression.kind == GradCompression::kNone)
+    terms.dp_backward_window_seconds = compute.backward_seconds + compute.recompute_seconds;
   // Optimizer step: memory bound, over the parameters this device updates.
   const double updated_params = c.zero_stage >= 1 ? params / dp : params;
   terms.optimizer_seconds =
@@ -504,11 +535,17 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
     terms.forward_seconds += backward_sends * gather;
   }
 
-  // Latency of the bucketed DP gradient synchronization, once per iteration.
+  // Latency of the bucketed DP gradient synchronization, once per iteration; with buckets
+  // (TrainingSpec::dp_bucket_bytes, uncompressed gradients) the reduction of the last one.
   if (c.data_parallel > 1) {
     const DpLayout g = DataParallelLayout(c);
-    terms.dp_sync_seconds = DpSyncSeconds(cluster, c.zero_stage, 0.0, 0.0, g, true);
-    terms.dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms.dp_sync_seconds;
+    const bool bucketed =
+        training.dp_bucket_bytes > 0 && c.grad_compression.kind == GradCompression::kNone;
+    SetDpSync(training, bucketed, DpReduceSeconds(cluster, c.zero_stage, 0.0, g, true),
+              DpGatherSeconds(cluster, c.zero_stage, 0.0, g, true), &terms);
+    if (bucketed)
+      terms.dp_last_bucket_seconds =
+          DpReduceSeconds(cluster, c.zero_stage, training.dp_bucket_bytes, g, true);
     // ... and of ZeRO-2/3's reduce-scatters in the m - 1 microbatches before the last (LayerTerms).
     if (const double share = ZeroReduceScatterShare(c, m, training); share > 0)
       terms.zero_reduce_scatter_seconds = share * ReduceScatterSeconds(cluster, 0.0, g, true);

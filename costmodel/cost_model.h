@@ -17,12 +17,25 @@
 // run concurrently: the iteration pays the longest, max_s e_s (conservatively ignoring that later
 // stages finish their last backward earlier in 1F1B). The DP stays exact by enumerating both
 // maxima (baselines/dp_searcher.h).
+#include <algorithm>
 #include <vector>
 
 #include "costmodel/problem.h"
 #include "costmodel/stage_config.h"
 
 namespace stratos {
+
+// The time a bucketed DP gradient reduction runs on after the backward pass ends: its buckets
+// are reduced one after another as the backward pass fills them, so with the gradients coming
+// out evenly over the backward window W the reduction S ends max(S - W, b) after it, b the
+// reduction of one bucket (at most S: gradients that fill less than one bucket are reduced at
+// the end). Neglects the first bucket's fill before its reduction starts (the W / B of
+// max(S - W (B - 1) / B, S / B) for B buckets). Seconds; nondecreasing in S - W, S and b.
+inline double BucketedDpExposedSeconds(double sync_seconds, double backward_window_seconds,
+                                       double last_bucket_seconds) {
+  return std::max(sync_seconds - backward_window_seconds,
+                  std::min(last_bucket_seconds, sync_seconds));
+}
 
 // Additive quantities of a set of layers under one stage configuration. Per device.
 struct StageTerms {
@@ -35,9 +48,13 @@ struct StageTerms {
   double zero_reduce_scatter_seconds = 0;  // ZeRO-2/3 gradient reduce-scatters of the m - 1
                                            // microbatches before the last, exposed share / m
   double forward_seconds = 0;       // the forward share of the above (for the simulator)
-  // Per iteration, exposed tail (e_s is their sum):
+  // Per iteration, exposed tail (e_s: their sum plus BucketedDpExposedSeconds()):
   double dp_sync_exposed_seconds = 0;  // DP gradient sync not hidden behind the backward pass
   double optimizer_seconds = 0;        // optimizer step (memory bound)
+  // Bucketed DP gradient reduction (TrainingSpec::dp_bucket_bytes > 0; else all 0):
+  double dp_bucketed_sync_seconds = 0;    // S: the last microbatch's gradient reduction
+  double dp_backward_window_seconds = 0;  // W: that microbatch's backward pass (+ recompute)
+  double dp_last_bucket_seconds = 0;      // b: the reduction of one bucket (stage overhead)
   // Per iteration, one-time cost (c_s):
   double cut_cost_seconds = 0;         // explicit models' one-time boundary cost
   double dp_sync_seconds = 0;          // full DP sync time (report only; exposed share above)
@@ -54,8 +71,19 @@ struct StageTerms {
     return compute_seconds + tp_comm_seconds + p2p_seconds + zero3_gather_seconds +
            zero_reduce_scatter_seconds;
   }
+  // The bucketed reduction's exposed time (::BucketedDpExposedSeconds; 0 without buckets). Not
+  // additive over layers: every consumer sums S, W and b over the stage first.
+  double BucketedDpExposedSeconds() const {
+    return stratos::BucketedDpExposedSeconds(dp_bucketed_sync_seconds,
+                                             dp_backward_window_seconds, dp_last_bucket_seconds);
+  }
   // e_s: combined over stages by max (they run concurrently at the end of the iteration).
-  double ExposedTailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds; }
+  double ExposedTailSeconds() const {
+    return AdditiveTailSeconds() + BucketedDpExposedSeconds();
+  }
+  // The additive part of e_s (all of it without buckets): a lower bound on ExposedTailSeconds()
+  // of any sum of terms, as BucketedDpExposedSeconds() >= 0.
+  double AdditiveTailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds; }
   // c_s: combined over stages by sum.
   double OneTimeSeconds() const { return cut_cost_seconds; }
   // `microbatches_in_flight`: microbatches' worth of stored activations (fractional with virtual

@@ -160,7 +160,8 @@ nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
                       {"tail_seconds", se.tail_seconds},
                       {"one_time_seconds", se.one_time_seconds},
                       {"dp_sync_seconds", se.terms.dp_sync_seconds},
-                      {"dp_sync_exposed_seconds", se.terms.dp_sync_exposed_seconds},
+                      {"dp_sync_exposed_seconds", se.terms.dp_sync_exposed_seconds +
+                                                      se.terms.BucketedDpExposedSeconds()},
                       {"optimizer_seconds", se.terms.optimizer_seconds},
                       {"microbatches_in_flight", se.microbatches_in_flight},
                       {"state_bytes", se.terms.state_bytes},

@@ -48,6 +48,8 @@ void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where
   if (!(training.loss_transient_bytes_per_logit >= 0.0))
     ThrowInputError(where, "training.loss_transient_bytes_per_logit",
                     training.loss_transient_bytes_per_logit, "must be >= 0");
+  if (!(training.dp_bucket_bytes >= 0.0))
+    ThrowInputError(where, "training.dp_bucket_bytes", training.dp_bucket_bytes, "must be >= 0");
   if (training.virtual_pipeline_stages < 1)
     ThrowInputError(where, "training.virtual_pipeline_stages", training.virtual_pipeline_stages,
                     "must be >= 1");

@@ -40,8 +40,17 @@ struct TrainingSpec {
   // exp_logits = vocab_parallel_logits.exp() into a new tensor: 2 + 4 = 6. Per logit on this TP
   // rank (vocabulary-parallel), a transient of the last stage (StageTerms::working_bytes).
   double loss_transient_bytes_per_logit = 2;
-  // Share of the DP gradient synchronization hidden behind the backward pass, in [0, 1].
+  // Share of the DP gradient synchronization hidden behind the backward pass, in [0, 1]. With
+  // dp_bucket_bytes > 0 it applies only to what the buckets do not carry: ZeRO-1/2's all-gather
+  // of the updated parameters (Megatron-Core --overlap-param-gather hides it).
   double dp_overlap_fraction = 0.0;
+  // Gradient bucket size in bytes (of the gradients' dtype, per device); 0: no buckets. > 0: the
+  // DP gradient reduction (ZeRO-0's all-reduce, ZeRO-1/2/3's reduce-scatter) of the last
+  // microbatch runs bucket by bucket as its backward pass produces them, as PyTorch DDP
+  // (bucket_cap_mb, 25 MB) and Megatron-Core (--overlap-grad-reduce, --ddp-bucket-size) do:
+  // StageTerms::BucketedDpExposedSeconds prices the part that is not hidden. Compressed
+  // gradients (compression.h) are exchanged after the backward pass as before.
+  double dp_bucket_bytes = 0.0;
   // ZeRO-2/3 reduce-scatter every microbatch's gradients (DeepSpeed, FSDP: a rank keeps only its
   // shard of them, so it cannot accumulate microbatches locally); false: once per iteration, as
   // a framework that keeps the whole gradient buffer does (stratos's runtime).
@@ -77,7 +86,8 @@ struct TrainingSpec {
 
 // Throws InputError naming `where`, the field, its value and the rule if an option of
 // TrainingSpec is out of range (overlap fractions outside [0, 1], virtual_pipeline_stages < 1,
-// global_batch_size < 1, buffer_bytes_per_param or loss_transient_bytes_per_logit < 0).
+// global_batch_size < 1, buffer_bytes_per_param, loss_transient_bytes_per_logit or
+// dp_bucket_bytes < 0).
 void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where);
 
 struct Problem {

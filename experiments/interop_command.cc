@@ -113,7 +113,7 @@ int RunImport(const ImportArgs& args) {
   if (layout.blocks.empty()) layout.blocks = {problem.model.num_layers};
   problem.training.global_batch_size = layout.global_batch_size;
   problem.training.schedule = layout.schedule;
-  problem.training.dp_overlap_fraction = args.problem.dp_overlap;
+  SetDpOverlap(args.problem, &problem.training);
   if (layout.tensor_parallel > 1) problem.training.sequence_parallel = layout.sequence_parallel;
   const std::string training_change = TargetTrainingChange(target, problem.training);
   problem.training = TrainingForTarget(target, problem.training);

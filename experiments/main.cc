@@ -341,6 +341,7 @@ int main(int argc, char** argv) {
                              "share of the DP gradient sync hidden behind backward")
       ->check(NumberIn(0, 1))
       ->capture_default_str();
+  AddDpBucketFlag(import_command, import_args.problem);
   import_command->add_flag("--search", import_args.search,
                            "also search the problem and print the best plan beside yours");
   stratos::AddAlgorithmFlag(import_command, import_args.algorithms);

@@ -1,5 +1,7 @@
 #include "experiments/problem_loader.h"
 
+#include <limits>
+
 #include <CLI/CLI.hpp>
 
 #include "costmodel/cluster_io.h"
@@ -30,6 +32,22 @@ void AddProblemFlags(CLI::App* command, ProblemArgs& args) {
                       "share of the DP gradient sync hidden behind backward")
       ->check(cli::NumberIn(0, 1))
       ->capture_default_str();
+  AddDpBucketFlag(command, args);
+}
+
+void AddDpBucketFlag(CLI::App* command, ProblemArgs& args) {
+  command
+      ->add_option("--dp-bucket-mb", args.dp_bucket_mib,
+                   "reduce the DP gradients in buckets of this many MiB under the backward pass "
+                   "(PyTorch DDP's bucket_cap_mb, 25; Megatron-Core --overlap-grad-reduce); 0: "
+                   "after it, --dp-overlap of it hidden")
+      ->check(cli::NumberIn(0, std::numeric_limits<double>::infinity()))
+      ->capture_default_str();
+}
+
+void SetDpOverlap(const ProblemArgs& args, TrainingSpec* training) {
+  training->dp_overlap_fraction = args.dp_overlap;
+  training->dp_bucket_bytes = args.dp_bucket_mib * 1024.0 * 1024.0;
 }
 
 Problem LoadProblem(const ProblemArgs& args) {
@@ -41,7 +59,7 @@ Problem LoadProblem(const ProblemArgs& args) {
   if (!args.nodes.empty()) problem.cluster = problem.cluster.WithNodeCounts(args.nodes);
   problem.training.global_batch_size = args.global_batch_size;
   problem.training.schedule = ParseSchedule(args.schedule, "command line: --schedule");
-  problem.training.dp_overlap_fraction = args.dp_overlap;
+  SetDpOverlap(args, &problem.training);
   return problem;
 }
 

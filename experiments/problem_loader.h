@@ -19,11 +19,17 @@ struct ProblemArgs {
   int seq_length = 0;                     // 0: the model's
   std::string schedule = "1f1b";
   double dp_overlap = 0.0;                // share of DP sync hidden behind backward
+  double dp_bucket_mib = 0.0;             // DP gradient bucket, MiB; 0: no buckets
 };
 
-// Adds --model, --cluster, --nodes, --global-batch, --seq-length, --schedule and --dp-overlap to
-// `command`, bound to `args`, each value checked while parsing (experiments/cli_rules.h).
+// Adds --model, --cluster, --nodes, --global-batch, --seq-length, --schedule, --dp-overlap and
+// --dp-bucket-mb to `command`, bound to `args`, each value checked while parsing
+// (experiments/cli_rules.h).
 void AddProblemFlags(CLI::App* command, ProblemArgs& args);
+// Adds --dp-bucket-mb alone (commands that take the rest of the problem elsewhere).
+void AddDpBucketFlag(CLI::App* command, ProblemArgs& args);
+// TrainingSpec::dp_overlap_fraction and dp_bucket_bytes (MiB x 2^20) from `args`.
+void SetDpOverlap(const ProblemArgs& args, TrainingSpec* training);
 
 // Throws InputError naming the file for a bad model or cluster file, or the rule a value breaks.
 Problem LoadProblem(const ProblemArgs& args);

@@ -60,6 +60,7 @@ nlohmann::json ProblemJson(const Problem& problem) {
           {"seq_length", problem.model.seq_length},
           {"schedule", ScheduleName(problem.training.schedule)},
           {"dp_overlap_fraction", problem.training.dp_overlap_fraction},
+          {"dp_bucket_bytes", problem.training.dp_bucket_bytes},
           {"grad_dtype_bytes", problem.training.grad_dtype_bytes}};
 }
 

@@ -25,7 +25,10 @@ int RecomputeIndex(Recompute r) { return static_cast<int>(r); }
 
 void AddScaled(TermScalars* x, const TermScalars& y, double n) {
   x->microbatch_seconds += n * y.microbatch_seconds;
-  x->tail_seconds += n * y.tail_seconds;
+  x->additive_tail_seconds += n * y.additive_tail_seconds;
+  x->bucketed_sync_seconds += n * y.bucketed_sync_seconds;
+  x->backward_window_seconds += n * y.backward_window_seconds;
+  x->last_bucket_seconds += n * y.last_bucket_seconds;
   x->one_time_seconds += n * y.one_time_seconds;
   x->state_bytes += n * y.state_bytes;
   x->activation_bytes += n * y.activation_bytes;
@@ -200,7 +203,7 @@ DiscreteCost PlanPolisher::Cost(const DiscretePlan& plan) {
         s > 0 ? groups[s - 1] : -1, s + 1 < S ? groups[s + 1] : -1, vi);
     sum_t += x.microbatch_seconds;
     max_t = std::max(max_t, x.microbatch_seconds);
-    max_e = std::max(max_e, x.tail_seconds);
+    max_e = std::max(max_e, x.TailSeconds());
     sum_c += x.one_time_seconds;
     const double peak = x.state_bytes + InFlightMicrobatches(m, S, s, vi) * x.activation_bytes +
                         x.working_bytes;
@@ -326,7 +329,7 @@ bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
     auto peak_of = [&](int k, double* seconds) {
       const TermScalars x = StageScalars(k, m, plan->boundaries[s], plan->boundaries[s + 1],
                                          s == 0, s == S - 1, -1, -1, vi);
-      *seconds = x.microbatch_seconds + (x.tail_seconds + x.one_time_seconds) /
+      *seconds = x.microbatch_seconds + (x.TailSeconds() + x.one_time_seconds) /
                                             std::max(1, tables_.num_microbatches[m]);
       return x.state_bytes + InFlightMicrobatches(m, S, s, vi) * x.activation_bytes +
              x.working_bytes;

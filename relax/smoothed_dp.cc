@@ -246,6 +246,20 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
   for (auto* v : {&prefix_t_, &prefix_e_, &prefix_c_, &prefix_fixed_, &prefix_activation_})
     v->assign(K * stride, 0.0);
   overhead_.resize(static_cast<size_t>(K) * 4);
+  // A bucketed DP reduction anywhere (TrainingSpec::dp_bucket_bytes): its S, W and b apart.
+  for (int k : configs_) {
+    const auto has = [](const TermScalars& x) {
+      return x.bucketed_sync_seconds != 0 || x.backward_window_seconds != 0 ||
+             x.last_bucket_seconds != 0;
+    };
+    for (int c = 0; c < tables.num_classes; ++c) bucketed_ = bucketed_ || has(tables.Layer(c, k, m_));
+    for (int f = 0; f < 4; ++f) bucketed_ = bucketed_ || has(tables.Overhead(k, m_, f >= 2, f % 2));
+  }
+  if (bucketed_) {
+    prefix_sync_.assign(K * stride, 0.0);
+    prefix_window_.assign(K * stride, 0.0);
+    overhead_bucket_.resize(static_cast<size_t>(K) * 4);
+  }
   for (int i = 0; i < K; ++i) {
     const int k = configs_[i];
     devices_.push_back(tables.configs[k].NumDevices());
@@ -253,7 +267,11 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
       const TermScalars& x = tables.Layer(tables.layer_class[l], k, m_);
       const size_t at = i * stride + l;
       prefix_t_[at + 1] = prefix_t_[at] + x.microbatch_seconds;
-      prefix_e_[at + 1] = prefix_e_[at] + x.tail_seconds;
+      prefix_e_[at + 1] = prefix_e_[at] + x.additive_tail_seconds;
+      if (bucketed_) {
+        prefix_sync_[at + 1] = prefix_sync_[at] + x.bucketed_sync_seconds;
+        prefix_window_[at + 1] = prefix_window_[at] + x.backward_window_seconds;
+      }
       prefix_c_[at + 1] = prefix_c_[at] + x.one_time_seconds;
       prefix_fixed_[at + 1] = prefix_fixed_[at] + x.state_bytes + x.working_bytes;
       prefix_activation_[at + 1] = prefix_activation_[at] + x.activation_bytes;
@@ -262,8 +280,11 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
       for (int last = 0; last < 2; ++last) {
         const TermScalars& o = tables.Overhead(k, m_, first != 0, last != 0);
         overhead_[static_cast<size_t>(i) * 4 + first * 2 + last] = {
-            o.microbatch_seconds, o.tail_seconds, o.one_time_seconds,
+            o.microbatch_seconds, o.additive_tail_seconds, o.one_time_seconds,
             o.state_bytes + o.working_bytes, o.activation_bytes};
+        if (bucketed_)
+          overhead_bucket_[static_cast<size_t>(i) * 4 + first * 2 + last] = {
+              o.bucketed_sync_seconds, o.backward_window_seconds, o.last_bucket_seconds};
       }
   }
   if (tables.schedule == Schedule::kGpipe) {
@@ -284,7 +305,8 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
                   configs_[i], m_, first != 0, last != 0, static_cast<int>(a) - 1,
                   static_cast<int>(b) - 1);
               cross_[(((static_cast<size_t>(i) * 2 + first) * 2 + last) * G1 + a) * G1 + b] = {
-                  x.microbatch_seconds - own.microbatch_seconds, x.tail_seconds - own.tail_seconds,
+                  x.microbatch_seconds - own.microbatch_seconds,
+                  x.additive_tail_seconds - own.additive_tail_seconds,
                   x.one_time_seconds - own.one_time_seconds};
             }
         }
@@ -361,6 +383,13 @@ SmoothedStageDp::Terms SmoothedStageDp::StageTerms(int slot, int first_layer, in
           prefix_c_[b] - prefix_c_[a] + o.c,
           prefix_fixed_[b] - prefix_fixed_[a] + o.fixed_bytes,
           prefix_activation_[b] - prefix_activation_[a] + o.activation_bytes};
+  if (bucketed_) {
+    const Bucket& ob = overhead_bucket_[static_cast<size_t>(slot) * 4 + (first ? 2 : 0) +
+                                        (last ? 1 : 0)];
+    x.e += BucketedDpExposedSeconds(prefix_sync_[b] - prefix_sync_[a] + ob.sync_seconds,
+                                    prefix_window_[b] - prefix_window_[a] + ob.window_seconds,
+                                    ob.last_bucket_seconds);
+  }
   if (previous_group >= 0 || next_group >= 0) {
     const Delta d = CrossDelta(slot, first, last, previous_group, next_group);
     x.t += d.t;

@@ -232,10 +232,19 @@ class SmoothedStageDp {
   int G_ = 1;                     // node groups
   // Heterogeneous only: CrossDelta by (K, 2 first, 2 last, G + 1 previous, G + 1 next).
   std::vector<Delta> cross_;
-  // Prefix sums over layers, (K, L + 1) each: t, e, c, state + working, activation.
+  // Prefix sums over layers, (K, L + 1) each: t, e (its additive part), c, state + working,
+  // activation.
   std::vector<double> prefix_t_, prefix_e_, prefix_c_, prefix_fixed_, prefix_activation_;
-  // Overhead terms (K, 2 first, 2 last).
+  // Overhead terms (K, 2 first, 2 last), e its additive part.
   std::vector<Terms> overhead_;
+  // A bucketed DP reduction (TermScalars::TailSeconds): its S and W as prefix sums, (K, L + 1),
+  // and S, W, b of the overheads, (K, 2 first, 2 last); empty when no config has one.
+  struct Bucket {
+    double sync_seconds, window_seconds, last_bucket_seconds;
+  };
+  bool bucketed_ = false;
+  std::vector<double> prefix_sync_, prefix_window_;
+  std::vector<Bucket> overhead_bucket_;
   std::vector<int> levels_;       // distinct in-flight counts, ascending
   std::vector<int> by_size_;      // config slots by group, then ascending mesh size
   std::vector<size_t> pair_row_;  // (N + 1): pair of cuts (i, j) at pair_row_[i] + j - i - 1

@@ -352,7 +352,18 @@ SurrogateTensors MakeSurrogateTensors(const RelaxTables& tables,
     for (int f = 0; f < F && !t.has_one_time; ++f)
       for (int m = 0; m < M; ++m)
         if (scalars(f, i, m).one_time_seconds != 0) t.has_one_time = true;
-  const int blocks = t.has_one_time ? 3 : 2;
+  // The bucketed DP reduction's S, W and b blocks only where some entry is nonzero.
+  t.has_bucketed_dp = false;
+  for (int i = 0; i < K && !t.has_bucketed_dp; ++i)
+    for (int f = 0; f < F && !t.has_bucketed_dp; ++f)
+      for (int m = 0; m < M; ++m) {
+        const TermScalars& x = scalars(f, i, m);
+        if (x.bucketed_sync_seconds != 0 || x.backward_window_seconds != 0 ||
+            x.last_bucket_seconds != 0)
+          t.has_bucketed_dp = true;
+      }
+  const int bucket_block = t.has_one_time ? 3 : 2;
+  const int blocks = bucket_block + (t.has_bucketed_dp ? 3 : 0);
   std::vector<double> time(static_cast<size_t>(K) * F * blocks * M);
   std::vector<double> memory(static_cast<size_t>(K) * F * 2 * M);
   for (int i = 0; i < K; ++i)
@@ -361,8 +372,13 @@ SurrogateTensors MakeSurrogateTensors(const RelaxTables& tables,
         const TermScalars& x = scalars(f, i, m);
         const size_t time_row = (static_cast<size_t>(i) * F + f) * blocks * M;
         time[time_row + m] = x.microbatch_seconds;
-        time[time_row + M + m] = x.tail_seconds;
+        time[time_row + M + m] = x.additive_tail_seconds;
         if (t.has_one_time) time[time_row + 2 * M + m] = x.one_time_seconds;
+        if (t.has_bucketed_dp) {
+          time[time_row + bucket_block * M + m] = x.bucketed_sync_seconds;
+          time[time_row + (bucket_block + 1) * M + m] = x.backward_window_seconds;
+          time[time_row + (bucket_block + 2) * M + m] = x.last_bucket_seconds;
+        }
         const size_t memory_row = (static_cast<size_t>(i) * F + f) * 2 * M;
         memory[memory_row + m] = x.state_bytes + x.working_bytes;
         memory[memory_row + M + m] = x.activation_bytes;
@@ -444,8 +460,9 @@ SurrogateResult EvaluateSurrogate(const SurrogateTensors& t, const SurrogateProb
     torch::Tensor stages_from = nonempty.flip({1}).cumsum(1).flip({1});  // (R, S)
     in_flight = torch::minimum(t.microbatch_counts.reshape({1, 1, M}), stages_from.unsqueeze(-1));
   }
-  const int64_t T = t.time_table.size(2);  // 2M or 3M time columns
-  torch::Tensor expected;  // (R, S, T) expected [stage seconds | tail seconds (| one-time)] under q
+  const int64_t T = t.time_table.size(2);  // 2M to 6M time columns (SurrogateTensors)
+  // (R, S, T) expected [stage seconds | additive tail seconds (| one-time) (| S | W | b)] under q
+  torch::Tensor expected;
   torch::Tensor overflow;  // (R, S, M) sum_k q relu(peak - capacity), bytes
   if (!use_reference_ops && features.device().is_cpu()) {
     auto outputs = StageCostFunction::apply(features, q, in_flight, t.kernel_table, T,
@@ -467,6 +484,15 @@ SurrogateResult EvaluateSurrogate(const SurrogateTensors& t, const SurrogateProb
   }
   torch::Tensor stage_seconds = expected.narrow(2, 0, M);  // (R, S, M) t_s
   torch::Tensor tail_seconds = expected.narrow(2, M, M);   // (R, S, M) e_s (0 when empty)
+  const int64_t bucket_block = t.has_one_time ? 3 : 2;
+  if (t.has_bucketed_dp) {
+    // BucketedDpExposedSeconds of the expected S, W and b (of the expectations, not the
+    // expectation of the exposed time: exact at one-hot q).
+    torch::Tensor sync = expected.narrow(2, bucket_block * M, M);
+    torch::Tensor window = expected.narrow(2, (bucket_block + 1) * M, M);
+    torch::Tensor bucket = expected.narrow(2, (bucket_block + 2) * M, M);
+    tail_seconds = tail_seconds + torch::maximum(sync - window, torch::minimum(bucket, sync));
+  }
   out.stage_seconds = stage_seconds;
   out.stage_tail_seconds = tail_seconds;
 
@@ -482,7 +508,7 @@ SurrogateResult EvaluateSurrogate(const SurrogateTensors& t, const SurrogateProb
   torch::Tensor per_m = stage_seconds.sum(1) +
                         (t.microbatch_counts - 1.0) * smooth_max(stage_seconds) +
                         smooth_max(tail_seconds);  // (R, M)
-  if (T == 3 * M) per_m = per_m + expected.narrow(2, 2 * M, M).sum(1);  // + sum_s c_s
+  if (t.has_one_time) per_m = per_m + expected.narrow(2, 2 * M, M).sum(1);  // + sum_s c_s
   out.iteration_seconds = (w * per_m).sum(1);
 
   // Memory: per config, so that one overflowing option is penalized on its own.

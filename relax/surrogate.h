@@ -53,9 +53,12 @@ struct SurrogateTensors {
   torch::Tensor first_stage;        // (S) 1 for stage 0, else 0
   // (K, F, 3M): [microbatch seconds t | exposed tail seconds e | one-time seconds c] of feature f
   // under config k at option m; (K, F, 2M) without the c block when every c entry is 0
-  // (has_one_time false: implicit models have no cut cost).
+  // (has_one_time false: implicit models have no cut cost). e is TermScalars's additive part;
+  // with a bucketed DP reduction (has_bucketed_dp) three more blocks [S | W | b] follow, and a
+  // stage's e adds BucketedDpExposedSeconds of their expectations.
   torch::Tensor time_table;
   bool has_one_time = false;
+  bool has_bucketed_dp = false;
   // (K, F, 2M): [state + working bytes | activation bytes of one in-flight microbatch].
   torch::Tensor memory_table;
   // (K, F, T + 2M) = [time_table | memory_table]: the fused CPU kernel's layout (one row per

@@ -13,7 +13,10 @@ namespace stratos {
 TermScalars TermScalars::From(const StageTerms& terms) {
   TermScalars s;
   s.microbatch_seconds = terms.MicrobatchSeconds();
-  s.tail_seconds = terms.ExposedTailSeconds();
+  s.additive_tail_seconds = terms.AdditiveTailSeconds();
+  s.bucketed_sync_seconds = terms.dp_bucketed_sync_seconds;
+  s.backward_window_seconds = terms.dp_backward_window_seconds;
+  s.last_bucket_seconds = terms.dp_last_bucket_seconds;
   s.one_time_seconds = terms.OneTimeSeconds();
   s.state_bytes = terms.state_bytes;
   s.activation_bytes = terms.activation_bytes;
@@ -46,9 +49,15 @@ int RelaxTables::FindMicrobatchOption(int m) const {
 
 namespace {
 
-// Whether every entry of `a` is <= the same entry of `b`.
+// Whether every entry of `a` is <= the same entry of `b`; of the bucketed DP reduction S, S - W
+// and b, in which the tail is nondecreasing (BucketedDpExposedSeconds).
 bool NoWorse(const TermScalars& a, const TermScalars& b) {
-  return a.microbatch_seconds <= b.microbatch_seconds && a.tail_seconds <= b.tail_seconds &&
+  return a.microbatch_seconds <= b.microbatch_seconds &&
+         a.additive_tail_seconds <= b.additive_tail_seconds &&
+         a.bucketed_sync_seconds <= b.bucketed_sync_seconds &&
+         a.bucketed_sync_seconds - a.backward_window_seconds <=
+             b.bucketed_sync_seconds - b.backward_window_seconds &&
+         a.last_bucket_seconds <= b.last_bucket_seconds &&
          a.one_time_seconds <= b.one_time_seconds && a.state_bytes <= b.state_bytes &&
          a.activation_bytes <= b.activation_bytes && a.working_bytes <= b.working_bytes;
 }
@@ -152,14 +161,14 @@ RelaxTables BuildRelaxTables(const CostModel& cost_model, const SearchSpace& spa
         TermScalars s = TermScalars::From(table.Layer(t.class_representative[c], k));
         t.layer[(static_cast<size_t>(c) * K + k) * M + m] = s;
         largest_seconds = std::max(
-            largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);
+            largest_seconds, s.microbatch_seconds + s.TailSeconds() + s.one_time_seconds);
       }
       for (int f = 0; f < 2; ++f)
         for (int l = 0; l < 2; ++l) {
           TermScalars s = TermScalars::From(table.Overhead(k, f == 1, l == 1));
           t.overhead[((static_cast<size_t>(k) * M + m) * 2 + f) * 2 + l] = s;
           largest_seconds = std::max(
-              largest_seconds, s.microbatch_seconds + s.tail_seconds + s.one_time_seconds);
+              largest_seconds, s.microbatch_seconds + s.TailSeconds() + s.one_time_seconds);
           // Neighbours in other groups (index 0: the own group, as above; index own + 1 is
           // never read: OverheadBetween maps the own group to 0).
           const size_t own = static_cast<size_t>(space.configs[k].node_group) + 1;

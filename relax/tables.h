@@ -19,12 +19,24 @@ namespace stratos {
 // The additive scalars of StageTerms that the objective and the memory check use.
 struct TermScalars {
   double microbatch_seconds = 0;  // t: StageTerms::MicrobatchSeconds()
-  double tail_seconds = 0;        // e: StageTerms::ExposedTailSeconds() (max over stages)
+  // e (max over stages) = TailSeconds() of the stage's sum: the additive part
+  // (StageTerms::AdditiveTailSeconds) and the bucketed DP reduction's S, W and b
+  // (StageTerms::dp_bucketed_sync_seconds, ...; 0 without buckets), summed before the max.
+  double additive_tail_seconds = 0;
+  double bucketed_sync_seconds = 0;
+  double backward_window_seconds = 0;
+  double last_bucket_seconds = 0;
   double one_time_seconds = 0;    // c: StageTerms::OneTimeSeconds() (summed over stages)
   double state_bytes = 0;
   double activation_bytes = 0;    // of one in-flight microbatch
   double working_bytes = 0;
 
+  // e of a stage whose summed terms these are: StageTerms::ExposedTailSeconds().
+  double TailSeconds() const {
+    return additive_tail_seconds + BucketedDpExposedSeconds(bucketed_sync_seconds,
+                                                            backward_window_seconds,
+                                                            last_bucket_seconds);
+  }
   static TermScalars From(const StageTerms& terms);
 };
 

@@ -353,3 +353,99 @@ TEST_CASE("InterleavePlan splits each rank's layers into v chunks in Megatron's 
   CHECK_FALSE(InterleavePlan(gpipe, 2));
   CHECK_FALSE(InterleavePlan(*interleaved, 2));
 }
+
+TEST_CASE("DP gradient buckets: hand-computed exposed reduction, communication- and "
+          "compute-bound, and a bucket holding every gradient exposes all of it") {
+  CHECK(BucketedDpExposedSeconds(10.0, 4.0, 1.0) == 6.0);   // S - W
+  CHECK(BucketedDpExposedSeconds(3.0, 10.0, 1.0) == 1.0);   // the last bucket
+  CHECK(BucketedDpExposedSeconds(0.5, 10.0, 1.0) == 0.5);   // less than one bucket: all of S
+  CHECK(BucketedDpExposedSeconds(0.0, 10.0, 1.0) == 0.0);
+
+  // One stage of the whole model, DP 8 x TP 1 in one node, ZeRO-0: the reduction is an
+  // all-reduce of every gradient.
+  const StageConfig config{1, 8, 8, 1, 0, Recompute::kNone};
+  const int m = 4;
+  Plan plan;
+  plan.global_batch_size = 32;
+  plan.num_microbatches = m;
+  auto tail_of = [&](const Problem& problem) {
+    plan.stages = {{0, problem.model.NumLayers(), config}};
+    return Evaluate(problem, plan).stages[0];
+  };
+  // W: the stage's backward passes of one microbatch (LayerComputeSeconds).
+  auto window_of = [&](const Problem& problem) {
+    const CostModel cost_model(problem);
+    double window = 0;
+    for (int l = 0; l < problem.model.NumLayers(); ++l) {
+      const LayerCompute c = LayerComputeSeconds(
+          problem.model, l, problem.cluster.Device(), problem.training,
+          cost_model.ReplicaMicrobatchSize(config, m), 1, Recompute::kNone);
+      window += c.backward_seconds + c.recompute_seconds;
+    }
+    return window;
+  };
+
+  for (const double bandwidth : {1e8, 1e14}) {
+    Problem plain = OptionsProblem(8, 1);
+    plain.cluster.networks[0].bandwidth_bytes_per_second = bandwidth;
+    Problem bucketed = plain;
+    bucketed.training.dp_bucket_bytes = 4e6;
+    const StageEstimate without = tail_of(plain);
+    const StageEstimate with = tail_of(bucketed);
+    const double sync = without.terms.dp_sync_seconds;
+    const double window = window_of(plain);
+    CAPTURE(bandwidth);
+    CHECK(with.terms.dp_sync_seconds == doctest::Approx(sync).epsilon(1e-12));
+    CHECK(with.terms.dp_backward_window_seconds == doctest::Approx(window).epsilon(1e-12));
+    CHECK(without.tail_seconds ==
+          doctest::Approx(sync + without.terms.optimizer_seconds).epsilon(1e-12));
+    if (bandwidth < 1e9) {
+      // Communication-bound (S > W + b): the backward pass hides W of the reduction.
+      REQUIRE(sync > window + with.terms.dp_last_bucket_seconds);
+      CHECK(with.tail_seconds ==
+            doctest::Approx(without.tail_seconds - window).epsilon(1e-12));
+    } else {
+      // Compute-bound: the last bucket's all-reduce alone, 4 MB over the 8 GPUs.
+      const double last = CostModel(plain).AllReduceSeconds(4e6, 1, 8, 1);
+      REQUIRE(sync - window < last);
+      REQUIRE(last < sync);
+      CHECK(with.tail_seconds ==
+            doctest::Approx(without.terms.optimizer_seconds + last).epsilon(1e-12));
+    }
+    // A bucket larger than every gradient: reduced after the backward pass, as without buckets.
+    bucketed.training.dp_bucket_bytes = 1e15;
+    CHECK(tail_of(bucketed).tail_seconds == doctest::Approx(without.tail_seconds).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("DP gradient buckets: ZeRO-1's parameter all-gather stays after the optimizer step, "
+          "(1 - dp_overlap_fraction) of it exposed; compressed gradients are not bucketed") {
+  Problem problem = OptionsProblem(8, 1);
+  problem.training.dp_bucket_bytes = 4e6;
+  problem.training.dp_overlap_fraction = 0.25;
+  const CostModel cost_model(problem);
+  const StageConfig zero1{1, 8, 8, 1, 1, Recompute::kNone};
+  const StageTerms layer = cost_model.LayerTerms(1, zero1, 4);
+  const double params = problem.model.layers[1].stored_param_count;
+  const double gather = cost_model.AllGatherSeconds(params * 2, 1, 8, 1) -
+                        cost_model.AllGatherSeconds(0, 1, 8, 1);  // bandwidth part
+  CHECK(layer.dp_bucketed_sync_seconds > 0);
+  CHECK(layer.dp_sync_exposed_seconds == doctest::Approx(0.75 * gather).epsilon(1e-9));
+  CHECK(layer.dp_sync_seconds ==
+        doctest::Approx(layer.dp_bucketed_sync_seconds + gather).epsilon(1e-9));
+
+  StageConfig compressed = zero1;
+  compressed.grad_compression.kind = GradCompression::kBf16;
+  const StageTerms plain = cost_model.LayerTerms(1, compressed, 4);
+  CHECK(plain.dp_bucketed_sync_seconds == 0);
+  CHECK(plain.dp_backward_window_seconds == 0);
+  CHECK(cost_model.StageOverhead(compressed, 4, true, true).dp_last_bucket_seconds == 0);
+  CHECK(cost_model.StageOverhead(zero1, 4, true, true).dp_last_bucket_seconds > 0);
+}
+
+TEST_CASE("ValidateTrainingSpec names dp_bucket_bytes below 0") {
+  TrainingSpec training;
+  training.dp_bucket_bytes = -1;
+  CHECK_THROWS_WITH_AS(ValidateTrainingSpec(training, "test.toml"),
+                       doctest::Contains("training.dp_bucket_bytes"), InputError);
+}

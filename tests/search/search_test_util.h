@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,21 @@ namespace stratos::testing {
 // |x - y| / |y|: how far a searcher's objective x is from the reference y.
 inline double RelativeGap(double x, double y) {
   return std::abs(x - y) / std::max(1e-300, std::abs(y));
+}
+
+// `problem` with its DP gradients reduced in buckets under the backward pass
+// (TrainingSpec::dp_bucket_bytes) of a seed-drawn 5% to 200% of one transformer block's
+// gradients, so that stages hold from one to many buckets, and a seed-drawn
+// dp_overlap_fraction (what remains of it: ZeRO-1/2's parameter all-gather).
+inline Problem WithDpBuckets(Problem problem, std::uint64_t seed) {
+  std::mt19937_64 rng(seed * 104729 + 3);
+  std::uniform_real_distribution<double> log_share(std::log(0.05), std::log(2.0));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double h = problem.model.hidden_size;
+  problem.training.dp_bucket_bytes =
+      std::exp(log_share(rng)) * 12.0 * h * h * problem.training.grad_dtype_bytes;
+  problem.training.dp_overlap_fraction = unit(rng);
+  return problem;
 }
 
 // A zoo model on `nodes` nodes of a zoo cluster, with the default training options.

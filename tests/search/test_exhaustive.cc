@@ -102,6 +102,57 @@ TEST_CASE("DP equals exhaustive on 20 random small problems") {
   CHECK(feasible >= 5);
 }
 
+TEST_CASE("with DP gradient buckets DP equals exhaustive on 20 random small problems, whose "
+          "stage tails are not additive over layers") {
+  DpSearcher dp;
+  ExhaustiveSearcher exhaustive;
+  int feasible = 0, moved = 0, comm_bound = 0, compute_bound = 0;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    const Problem plain = MakeRandomSmallProblem(seed);
+    const Problem problem = testing::WithDpBuckets(plain, seed);
+    CAPTURE(seed);
+    const SearchResult truth = exhaustive.Search(problem, SearchOptions{});
+    const SearchResult result = dp.Search(problem, SearchOptions{});
+    INFO("exhaustive: ", truth.summary.BriefReport(), " dp: ", result.summary.BriefReport());
+    REQUIRE(truth.plan.has_value() == result.plan.has_value());
+    if (!truth.plan) continue;
+    ++feasible;
+    CHECK(result.summary.termination == TerminationType::kOptimal);
+    CHECK(testing::RelativeGap(result.summary.best_iteration_seconds,
+                               truth.summary.best_iteration_seconds) <= 1e-9);
+    const Estimate estimate = Evaluate(problem, *result.plan);
+    CHECK(estimate.iteration_seconds == result.summary.best_iteration_seconds);
+    // Each stage's tail: its additive part plus max(S - W, min(b, S)) of its summed S, W, b.
+    for (const StageEstimate& stage : estimate.stages) {
+      const StageTerms& x = stage.terms;
+      CHECK(stage.tail_seconds ==
+            doctest::Approx(x.dp_sync_exposed_seconds + x.optimizer_seconds +
+                            std::max(x.dp_bucketed_sync_seconds - x.dp_backward_window_seconds,
+                                     std::min(x.dp_last_bucket_seconds,
+                                              x.dp_bucketed_sync_seconds)))
+                .epsilon(1e-12));
+      if (x.dp_bucketed_sync_seconds > 0) {
+        if (x.dp_bucketed_sync_seconds - x.dp_backward_window_seconds > x.dp_last_bucket_seconds)
+          ++comm_bound;
+        else
+          ++compute_bound;
+      }
+    }
+    const SearchResult without = dp.Search(plain, SearchOptions{});
+    REQUIRE(without.plan.has_value());
+    // Buckets hide at most what the plain problem (no overlap) exposes: never slower.
+    CHECK(result.summary.best_iteration_seconds <=
+          without.summary.best_iteration_seconds * (1 + 1e-12));
+    if (result.plan->Summary() != without.plan->Summary()) ++moved;
+  }
+  MESSAGE(feasible, " feasible; the buckets moved the optimum on ", moved, "; bucketed stages ",
+          comm_bound, " communication-bound, ", compute_bound, " hidden but the last bucket");
+  CHECK(feasible >= 5);
+  CHECK(moved >= 1);
+  CHECK(comm_bound >= 1);
+  CHECK(compute_bound >= 1);
+}
+
 TEST_CASE("DP pays the longest stage tail, not their sum, and pipelines where a sum would not") {
   // Stages' tails (exposed DP sync, optimizer step) run concurrently: the objective charges
   // max_s e_s. On these problems the optimum (exhaustive) has several stages whose tails differ,

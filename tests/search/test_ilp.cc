@@ -133,6 +133,23 @@ TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems") {
   CHECK(feasible >= 5);
 }
 
+TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems with DP gradient buckets") {
+  if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
+  IlpSearcher ilp;
+  DpSearcher dp;
+  ExhaustiveSearcher exhaustive;
+  int feasible = 0;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    const Problem problem = testing::WithDpBuckets(MakeRandomSmallProblem(seed), seed);
+    CAPTURE(seed);
+    const SearchResult truth = exhaustive.Search(problem, SearchOptions{});
+    const SearchResult by_dp = dp.Search(problem, SearchOptions{});
+    const SearchResult result = ilp.Search(problem, SearchOptions{});
+    if (CheckIlpAgainstExact(problem, truth, by_dp, result)) ++feasible;
+  }
+  CHECK(feasible >= 5);
+}
+
 TEST_CASE("ILP summary records the search: algorithm, bound, MILPs, anytime trace, reports") {
   const Problem problem = MakeRandomSmallProblem(7);
   if (!RequireCbc(problem, SearchOptions{})) return;

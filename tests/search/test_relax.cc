@@ -20,6 +20,7 @@
 #include "relax/surrogate.h"
 #include "relax/tables.h"
 #include "search/relax_searcher.h"
+#include "tests/search/search_test_util.h"
 
 namespace stratos {
 namespace {
@@ -67,12 +68,15 @@ std::vector<int> AllConfigs(const RelaxTables& tables) {
 }
 
 TEST_CASE("relax: surrogate at one-hot parameters equals Evaluate (1e-6 relative) on random "
-          "plans of both schedules, with ZeRO, recompute, several stage counts and several "
-          "data-parallel stages whose tails differ") {
+          "plans of both schedules, with ZeRO, recompute, several stage counts, several "
+          "data-parallel stages whose tails differ, and DP gradient buckets") {
   int checked = 0, with_zero = 0, with_recompute = 0, gpipe = 0, one_f_one_b = 0, multi_stage = 0,
-      fitting = 0, tails_differ = 0;
-  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+      fitting = 0, tails_differ = 0, bucketed = 0;
+  for (std::uint64_t draw_seed = 1; draw_seed <= 24; ++draw_seed) {
+    // Seeds 13-24: the problems of 1-12 with buckets (TermScalars::TailSeconds).
+    const std::uint64_t seed = (draw_seed - 1) % 12 + 1;
     Problem problem = MakeRandomSmallProblem(seed);
+    if (draw_seed > 12) problem = testing::WithDpBuckets(problem, seed);
     for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB}) {
       problem.training.schedule = schedule;
       const CostModel cost_model(problem);
@@ -84,6 +88,8 @@ TEST_CASE("relax: surrogate at one-hot parameters equals Evaluate (1e-6 relative
         const std::optional<Plan> plan = RandomPlan(tables, rng);
         if (!plan) continue;
         const Estimate estimate = Evaluate(cost_model, *plan);
+        for (const StageEstimate& stage : estimate.stages)
+          bucketed += stage.terms.BucketedDpExposedSeconds() > 0;
         const SurrogateResult value =
             EvaluateSurrogate(tensors, OneHotProbabilities(tables, tensors, *plan), {});
         const double surrogate = value.iteration_seconds.item<double>();
@@ -143,7 +149,8 @@ TEST_CASE("relax: surrogate at one-hot parameters equals Evaluate (1e-6 relative
       }
     }
   }
-  CHECK(checked >= 60);
+  CHECK(checked >= 120);
+  CHECK(bucketed >= 20);
   CHECK(with_zero > 0);
   CHECK(with_recompute > 0);
   CHECK(gpipe > 0);
@@ -308,9 +315,12 @@ TEST_CASE("relax: RelaxSearcher returns valid plans that fit, within 2% of the e
 }
 
 TEST_CASE("relax: RelaxSearcher with its default options stays within 2% of the exhaustive "
-          "optimum on random small problems") {
-  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
-    const Problem problem = MakeRandomSmallProblem(seed);
+          "optimum on random small problems, with and without DP gradient buckets") {
+  for (std::uint64_t draw_seed = 1; draw_seed <= 20; ++draw_seed) {
+    const std::uint64_t seed = (draw_seed - 1) % 10 + 1;
+    const Problem problem = draw_seed > 10
+                                ? testing::WithDpBuckets(MakeRandomSmallProblem(seed), seed)
+                                : MakeRandomSmallProblem(seed);
     SearchOptions options;
     options.seed = static_cast<int>(seed);
     options.time_limit_seconds = 30;
@@ -319,11 +329,13 @@ TEST_CASE("relax: RelaxSearcher with its default options stays within 2% of the 
     ExhaustiveSearcher exhaustive;
     const SearchResult optimum = exhaustive.Search(problem, options);
     REQUIRE(optimum.summary.termination != TerminationType::kTimeLimit);
-    INFO("seed ", seed, ": ", result.summary.BriefReport(), " | ", optimum.summary.BriefReport());
+    INFO("seed ", draw_seed, ": ", result.summary.BriefReport(), " | ",
+         optimum.summary.BriefReport());
     CHECK(result.plan.has_value() == optimum.plan.has_value());
     if (!result.plan || !optimum.plan) continue;
     const Estimate estimate = Evaluate(problem, *result.plan);
     CHECK(estimate.Fits());
+    CHECK(estimate.iteration_seconds == doctest::Approx(result.summary.best_iteration_seconds));
     CHECK(result.summary.iterations == RelaxOptions{}.iterations);
     CHECK(estimate.iteration_seconds <= optimum.summary.best_iteration_seconds * 1.02);
   }

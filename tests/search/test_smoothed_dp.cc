@@ -23,6 +23,7 @@
 #include "relax/polish.h"
 #include "relax/smoothed_dp.h"
 #include "relax/tables.h"
+#include "tests/search/search_test_util.h"
 
 namespace stratos {
 namespace {
@@ -75,8 +76,11 @@ TEST_CASE("smoothed DP: at tau = 0 its value is the minimum of f_p over every pl
   int compared = 0;
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+  for (std::uint64_t draw_seed = 1; draw_seed <= 16; ++draw_seed) {
+    // Seeds 9-16: the problems of 1-8 with DP gradient buckets (a tail not additive over layers).
+    const std::uint64_t seed = (draw_seed - 1) % 8 + 1;
     Problem problem = MakeRandomSmallProblem(seed);
+    if (draw_seed > 8) problem = testing::WithDpBuckets(problem, seed);
     for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB}) {
       problem.training.schedule = schedule;
       const CostModel cost_model(problem);
@@ -92,7 +96,7 @@ TEST_CASE("smoothed DP: at tau = 0 its value is the minimum of f_p over every pl
             }))
           continue;
         const SmoothedDpValue value = dp.Evaluate(point, 0.0);
-        INFO("seed ", seed, " schedule ", static_cast<int>(schedule), " m ", m);
+        INFO("seed ", draw_seed, " schedule ", static_cast<int>(schedule), " m ", m);
         if (!std::isfinite(brute)) {
           CHECK(!std::isfinite(value.value));
           continue;
@@ -104,7 +108,7 @@ TEST_CASE("smoothed DP: at tau = 0 its value is the minimum of f_p over every pl
       }
     }
   }
-  CHECK(compared >= 10);
+  CHECK(compared >= 20);
 }
 
 TEST_CASE("smoothed DP: with coarse cut positions, both decodes are exact over the plans that "
@@ -376,8 +380,12 @@ TEST_CASE("smoothed DP: min over theta and phi of f_p(theta, phi, 0) is the plan
     }
     return (lo + hi) / 2;
   };
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-    const Problem problem = MakeRandomSmallProblem(seed);
+  for (std::uint64_t draw_seed = 1; draw_seed <= 16; ++draw_seed) {
+    // Seeds 9-16: the problems of 1-8 with DP gradient buckets.
+    const std::uint64_t seed = (draw_seed - 1) % 8 + 1;
+    const Problem problem = draw_seed > 8
+                                ? testing::WithDpBuckets(MakeRandomSmallProblem(seed), seed)
+                                : MakeRandomSmallProblem(seed);
     const CostModel cost_model(problem);
     const RelaxTables tables = BuildRelaxTables(cost_model, SearchSpace::Build(problem));
     PlanPolisher polisher(tables);
@@ -396,13 +404,13 @@ TEST_CASE("smoothed DP: min over theta and phi of f_p(theta, phi, 0) is the plan
           [&](double x) { return dp.PlanValue(mode.decoded, {x, hi, 0.0}); }, hi);
       const double phi = minimize(
           [&](double x) { return dp.PlanValue(mode.decoded, {theta, x, 0.0}); }, hi);
-      INFO("seed ", seed, " m ", m);
+      INFO("seed ", draw_seed, " m ", m);
       CHECK(dp.PlanValue(mode.decoded, {theta, phi, 0.0}) ==
             doctest::Approx(cost.iteration_seconds).epsilon(1e-7));
       ++checked;
     }
   }
-  CHECK(checked >= 6);
+  CHECK(checked >= 12);
 }
 
 TEST_CASE("smoothed DP: dV/dtheta, dV/dphi and dV/dlambda match central finite differences at "

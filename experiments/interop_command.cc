@@ -117,12 +117,28 @@ int RunImport(const ImportArgs& args) {
   if (layout.tensor_parallel > 1) problem.training.sequence_parallel = layout.sequence_parallel;
   const std::string training_change = TargetTrainingChange(target, problem.training);
   problem.training = TrainingForTarget(target, problem.training);
+  // The configuration's gradient buckets and all-gather overlap, unless the flags give them.
+  std::string overlap_note;
+  if (args.problem.dp_bucket_mib == 0 && imported.dp_bucket_params > 0) {
+    problem.training.dp_bucket_bytes =
+        imported.dp_bucket_params * problem.training.grad_dtype_bytes;
+    overlap_note = fmt::format(
+        "DP gradients reduced in buckets of {:.4g} M parameters under the backward pass "
+        "(the configuration's {})",
+        imported.dp_bucket_params / 1e6,
+        target == Target::kDeepSpeed ? "zero_optimization.overlap_comm" : "--overlap-grad-reduce");
+    if (args.problem.dp_overlap == 0 && imported.overlap_param_gather) {
+      problem.training.dp_overlap_fraction = 1.0;
+      overlap_note += "; the parameter all-gather under the next forward (--overlap-param-gather)";
+    }
+  }
   const Plan plan = PlanFromLayout(problem, layout, args.file);
   const Estimate estimate = Evaluate(problem, plan);
   fmt::print("problem: {} on {} ({} devices), global batch {}, seq {}\n", problem.model.name,
              problem.cluster.NodesLabel(), problem.NumDevices(),
              problem.training.global_batch_size, problem.model.seq_length);
   if (!training_change.empty()) fmt::print("{}\n", training_change);
+  if (!overlap_note.empty()) fmt::print("{}\n", overlap_note);
   fmt::print("{}", EstimateReport(estimate, plan));
   if (!args.plan_output.empty()) {
     WriteJsonAtomically(args.plan_output, PlanToJson(plan));

@@ -3,7 +3,9 @@
 // script with Megatron-DeepSpeed flags for the model, TP and PP; reading them back.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -17,7 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-json DeepSpeedConfig(const ParallelLayout& layout) {
+json DeepSpeedConfig(const TrainingSpec& training, const ParallelLayout& layout) {
   json config = {{"train_batch_size", layout.global_batch_size},
                  {"train_micro_batch_size_per_gpu", layout.micro_batch_size},
                  {"gradient_accumulation_steps", layout.NumMicrobatches()},
@@ -34,6 +36,16 @@ json DeepSpeedConfig(const ParallelLayout& layout) {
     config["activation_checkpointing"] = {{"partition_activations", false},
                                           {"contiguous_memory_optimization", false},
                                           {"cpu_checkpointing", false}};
+  // ZeRO's reduction in buckets under the backward pass (TrainingSpec::dp_bucket_bytes, in
+  // elements of the gradients' dtype); ZeRO-3 overlaps by default, so without buckets it says no.
+  json& zero = config["zero_optimization"];
+  if (layout.zero_stage >= 1 && training.dp_bucket_bytes > 0) {
+    zero["overlap_comm"] = true;
+    zero["reduce_bucket_size"] =
+        std::llround(std::max(1.0, training.dp_bucket_bytes / training.grad_dtype_bytes));
+  } else if (layout.zero_stage == 3) {
+    zero["overlap_comm"] = false;
+  }
   return config;
 }
 
@@ -42,8 +54,11 @@ int JsonInt(const json& object, const char* key, const std::string& where, int f
   return JsonNumber<int>(object.at(key), where, key);
 }
 
-// The batch, ZeRO and recomputation of a DeepSpeed engine JSON, on a layout whose DP is known.
-void ReadEngineJson(const json& config, const std::string& where, ParallelLayout& layout) {
+// The batch, ZeRO, its gradient buckets and recomputation of a DeepSpeed engine JSON, on a
+// layout whose DP is known. ZeRO-1/2/3 with overlap_comm (ZeRO-3's default) reduce the gradients
+// in buckets of reduce_bucket_size elements (default 5e8) under the backward pass.
+void ReadEngineJson(const json& config, const std::string& where, ImportedConfig& imported) {
+  ParallelLayout& layout = imported.layout;
   if (!config.is_object()) ThrowInputError(where, "(top)", config.type_name(), "must be an object");
   const long long dp = layout.data_parallel;
   long long micro = JsonInt(config, "train_micro_batch_size_per_gpu", where, 0);
@@ -68,6 +83,22 @@ void ReadEngineJson(const json& config, const std::string& where, ParallelLayout
     layout.zero_stage = JsonInt(zero, "stage", where + ": zero_optimization", 0);
     if (layout.zero_stage < 0 || layout.zero_stage > 3)
       ThrowInputError(where, "zero_optimization.stage", layout.zero_stage, "must be 0-3");
+    const std::string zero_where = where + ": zero_optimization";
+    if (!zero.contains("overlap_comm") || zero.at("overlap_comm").is_boolean()) {
+      const bool overlap = zero.value("overlap_comm", layout.zero_stage == 3);
+      if (layout.zero_stage >= 1 && overlap)
+        imported.dp_bucket_params =
+            zero.contains("reduce_bucket_size")
+                ? JsonNumber<double>(zero.at("reduce_bucket_size"), zero_where,
+                                     "reduce_bucket_size")
+                : 5e8;
+    } else {
+      ThrowInputError(where, "zero_optimization.overlap_comm", zero.at("overlap_comm").dump(),
+                      "must be true or false");
+    }
+    if (!(imported.dp_bucket_params >= 0))
+      ThrowInputError(where, "zero_optimization.reduce_bucket_size", imported.dp_bucket_params,
+                      "must be >= 0");
   }
   layout.bf16 = config.contains("bf16") && config.at("bf16").value("enabled", false);
   if (config.contains("fp16") && config.at("fp16").value("enabled", false)) layout.bf16 = true;
@@ -102,7 +133,7 @@ std::vector<ExportFile> DeepSpeedFiles(const Problem& problem, const ParallelLay
       "    \"${{MODEL_PARALLEL_ARGS[@]}}\" \\\n"
       "    \"${{DATA_ARGS[@]}}\"\n",
       layout.nodes, layout.gpus_per_node);
-  return {{"ds_config.json", DeepSpeedConfig(layout).dump(2) + "\n", false},
+  return {{"ds_config.json", DeepSpeedConfig(problem.training, layout).dump(2) + "\n", false},
           {"hostfile", hostfile, false},
           {"deepspeed_launch.sh", launch, true}};
 }
@@ -133,7 +164,7 @@ ImportedConfig ImportDeepSpeed(const std::string& path, const std::string& text,
                                   batch, micro, accumulation,
                                   static_cast<double>(batch) / (static_cast<double>(micro) * accumulation),
                                   world_size));
-    ReadEngineJson(config, path, imported.layout);
+    ReadEngineJson(config, path, imported);
     imported.layout.blocks.clear();  // filled by the caller from the model: one stage
     return imported;
   }
@@ -163,7 +194,7 @@ ImportedConfig ImportDeepSpeed(const std::string& path, const std::string& text,
   const std::string json_where = json_path.string();
   const json config = ReadJsonInputFile(json_where, "DeepSpeed config (--deepspeed_config)");
   const Recompute flagged = imported.layout.recompute;
-  ReadEngineJson(config, json_where, imported.layout);
+  ReadEngineJson(config, json_where, imported);
   if (flagged != Recompute::kNone) imported.layout.recompute = flagged;
   return imported;
 }

@@ -122,6 +122,15 @@ struct ImportedConfig {
   ParallelLayout layout;
   ModelSpec model;           // transformer shape fields only; BuildTransformerLayers not called
   bool world_known = false;  // whether nodes x gpus_per_node came from the configuration
+  // Training options the configuration sets (0 / false where it does not): the DP gradient
+  // bucket in parameters (TrainingSpec::dp_bucket_bytes over the gradients' bytes; Megatron's
+  // --overlap-grad-reduce with --ddp-bucket-size, else Megatron-Core's default
+  // max(40M, 1M x DP); DeepSpeed's ZeRO-1/2/3 with zero_optimization.overlap_comm, ZeRO-3's
+  // default, and reduce_bucket_size, default 5e8), and whether the distributed optimizer's
+  // parameter all-gather runs under the next forward pass (Megatron's --overlap-param-gather:
+  // TrainingSpec::dp_overlap_fraction 1).
+  double dp_bucket_params = 0;
+  bool overlap_param_gather = false;
 };
 
 // Reads a configuration of `target` (not torch-pipelining): Megatron-LM arguments (a launch

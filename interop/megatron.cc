@@ -4,7 +4,9 @@
 // layer, L the loss/output layer, '|' between virtual stages in model order).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include "costmodel/error.h"
@@ -176,6 +178,17 @@ std::vector<FlagGroup> MegatronFlagGroups(const Problem& problem, const Parallel
   } else if (layout.zero_stage == 1) {
     add(parallel, "--use-distributed-optimizer");
   }
+  // DP gradient buckets (TrainingSpec::dp_bucket_bytes) in parameters of the gradients' dtype;
+  // the distributed optimizer's all-gather under the next forward where it is priced hidden.
+  const TrainingSpec& training_spec = problem.training;
+  if (!deepspeed && training_spec.dp_bucket_bytes > 0 && layout.data_parallel > 1) {
+    add(parallel, "--overlap-grad-reduce");
+    add(parallel, fmt::format("--ddp-bucket-size {}",
+                              std::llround(std::max(1.0, training_spec.dp_bucket_bytes /
+                                                             training_spec.grad_dtype_bytes))));
+    if (layout.zero_stage == 1 && training_spec.dp_overlap_fraction == 1.0)
+      add(parallel, "--overlap-param-gather");
+  }
 
   FlagGroup data{"DATA_ARGS", {}};
   if (deepspeed) {
@@ -300,6 +313,13 @@ ImportedConfig ImportMegatron(const std::string& path, const std::string& text, 
   layout.bf16 = has("--bf16") || has("--fp16");
   layout.sequence_parallel = has("--sequence-parallel") && layout.tensor_parallel > 1;
   layout.zero_stage = has("--use-distributed-optimizer") ? 1 : 0;
+  if (has("--overlap-grad-reduce") && !has("--deepspeed"))
+    imported.dp_bucket_params =
+        has("--ddp-bucket-size")
+            ? FlagInt(flags, "--ddp-bucket-size", path, 0, 1)
+            : std::max(40'000'000.0, 1'000'000.0 * layout.data_parallel);
+  imported.overlap_param_gather =
+      has("--overlap-param-gather") && imported.dp_bucket_params > 0 && layout.zero_stage == 1;
   if (has("--deepspeed")) layout.zero_stage = FlagInt(flags, "--zero-stage", path, 0, 0);
   if (layout.zero_stage > 3)
     ThrowInputError(path, "--zero-stage", layout.zero_stage, "must be 0, 1, 2 or 3");

@@ -29,6 +29,10 @@ struct MegatronAssumptions {
   // it (gradient reduce, parameter gather, TP and PP communication overlapped), or fitted.
   double matmul_efficiency = -1;
   double comm_overlap_fraction = 1;
+  // The DP gradient reduction in Megatron-Core's buckets of max(40M, 1M x DP) parameters (its
+  // --overlap-grad-reduce default; TrainingSpec::dp_bucket_bytes at 4 bytes per gradient), its
+  // exposed part max(S - W, b), instead of hidden in the share comm_overlap_fraction.
+  bool dp_buckets = false;
 };
 
 struct MegatronCase {

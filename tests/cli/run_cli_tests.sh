@@ -740,6 +740,11 @@ expect_one_line_error "search --option: an unknown option is named" \
 expect_one_line_error "search --option: a bad value names the option as written" \
   "command line: relax.iterations = 0: must be >= 1" -- \
   "$STRATOS" search --algo relax --option relax.iterations=0 --output-dir "$WORK/opt"
+expect "search --dp-bucket-mb prices DP gradient buckets and records them" 0 '"dp_bucket_bytes": 26214400' -- \
+  sh -c '"$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 2 --global-batch 64 --algo dp --dp-bucket-mb 25 --no-progress --output-dir "$1" >/dev/null && cat "$1/summary.json"' \
+  "$STRATOS" "$WORK/buckets"
+expect_one_line_error "--dp-bucket-mb below 0 is refused" "--dp-bucket-mb.*must be >= 0" -- \
+  "$STRATOS" evaluate --dp-bucket-mb=-1 --tp 1 --pp 1 --dp 8 --micro-batch 1
 expect "search --option reaches the searcher and is recorded" 0 '"relax.polish": "none"' -- \
   sh -c '"$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 --algo relax --option relax.polish=none --no-progress --output-dir "$1" >/dev/null && cat "$1/summary.json"' \
   "$STRATOS" "$WORK/opt"
@@ -761,6 +766,18 @@ done
 mkdir -p "$WORK/bin"
 printf '#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n' >"$WORK/bin/torchrun"
 chmod +x "$WORK/bin/torchrun"
+# The example overlaps the gradient reduction (--overlap-grad-reduce, Megatron-Core's default
+# bucket of max(40M, 1M x DP) parameters, 4 bytes each) and the parameter all-gather: exported
+# with the same pricing, it writes the flags back.
+expect "import reads Megatron-LM's --overlap-grad-reduce as DP gradient buckets" 0 \
+  "DP gradients reduced in buckets of 40 M parameters under the backward pass .*--overlap-param-gather" -- \
+  "$STRATOS" import --from megatron "$EXAMPLE" "${H100[@]}"
+expect "export --to megatron --dp-bucket-mb writes --overlap-grad-reduce and the bucket" 0 \
+  "wrote " -- \
+  "$STRATOS" export "${LLAMA[@]}" --plan "$WORK/imported.json" --to megatron --nearest \
+  --dp-bucket-mb 152.587890625 --dp-overlap 1 --output "$WORK/export/megatron"
+expect "... as Megatron-LM's flags" 0 "--overlap-grad-reduce --ddp-bucket-size 40000000 --overlap-param-gather" -- \
+  sh -c 'grep -A2 -- "--overlap-grad-reduce" "$0" | tr -s " \n" " "' "$WORK/export/megatron/megatron_args.sh"
 expect "the exported script hands Megatron the layout as one argument" 0 \
   '^Et\*3\|t\*4\|t\*4\|t\*4\|t\*4\|t\*4\|t\*4\|t\*5L$' -- \
   env PATH="$WORK/bin:$PATH" bash "$WORK/export/megatron/megatron_args.sh"

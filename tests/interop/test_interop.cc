@@ -365,4 +365,66 @@ TEST_CASE("Megatron-LM's bf16 training holds and reduces fp32 gradients: exports
   }
 }
 
+TEST_CASE("Megatron-LM's --overlap-grad-reduce: DP gradient buckets read and written back") {
+  const std::string dir = testing::ScratchDir("interop_buckets");
+  const std::string base =
+      "torchrun --nnodes 2 --nproc_per_node 8 pretrain_gpt.py --num-layers 32 "
+      "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
+      "--global-batch-size 16 --use-distributed-optimizer";
+  std::ofstream(dir + "/plain.sh") << base << "\n";
+  std::ofstream(dir + "/default.sh") << base << " --overlap-grad-reduce --overlap-param-gather\n";
+  std::ofstream(dir + "/sized.sh") << base << " --overlap-grad-reduce --ddp-bucket-size 1000\n";
+  std::ofstream(dir + "/gather_only.sh") << base << " --overlap-param-gather\n";
+  const ImportedConfig plain = ImportConfig(Target::kMegatron, dir + "/plain.sh", 0);
+  CHECK(plain.dp_bucket_params == 0);
+  CHECK_FALSE(plain.overlap_param_gather);
+  // DP = 16 / (2 x 2) = 4: Megatron-Core's default max(40M, 1M x 4).
+  const ImportedConfig by_default = ImportConfig(Target::kMegatron, dir + "/default.sh", 0);
+  CHECK(by_default.dp_bucket_params == 40e6);
+  CHECK(by_default.overlap_param_gather);
+  CHECK(ImportConfig(Target::kMegatron, dir + "/sized.sh", 0).dp_bucket_params == 1000);
+  // The all-gather overlap needs the bucketed reduction (Megatron's rule).
+  CHECK_FALSE(ImportConfig(Target::kMegatron, dir + "/gather_only.sh", 0).overlap_param_gather);
+
+  // Exported: the bucket in parameters of the priced gradients' dtype, and the all-gather
+  // overlap where the plan is priced with it hidden.
+  Problem problem = ExampleProblem();
+  problem.training = TrainingForTarget(Target::kMegatron, problem.training);
+  problem.training.dp_bucket_bytes = 160e6;
+  problem.training.dp_overlap_fraction = 1.0;
+  const Plan plan = BlocksPlan(problem, {16, 16}, 1, 2, 4, 1, Recompute::kNone, 8);
+  const std::string script = ExportPlan(problem, plan, Target::kMegatron, "test").front().text;
+  CHECK(Contains(script, "--overlap-grad-reduce"));
+  CHECK(Contains(script, "--ddp-bucket-size 40000000"));
+  CHECK(Contains(script, "--overlap-param-gather"));
+  problem.training.dp_bucket_bytes = 0;
+  const std::string unbucketed = ExportPlan(problem, plan, Target::kMegatron, "test").front().text;
+  CHECK_FALSE(Contains(unbucketed, "--overlap-grad-reduce"));
+  CHECK_FALSE(Contains(unbucketed, "--overlap-param-gather"));
+}
+
+TEST_CASE("DeepSpeed's overlap_comm: ZeRO's gradient buckets read and written back") {
+  const std::string dir = testing::ScratchDir("interop_ds_buckets");
+  auto engine = [&](const std::string& name, const std::string& zero) {
+    std::ofstream(dir + "/" + name)
+        << R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1,
+               "gradient_accumulation_steps": 8, "zero_optimization": )" << zero << "}";
+    return ImportConfig(Target::kDeepSpeed, dir + "/" + name, 2).dp_bucket_params;
+  };
+  CHECK(engine("sized.json", R"({"stage": 1, "overlap_comm": true, "reduce_bucket_size": 2e8})") ==
+        2e8);
+  CHECK(engine("zero3.json", R"({"stage": 3})") == 5e8);  // ZeRO-3 overlaps by default
+  CHECK(engine("off.json", R"({"stage": 2})") == 0);
+  CHECK(engine("zero0.json", R"({"stage": 0, "overlap_comm": true})") == 0);
+  CHECK(Contains(InputErrorMessage([&] { engine("bad.json", R"({"stage": 1, "overlap_comm": 1})"); }),
+                 "zero_optimization.overlap_comm = 1: must be true or false"));
+
+  Problem problem = ExampleProblem();
+  problem.training.dp_bucket_bytes = 100e6;  // 2-byte gradients: 5e7 elements
+  const Plan plan = BlocksPlan(problem, {32}, 1, 16, 1, 1, Recompute::kNone, 1);
+  const std::string config = ExportPlan(problem, plan, Target::kDeepSpeed, "test").front().text;
+  CHECK(Contains(config, "\"overlap_comm\": true"));
+  CHECK(Contains(config, "\"reduce_bucket_size\": 50000000"));
+}
+
 }  // namespace stratos

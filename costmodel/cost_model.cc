@@ -406,8 +406,8 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // stage in StageOverhead; DpReduceSeconds + DpGatherSeconds; a calibrated pipelining term
   // (collective.h) per layer, as if each layer's gradients were one bucket; with
   // TrainingSpec::dp_bucket_bytes the reduction in buckets under the backward pass, SetDpSync):
-  // all-reduce for ZeRO 0; reduce-scatter
-  // of the gradients + all-gather of the updated parameters for ZeRO 1-2; reduce-scatter only for
+  // all-reduce for ZeRO 0; reduce-scatter of the gradients + all-gather of the updated
+  // parameters for ZeRO 1-2; reduce-scatter only for
   // ZeRO-3, which instead all-gathers the parameters in every forward and backward pass (1.5x
   // volume; Rajbhandari et al. SC'20 §7). With gradient compression (ZeRO 0-1 only,
   // costmodel/compression.h) each of the layer's gradient tensors is exchanged in its compressed

@@ -342,6 +342,10 @@ int main(int argc, char** argv) {
       ->check(NumberIn(0, 1))
       ->capture_default_str();
   AddDpBucketFlag(import_command, import_args.problem);
+  import_command->get_option("--dp-bucket-mb")
+      ->description("reduce the DP gradients in buckets of this many MiB under the backward pass "
+                    "(default: as the configuration does, e.g. Megatron-LM's "
+                    "--overlap-grad-reduce)");
   import_command->add_flag("--search", import_args.search,
                            "also search the problem and print the best plan beside yours");
   stratos::AddAlgorithmFlag(import_command, import_args.algorithms);

@@ -416,7 +416,8 @@ TEST_CASE("DeepSpeed's overlap_comm: ZeRO's gradient buckets read and written ba
   CHECK(engine("zero3.json", R"({"stage": 3})") == 5e8);  // ZeRO-3 overlaps by default
   CHECK(engine("off.json", R"({"stage": 2})") == 0);
   CHECK(engine("zero0.json", R"({"stage": 0, "overlap_comm": true})") == 0);
-  CHECK(Contains(InputErrorMessage([&] { engine("bad.json", R"({"stage": 1, "overlap_comm": 1})"); }),
+  const std::string bad = R"({"stage": 1, "overlap_comm": 1})";
+  CHECK(Contains(InputErrorMessage([&] { engine("bad.json", bad); }),
                  "zero_optimization.overlap_comm = 1: must be true or false"));
 
   Problem problem = ExampleProblem();

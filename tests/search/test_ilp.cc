@@ -111,15 +111,20 @@ bool CheckIlpAgainstExact(const Problem& problem, const SearchResult& truth,
 
 }  // namespace
 
-TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems") {
+TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems, without and with DP "
+          "gradient buckets") {
   if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
   IlpSearcher ilp;
   DpSearcher dp;
   ExhaustiveSearcher exhaustive;
   int feasible = 0;
-  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
-    const Problem problem = MakeRandomSmallProblem(seed);
-    CAPTURE(seed);
+  for (std::uint64_t draw_seed = 1; draw_seed <= 24; ++draw_seed) {
+    // Seeds 13-24: the problems of 1-12 with buckets (a stage tail not additive over layers).
+    const std::uint64_t seed = (draw_seed - 1) % 12 + 1;
+    const Problem problem = draw_seed > 12
+                                ? testing::WithDpBuckets(MakeRandomSmallProblem(seed), seed)
+                                : MakeRandomSmallProblem(seed);
+    CAPTURE(draw_seed);
     const SearchResult truth = exhaustive.Search(problem, SearchOptions{});
     REQUIRE_MESSAGE(truth.summary.message.find("too large") == std::string::npos,
                     truth.summary.message);
@@ -130,24 +135,7 @@ TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems") {
     CHECK(result.summary.message.find("optimal: objective") == 0);
     CHECK_FALSE(result.summary.anytime.empty());
   }
-  CHECK(feasible >= 5);
-}
-
-TEST_CASE("ILP = DP = exhaustive optimum on 12 random small problems with DP gradient buckets") {
-  if (!RequireCbc(MakeRandomSmallProblem(1), SearchOptions{})) return;
-  IlpSearcher ilp;
-  DpSearcher dp;
-  ExhaustiveSearcher exhaustive;
-  int feasible = 0;
-  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
-    const Problem problem = testing::WithDpBuckets(MakeRandomSmallProblem(seed), seed);
-    CAPTURE(seed);
-    const SearchResult truth = exhaustive.Search(problem, SearchOptions{});
-    const SearchResult by_dp = dp.Search(problem, SearchOptions{});
-    const SearchResult result = ilp.Search(problem, SearchOptions{});
-    if (CheckIlpAgainstExact(problem, truth, by_dp, result)) ++feasible;
-  }
-  CHECK(feasible >= 5);
+  CHECK(feasible >= 10);
 }
 
 TEST_CASE("ILP summary records the search: algorithm, bound, MILPs, anytime trace, reports") {

@@ -49,7 +49,9 @@ struct TrainingSpec {
   // microbatch runs bucket by bucket as its backward pass produces them, as PyTorch DDP
   // (bucket_cap_mb, 25 MB) and Megatron-Core (--overlap-grad-reduce, --ddp-bucket-size) do:
   // StageTerms::BucketedDpExposedSeconds prices the part that is not hidden. Compressed
-  // gradients (compression.h) are exchanged after the backward pass as before.
+  // gradients (compression.h) are exchanged after the backward pass as before, and ZeRO-2/3's
+  // reduce-scatters of the microbatches before the last (zero_reduce_every_microbatch) keep
+  // dp_overlap_fraction: they are part of the microbatch time, which stays additive.
   double dp_bucket_bytes = 0.0;
   // ZeRO-2/3 reduce-scatter every microbatch's gradients (DeepSpeed, FSDP: a rank keeps only its
   // shard of them, so it cannot accumulate microbatches locally); false: once per iteration, as

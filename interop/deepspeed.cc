@@ -3,9 +3,7 @@
 // script with Megatron-DeepSpeed flags for the model, TP and PP; reading them back.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <climits>
-#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -41,8 +39,7 @@ json DeepSpeedConfig(const TrainingSpec& training, const ParallelLayout& layout)
   json& zero = config["zero_optimization"];
   if (layout.zero_stage >= 1 && training.dp_bucket_bytes > 0) {
     zero["overlap_comm"] = true;
-    zero["reduce_bucket_size"] =
-        std::llround(std::max(1.0, training.dp_bucket_bytes / training.grad_dtype_bytes));
+    zero["reduce_bucket_size"] = DpBucketElements(training);
   } else if (layout.zero_stage == 3) {
     zero["overlap_comm"] = false;
   }
@@ -83,22 +80,19 @@ void ReadEngineJson(const json& config, const std::string& where, ImportedConfig
     layout.zero_stage = JsonInt(zero, "stage", where + ": zero_optimization", 0);
     if (layout.zero_stage < 0 || layout.zero_stage > 3)
       ThrowInputError(where, "zero_optimization.stage", layout.zero_stage, "must be 0-3");
-    const std::string zero_where = where + ": zero_optimization";
-    if (!zero.contains("overlap_comm") || zero.at("overlap_comm").is_boolean()) {
-      const bool overlap = zero.value("overlap_comm", layout.zero_stage == 3);
-      if (layout.zero_stage >= 1 && overlap)
-        imported.dp_bucket_params =
-            zero.contains("reduce_bucket_size")
-                ? JsonNumber<double>(zero.at("reduce_bucket_size"), zero_where,
-                                     "reduce_bucket_size")
-                : 5e8;
-    } else {
+    if (zero.contains("overlap_comm") && !zero.at("overlap_comm").is_boolean())
       ThrowInputError(where, "zero_optimization.overlap_comm", zero.at("overlap_comm").dump(),
                       "must be true or false");
+    if (layout.zero_stage >= 1 && zero.value("overlap_comm", layout.zero_stage == 3)) {
+      imported.dp_bucket_params =
+          zero.contains("reduce_bucket_size")
+              ? JsonNumber<double>(zero.at("reduce_bucket_size"), where + ": zero_optimization",
+                                   "reduce_bucket_size")
+              : 5e8;
+      if (!(imported.dp_bucket_params >= 0))
+        ThrowInputError(where, "zero_optimization.reduce_bucket_size", imported.dp_bucket_params,
+                        "must be >= 0");
     }
-    if (!(imported.dp_bucket_params >= 0))
-      ThrowInputError(where, "zero_optimization.reduce_bucket_size", imported.dp_bucket_params,
-                      "must be >= 0");
   }
   layout.bf16 = config.contains("bf16") && config.at("bf16").value("enabled", false);
   if (config.contains("fp16") && config.at("fp16").value("enabled", false)) layout.bf16 = true;

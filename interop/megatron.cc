@@ -180,13 +180,10 @@ std::vector<FlagGroup> MegatronFlagGroups(const Problem& problem, const Parallel
   }
   // DP gradient buckets (TrainingSpec::dp_bucket_bytes) in parameters of the gradients' dtype;
   // the distributed optimizer's all-gather under the next forward where it is priced hidden.
-  const TrainingSpec& training_spec = problem.training;
-  if (!deepspeed && training_spec.dp_bucket_bytes > 0 && layout.data_parallel > 1) {
+  if (!deepspeed && problem.training.dp_bucket_bytes > 0 && layout.data_parallel > 1) {
     add(parallel, "--overlap-grad-reduce");
-    add(parallel, fmt::format("--ddp-bucket-size {}",
-                              std::llround(std::max(1.0, training_spec.dp_bucket_bytes /
-                                                             training_spec.grad_dtype_bytes))));
-    if (layout.zero_stage == 1 && training_spec.dp_overlap_fraction == 1.0)
+    add(parallel, fmt::format("--ddp-bucket-size {}", DpBucketElements(problem.training)));
+    if (layout.zero_stage == 1 && problem.training.dp_overlap_fraction == 1.0)
       add(parallel, "--overlap-param-gather");
   }
 
@@ -199,6 +196,10 @@ std::vector<FlagGroup> MegatronFlagGroups(const Problem& problem, const Parallel
   add(data, "--tokenizer-type NullTokenizer");
   add(data, fmt::format("--vocab-size {}", m.vocab_size));
   return {model, training, parallel, data};
+}
+
+long long DpBucketElements(const TrainingSpec& training) {
+  return std::llround(std::max(1.0, training.dp_bucket_bytes / training.grad_dtype_bytes));
 }
 
 std::string BashArrays(const std::vector<FlagGroup>& groups) {

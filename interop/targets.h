@@ -28,6 +28,9 @@ std::vector<FlagGroup> MegatronFlagGroups(const Problem& problem, const Parallel
                                           bool deepspeed);
 // "#!/bin/bash" script body lines that print a bash array per group.
 std::string BashArrays(const std::vector<FlagGroup>& groups);
+// TrainingSpec::dp_bucket_bytes as the bucket's element count (the gradients' dtype), >= 1, as
+// Megatron's --ddp-bucket-size and DeepSpeed's reduce_bucket_size count it.
+long long DpBucketElements(const TrainingSpec& training);
 
 // The module names of each virtual stage in torchtitan's and torch's llama naming: the first
 // stage starts with "tok_embeddings", blocks are "layers.<k>", the last ends with "norm",

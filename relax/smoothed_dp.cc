@@ -247,15 +247,11 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
     v->assign(K * stride, 0.0);
   overhead_.resize(static_cast<size_t>(K) * 4);
   // A bucketed DP reduction anywhere (TrainingSpec::dp_bucket_bytes): its S, W and b apart.
-  const auto has_buckets = [](const TermScalars& x) {
-    return x.bucketed_sync_seconds != 0 || x.backward_window_seconds != 0 ||
-           x.last_bucket_seconds != 0;
-  };
   for (int k : configs_) {
     for (int c = 0; c < tables.num_classes; ++c)
-      bucketed_ = bucketed_ || has_buckets(tables.Layer(c, k, m_));
+      bucketed_ = bucketed_ || tables.Layer(c, k, m_).HasBucketedDp();
     for (int f = 0; f < 4; ++f)
-      bucketed_ = bucketed_ || has_buckets(tables.Overhead(k, m_, f >= 2, f % 2 == 1));
+      bucketed_ = bucketed_ || tables.Overhead(k, m_, f >= 2, f % 2 == 1).HasBucketedDp();
   }
   if (bucketed_) {
     prefix_sync_.assign(K * stride, 0.0);

@@ -356,12 +356,8 @@ SurrogateTensors MakeSurrogateTensors(const RelaxTables& tables,
   t.has_bucketed_dp = false;
   for (int i = 0; i < K && !t.has_bucketed_dp; ++i)
     for (int f = 0; f < F && !t.has_bucketed_dp; ++f)
-      for (int m = 0; m < M; ++m) {
-        const TermScalars& x = scalars(f, i, m);
-        if (x.bucketed_sync_seconds != 0 || x.backward_window_seconds != 0 ||
-            x.last_bucket_seconds != 0)
-          t.has_bucketed_dp = true;
-      }
+      for (int m = 0; m < M; ++m)
+        if (scalars(f, i, m).HasBucketedDp()) t.has_bucketed_dp = true;
   const int bucket_block = t.has_one_time ? 3 : 2;
   const int blocks = bucket_block + (t.has_bucketed_dp ? 3 : 0);
   std::vector<double> time(static_cast<size_t>(K) * F * blocks * M);

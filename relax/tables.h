@@ -31,6 +31,10 @@ struct TermScalars {
   double activation_bytes = 0;    // of one in-flight microbatch
   double working_bytes = 0;
 
+  // Whether a bucketed DP reduction enters these terms (S, W or b nonzero).
+  bool HasBucketedDp() const {
+    return bucketed_sync_seconds != 0 || backward_window_seconds != 0 || last_bucket_seconds != 0;
+  }
   // e of a stage whose summed terms these are: StageTerms::ExposedTailSeconds().
   double TailSeconds() const {
     return additive_tail_seconds + BucketedDpExposedSeconds(bucketed_sync_seconds,

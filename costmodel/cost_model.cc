@@ -314,13 +314,21 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
     gemm_backward_seconds = ratio * out.forward_flops / flops_per_second;
     attention_seconds = layer.attention_flops * b / tp / flops_per_second;
   }
-  // What the forward writes: its stored activations and, for a head, the loss's transient.
+  // What the forward writes: its stored activations, read and written again in backward. A
+  // head's logits instead: the half-precision logits written, their fp32 cast and the cross
+  // entropy's passes (the softmax it stores among them), and in backward the gradient's passes.
+  const double logits = b * layer.logits_per_sample / tp;
+  const double stored_softmax_bytes = kStoredSoftmaxBytesPerLogit * logits;
   const double full_activation_bytes =
-      b * (ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone) +
-           training.loss_transient_bytes_per_logit * layer.logits_per_sample / tp);
+      b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone) -
+      stored_softmax_bytes;
   const double hbm = device.hbm_bytes_per_second;
-  out.forward_seconds = gemm_seconds + full_activation_bytes / hbm;
-  out.backward_seconds = gemm_backward_seconds + 2.0 * full_activation_bytes / hbm;
+  out.loss_forward_seconds = logits * kCrossEntropyForwardBytesPerLogit / hbm;
+  out.forward_seconds = gemm_seconds + full_activation_bytes / hbm +
+                        logits * (kHalfLogitBytes + kLogitCastForwardBytes) / hbm +
+                        out.loss_forward_seconds;
+  out.backward_seconds = gemm_backward_seconds + 2.0 * full_activation_bytes / hbm +
+                         logits * kCrossEntropyBackwardBytesPerLogit / hbm;
   if (recomputes && recompute == Recompute::kFull) {
     out.recompute_flops = out.forward_flops;
     out.recompute_seconds = out.forward_seconds;

@@ -114,16 +114,32 @@ int ChunkForwardsInFlight(Schedule schedule, int num_stages, int stage_index,
 // Compute time of one pass of `samples` sequences through layer `layer_index` of `model` on one
 // of `tensor_parallel` ranks of `device` (per device, seconds; FLOPs per device): the forward,
 // its backward without recomputation, and what `recompute` adds. GEMM FLOPs at the device's
-// matmul curve (or scalar efficiency) plus the activation-traffic roofline; with
+// matmul curve (or scalar efficiency) plus the activation-traffic roofline (a head's logits
+// through the cast and the cross entropy's passes, kCrossEntropyForwardBytesPerLogit); with
 // use_layer_curve and a device whose layer_curve is set, a transformer block's passes go through
 // that curve (cluster.h LayerCurve). The compute part of CostModel::LayerTerms; also what
 // `stratos calibrate` fits the block curve against (use_layer_curve = false).
+// HBM traffic of the vocabulary-parallel cross entropy over the logits of a head, bytes per
+// logit on its TP rank, as Megatron-LM's vocab_parallel_cross_entropy runs it (in place on an
+// fp32 copy of the half-precision logits; the same code in Megatron-LM v1.1.5, Megatron-Core and
+// Megatron-DeepSpeed). Forward: the cast to fp32 (read 2, write 4), the maximum over the
+// vocabulary (read 4), subtracting it (4 + 4), exp in place (4 + 4), the sum (read 4) and the
+// division into the softmax it keeps (4 + 4); the logits GEMM's own write of the half-precision
+// logits (2) is the head's. Backward: scaling the kept softmax into the gradient in place
+// (4 + 4) and its cast back to half precision (read 4, write 2).
+inline constexpr double kLogitCastForwardBytes = 2 + 4;
+inline constexpr double kCrossEntropyForwardBytesPerLogit = 4 + 8 + 8 + 4 + 8;
+inline constexpr double kCrossEntropyBackwardBytesPerLogit = 8 + 6;
+
 struct LayerCompute {
   double forward_seconds = 0;
   double backward_seconds = 0;   // without recomputation
   double recompute_seconds = 0;  // added to the backward pass by recomputation
   double forward_flops = 0;
   double recompute_flops = 0;
+  // The part of forward_seconds that the cross entropy's passes take (a head's; 0 otherwise):
+  // what a profile of the head's layers without the loss leaves out.
+  double loss_forward_seconds = 0;
   double TotalSeconds() const { return forward_seconds + backward_seconds + recompute_seconds; }
 };
 LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,

@@ -204,7 +204,7 @@ LayerSpec Head(const ModelSpec& model, const Shape& x) {
   // TP; its forward's transient (the half-precision logits beside it) is the training's
   // loss_transient_bytes_per_logit.
   layer.logits_per_sample = x.s * x.V;
-  layer.activation_sharded_bytes = 4 * layer.logits_per_sample;
+  layer.activation_sharded_bytes = kStoredSoftmaxBytesPerLogit * layer.logits_per_sample;
   layer.input_bytes = kActivationBytes * x.s * x.h;
   layer.output_bytes = 0;
   layer.tp_allreduces_per_forward = 1;  // vocab-parallel cross entropy

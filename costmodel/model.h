@@ -14,6 +14,12 @@ enum class LayerKind { kEmbedding, kTransformer, kHead, kExplicit };
 
 const char* LayerKindName(LayerKind kind);
 
+// The fp32 softmax a head's vocabulary-parallel cross entropy keeps for its backward pass, and
+// the half-precision logits its GEMM writes, bytes per logit (Megatron-LM
+// vocab_parallel_cross_entropy; cost_model.h prices the passes between them).
+inline constexpr double kStoredSoftmaxBytesPerLogit = 4;
+inline constexpr double kHalfLogitBytes = 2;
+
 struct LayerSpec {
   std::string name;
   LayerKind kind = LayerKind::kExplicit;
@@ -41,7 +47,8 @@ struct LayerSpec {
   double activation_sharded_bytes = 0;
   double activation_attention_bytes = 0;
   // Logits per sample a head layer computes (s x V; 0 for other layers), split by TP: the
-  // cross entropy's transient (TrainingSpec::loss_transient_bytes_per_logit) scales with them.
+  // cross entropy's transient (TrainingSpec::loss_transient_bytes_per_logit) and its HBM passes
+  // (cost_model.h kCrossEntropyForwardBytesPerLogit) scale with them.
   double logits_per_sample = 0;
   // Bytes of the layer's input, per sample: what full recomputation keeps.
   double input_bytes = 0;

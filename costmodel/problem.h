@@ -34,11 +34,12 @@ struct TrainingSpec {
   // (stratos's runtime: 4), autocast's cache of half-precision copies of the weights (2).
   double buffer_bytes_per_param = 0;
   // Bytes per logit the cross entropy holds at its forward peak beyond the fp32 softmax it keeps
-  // for the backward pass (4 bytes per logit, the head's stored activation): Megatron-Core's
-  // vocab_parallel_cross_entropy exponentiates the logits' fp32 copy in place while the
-  // half-precision logits are alive: 2. Megatron-LM v1.1.5 (the DeepSpeed examples) computes
-  // exp_logits = vocab_parallel_logits.exp() into a new tensor: 2 + 4 = 6. Per logit on this TP
-  // rank (vocabulary-parallel), a transient of the last stage (StageTerms::working_bytes).
+  // for the backward pass (4 bytes per logit, the head's stored activation): Megatron-LM's
+  // vocab_parallel_cross_entropy (Megatron-Core's, and v1.1.5's as AMP's example vendors it)
+  // exponentiates the logits' fp32 copy in place while the half-precision logits are alive: 2.
+  // An implementation that computes exp() into a new tensor holds 2 + 4 = 6. Per logit on this
+  // TP rank (vocabulary-parallel), a transient of the last stage (StageTerms::working_bytes);
+  // memory only (the passes' time: cost_model.h kCrossEntropyForwardBytesPerLogit).
   double loss_transient_bytes_per_logit = 2;
   // Share of the DP gradient synchronization hidden behind the backward pass, in [0, 1]. With
   // dp_bucket_bytes > 0 it applies only to what the buckets do not carry: ZeRO-1/2's all-gather

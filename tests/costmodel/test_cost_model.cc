@@ -208,6 +208,32 @@ TEST_CASE("the head keeps the fp32 softmax of its logits and holds the loss's tr
   CHECK_THROWS_AS(ValidateTrainingSpec(problem.training, "test"), InputError);
 }
 
+TEST_CASE("the head's logits go through HBM in the cast and the cross entropy's passes, hand "
+          "computed; the transient is memory only") {
+  // h = 1024, V = 51200, s = 512, one sample on one rank; peak 100 TFLOP/s at efficiency 1,
+  // HBM 1 TB/s (GptProblem).
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const int head = problem.NumLayers() - 1;
+  const double logits = 512.0 * 51200;
+  const double gemm = 2.0 * 512 * 1024 * 51200 / 100e12;
+  const double input = 2.0 * 512 * 1024;  // bf16 input of the LM head, stored
+  for (double transient : {2.0, 6.0}) {
+    problem.training.loss_transient_bytes_per_logit = transient;
+    const LayerCompute c = LayerComputeSeconds(problem.model, head, problem.cluster.Device(),
+                                               problem.training, 1.0, 1, Recompute::kNone);
+    // Forward: bf16 logits written (2), cast to fp32 (2 + 4), max (4), subtract (8), exp (8),
+    // sum (4), normalize (8). Backward: 2x the GEMM, the input's traffic twice, the gradient's
+    // scaling (8) and cast (6).
+    CHECK(c.loss_forward_seconds == doctest::Approx(logits * 32 / 1e12));
+    CHECK(c.forward_seconds == doctest::Approx(gemm + input / 1e12 + logits * (2 + 6 + 32) / 1e12));
+    CHECK(c.backward_seconds == doctest::Approx(2 * gemm + 2 * input / 1e12 + logits * 14 / 1e12));
+  }
+  // A block has no loss.
+  CHECK(LayerComputeSeconds(problem.model, 1, problem.cluster.Device(), problem.training, 1.0, 1,
+                            Recompute::kNone)
+            .loss_forward_seconds == 0);
+}
+
 TEST_CASE("activation bytes per transformer layer follow Korthikanti et al. Table 2") {
   const int h = 1024, a = 16, s = 512, t = 4;
   Problem problem = GptProblem(h, a, s, 2, 8);

@@ -111,18 +111,10 @@ int MicrobatchesInFlight(Schedule schedule, int num_stages, int stage_index, int
 int ChunkForwardsInFlight(Schedule schedule, int num_stages, int stage_index,
                           int num_microbatches, int virtual_stages);
 
-// Compute time of one pass of `samples` sequences through layer `layer_index` of `model` on one
-// of `tensor_parallel` ranks of `device` (per device, seconds; FLOPs per device): the forward,
-// its backward without recomputation, and what `recompute` adds. GEMM FLOPs at the device's
-// matmul curve (or scalar efficiency) plus the activation-traffic roofline (a head's logits
-// through the cast and the cross entropy's passes, kCrossEntropyForwardBytesPerLogit); with
-// use_layer_curve and a device whose layer_curve is set, a transformer block's passes go through
-// that curve (cluster.h LayerCurve). The compute part of CostModel::LayerTerms; also what
-// `stratos calibrate` fits the block curve against (use_layer_curve = false).
 // HBM traffic of the vocabulary-parallel cross entropy over the logits of a head, bytes per
 // logit on its TP rank, as Megatron-LM's vocab_parallel_cross_entropy runs it (in place on an
-// fp32 copy of the half-precision logits; the same code in Megatron-LM v1.1.5, Megatron-Core and
-// Megatron-DeepSpeed). Forward: the cast to fp32 (read 2, write 4), the maximum over the
+// fp32 copy of the half-precision logits; the same passes in Megatron-LM v1.1.5, Megatron-Core
+// and Megatron-DeepSpeed). Forward: the cast to fp32 (read 2, write 4), the maximum over the
 // vocabulary (read 4), subtracting it (4 + 4), exp in place (4 + 4), the sum (read 4) and the
 // division into the softmax it keeps (4 + 4); the logits GEMM's own write of the half-precision
 // logits (2) is the head's. Backward: scaling the kept softmax into the gradient in place
@@ -131,6 +123,14 @@ inline constexpr double kLogitCastForwardBytes = 2 + 4;
 inline constexpr double kCrossEntropyForwardBytesPerLogit = 4 + 8 + 8 + 4 + 8;
 inline constexpr double kCrossEntropyBackwardBytesPerLogit = 8 + 6;
 
+// Compute time of one pass of `samples` sequences through layer `layer_index` of `model` on one
+// of `tensor_parallel` ranks of `device` (per device, seconds; FLOPs per device): the forward,
+// its backward without recomputation, and what `recompute` adds. GEMM FLOPs at the device's
+// matmul curve (or scalar efficiency) plus the activation-traffic roofline (a head's logits
+// through the cast and the cross entropy's passes, kCrossEntropyForwardBytesPerLogit); with
+// use_layer_curve and a device whose layer_curve is set, a transformer block's passes go through
+// that curve (cluster.h LayerCurve). The compute part of CostModel::LayerTerms; also what
+// `stratos calibrate` fits the block curve against (use_layer_curve = false).
 struct LayerCompute {
   double forward_seconds = 0;
   double backward_seconds = 0;   // without recomputation

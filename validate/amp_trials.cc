@@ -482,8 +482,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                       : "PCIe inside a node as in the zoo file (AMP's code models 50 Gb/s; "
                         "reported as a variant)"),
       fmt::format("{}T4 matmul efficiency {:.4f}: our forward of the LM head at micro-batch 1 (the "
-                  "logits GEMM and the logits' fp32 cast through HBM; the loss is not one of the profiled "
-                  "layers) equals AMP's profiled "
+                  "logits GEMM and the logits' fp32 cast through HBM; the loss is not one of the "
+                  "profiled layers) equals AMP's profiled "
                   "{:.3f} ms (its 4 entries after the blocks in DachengLi1/AMP "
                   "src/known_cost/gpt2_G4_1.npy, the profile AMP's own cost model uses); the "
                   "block's kernels beyond its GEMMs as a block-curve scale {:.2f}, so that our "

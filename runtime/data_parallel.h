@@ -1,8 +1,8 @@
 #pragma once
 // Data parallelism inside a stage: the DP gradient synchronization (bucketed all-reduce or,
-// for ZeRO-2, reduce-scatter into each rank's shard, overlapped with the last microbatch's
+// for ZeRO, reduce-scatter into each rank's shard, overlapped with the last microbatch's
 // backward; or a gradient compressor's exchange) and Adam over the flat parameter vector,
-// sharded over DP for ZeRO-1 and ZeRO-2. Split from runtime/trainer.cc; internal to the
+// sharded over DP for ZeRO-1, 2 and 3. Split from runtime/trainer.cc; internal to the
 // runtime (tested through the trainer's multi-process runs).
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
@@ -41,17 +41,18 @@ inline std::pair<int64_t, int64_t> ZeroShard(int64_t n, int D, int r) {
 
 class GradientSynchronizer {
  public:
-  // zero2: ZeRO-2, each bucket reduce-scattered so that a DP rank gets the summed gradient of
-  // its ShardedAdam shard only (ZeroShard); buckets holding a tied word embedding split across
-  // stages (tied_split) are all-reduced whole, since the embedding group then adds the other
-  // stage's copy element by element.
+  // reduce_scatter (ZeRO-1, 2 and 3): each bucket reduce-scattered so that a DP rank gets the
+  // summed gradient of its ShardedAdam shard only (ZeroShard); buckets holding a tied word
+  // embedding split across stages (tied_split) are all-reduced whole, since the embedding group
+  // then adds the other stage's copy element by element.
   GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap,
-                       GradientCompressor* compressor, bool zero2 = false, bool tied_split = false)
+                       GradientCompressor* compressor, bool reduce_scatter = false,
+                       bool tied_split = false)
       : stage_(stage),
         dp_(dp),
         overlap_(overlap && dp->Size() > 1),
         compressor_(compressor),
-        zero2_(zero2 && dp->Size() > 1) {
+        reduce_scatter_(reduce_scatter && dp->Size() > 1) {
     flat_grads_ = torch::zeros({stage.NumLocalParameters()}, stage.FlatParameters().options());
     const auto& infos = stage.ParameterInfos();
     // Buckets over parameters in reverse order (the order backward produces their gradients).
@@ -116,7 +117,7 @@ class GradientSynchronizer {
   struct Bucket {
     std::vector<int> params;  // in launch order (reverse parameter order)
     int64_t offset = 0, numel = 0;
-    bool all_reduce = false;  // ZeRO-2: all-reduced whole (a tied embedding split over stages)
+    bool all_reduce = false;  // ZeRO: all-reduced whole (a tied embedding split over stages)
     int ready = 0;
     std::shared_ptr<CommWork> work;
     std::unique_ptr<PendingReduce> pending;  // compressed exchange
@@ -157,7 +158,7 @@ class GradientSynchronizer {
       std::vector<torch::Tensor> grads;
       for (int p : b.params) grads.push_back(flat_grads_.narrow(0, infos[p].offset, infos[p].numel));
       b.pending = compressor_->ReduceAsync(b.params, grads, *dp_);
-    } else if (zero2_ && !b.all_reduce) {
+    } else if (reduce_scatter_ && !b.all_reduce) {
       // Piece r: the bucket's elements in rank r's shard.
       const int D = dp_->Size();
       const int64_t n = flat_grads_.numel(), end = b.offset + b.numel;
@@ -179,7 +180,7 @@ class GradientSynchronizer {
   Communicator* dp_;
   bool overlap_;
   GradientCompressor* compressor_;  // nullptr: plain all-reduce
-  bool zero2_;
+  bool reduce_scatter_;
   bool armed_ = false;
   torch::Tensor flat_grads_;  // (num_local_parameters,)
   std::vector<Bucket> buckets_;

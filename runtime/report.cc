@@ -110,8 +110,11 @@ json WriteRunReports(const RunRecord& record, const std::string& output_dir) {
   const std::string cluster = record.options.value("cluster", "");
   const std::string device = record.options.value("device", "cpu");
   const std::string dtype = record.options.value("dtype", "f32");
+  RuntimeGradSync sync;
+  sync.bucket_bytes = record.options.value("bucket_bytes", sync.bucket_bytes);
+  sync.overlap = record.options.value("overlap_grad_sync", sync.overlap);
   Problem problem = RuntimeProblem(record.model, plan, world, record.flops_per_worker, cluster,
-                                   dtype, record.flash_attention);
+                                   dtype, record.flash_attention, sync);
   if (cluster.empty() && device == "cuda") {
     problem.cluster.name = "local-cuda";
     problem.cluster.devices.front().source =

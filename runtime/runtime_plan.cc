@@ -62,7 +62,8 @@ double MeasureMatmulFlops(int n, torch::Device device, torch::ScalarType dtype) 
   return reps * 2.0 * n * n * n / std::max(timer.Seconds(start, end), 1e-9);
 }
 
-TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std::string& dtype) {
+TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std::string& dtype,
+                             const RuntimeGradSync& sync) {
   TrainingSpec training;
   training.global_batch_size = global_batch_size;
   training.schedule = schedule;
@@ -76,8 +77,11 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   // (data_parallel.h); with bf16 autocast, its cache of bf16 weight copies during the passes.
   training.buffer_bytes_per_param = 4 + (dtype == "bf16" ? 2 : 0);
   training.optimizer_step_bytes_per_param = 28;
-  training.dp_overlap_fraction = 0.5;
-  // The synchronizer reduces (ZeRO-2: reduce-scatters) once, in the last microbatch's backward.
+  // The synchronizer reduces (ZeRO-1/2/3: reduce-scatters) once, in the last microbatch's
+  // backward pass bucket by bucket (or after it without overlap); ShardedAdam all-gathers the
+  // updated shards after the step, with nothing to hide behind.
+  training.dp_bucket_bytes = sync.overlap ? static_cast<double>(sync.bucket_bytes) : 0.0;
+  training.dp_overlap_fraction = 0.0;
   training.zero_reduce_every_microbatch = false;
   training.pp_scatter_gather = true;  // 1/tp per TP rank, then a TP all-gather (pipeline_step.h)
   training.sequence_parallel = false;
@@ -88,7 +92,8 @@ bool RuntimeFlashAttention() { return TORCH_VERSION_MAJOR >= 2; }
 
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
                        double flops_per_worker, const std::string& cluster,
-                       const std::string& dtype, bool flash_attention) {
+                       const std::string& dtype, bool flash_attention,
+                       const RuntimeGradSync& sync) {
   Problem problem;
   problem.model = model;
   problem.cluster = cluster.empty() ? LocalCpuCluster(num_workers, flops_per_worker)
@@ -108,7 +113,11 @@ Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers
           {1, std::max(1, devices), workers.device, fmt::format("workers-{}", g)});
     }
   }
-  problem.training = RuntimeTraining(plan.global_batch_size, plan.schedule, dtype);
+  // With virtual stages the synchronizer is not armed (pipeline_step.cc): the whole reduction
+  // follows the last backward pass.
+  RuntimeGradSync priced = sync;
+  if (plan.virtual_stages > 1) priced.overlap = false;
+  problem.training = RuntimeTraining(plan.global_batch_size, plan.schedule, dtype, priced);
   if (flash_attention) UseFlashAttention(problem.model);
   return problem;
 }

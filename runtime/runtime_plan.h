@@ -5,6 +5,7 @@
 // uniform plans. Split from runtime/trainer.h (which includes it).
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <string>
 
 #include "costmodel/cluster.h"
@@ -31,23 +32,36 @@ double LocalWorkerSlowdown(int num_workers);
 double MeasureMatmulFlops(int n = 256, torch::Device device = torch::Device(torch::kCPU),
                           torch::ScalarType dtype = torch::kFloat32);
 
+// How the runtime's gradient synchronizer runs (TrainOptions::bucket_bytes and
+// overlap_grad_sync; data_parallel.h GradientSynchronizer).
+struct RuntimeGradSync {
+  int64_t bucket_bytes = 1 << 20;  // fp32 gradient bytes per bucket, >= 1
+  bool overlap = true;             // buckets launched from the last backward pass's hooks
+};
+
 // The runtime's training as the cost model prices it: fp32 weights and gradients, Adam moments
 // 8 bytes/param, buffers 4 bytes/param (the gradient synchronizer's flat gradient; 6 with dtype
-// "bf16": autocast's bf16 weight copies), activations 4 bytes (2 with "bf16"), half the DP sync
-// hidden behind backward (its bucketed overlap).
+// "bf16": autocast's bf16 weight copies), activations 4 bytes (2 with "bf16"). The DP gradient
+// reduction (all-reduce; ZeRO-1/2/3: reduce-scatter) as the synchronizer runs it: with
+// `sync.overlap` bucket by bucket under the last microbatch's backward pass
+// (TrainingSpec::dp_bucket_bytes = sync.bucket_bytes), else all of it after that pass; ZeRO-1/2's
+// all-gather of the updated parameters after the optimizer step is never hidden
+// (dp_overlap_fraction 0). Once per iteration (zero_reduce_every_microbatch false).
 TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule,
-                             const std::string& dtype = "f32");
+                             const std::string& dtype = "f32", const RuntimeGradSync& sync = {});
 
 // The problem a runtime plan is checked against and predicted on: the model, the cluster
 // description `cluster` (zoo name or file; "": LocalCpuCluster(num_workers, flops_per_worker),
 // split into one node group of the workers per node group the plan's stages name, so that a
 // plan searched on a heterogeneous cluster runs with its groups on worker subsets) and
-// RuntimeTraining at the plan's batch and schedule; with `flash_attention` (the run's attention
-// kept no scores: RuntimeFlashAttention) the model's blocks store no attention scores
-// (UseFlashAttention). Throws InputError for an unreadable cluster.
+// RuntimeTraining at the plan's batch and schedule and with `sync` (not overlapped for a plan with
+// virtual stages, whose runs reduce after the last backward pass); with `flash_attention` (the
+// run's attention kept no scores: RuntimeFlashAttention) the model's blocks store no attention
+// scores (UseFlashAttention). Throws InputError for an unreadable cluster.
 Problem RuntimeProblem(const ModelSpec& model, const Plan& plan, int num_workers,
                        double flops_per_worker = 1e10, const std::string& cluster = "",
-                       const std::string& dtype = "f32", bool flash_attention = false);
+                       const std::string& dtype = "f32", bool flash_attention = false,
+                       const RuntimeGradSync& sync = {});
 
 // Whether this build's runtime computes attention without storing its scores: LibTorch >= 2.0
 // runs at::scaled_dot_product_attention (gpt.cc; FlashAttention or the memory-efficient kernel

@@ -302,8 +302,9 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
                                               compressor_options);
     }
     const int zero = stage_plan.config.zero_stage;
+    // ZeRO-1, 2 and 3 reduce-scatter: ShardedAdam updates this rank's shard only.
     GradientSynchronizer sync(stage, dp.get(), options.bucket_bytes, options.overlap_grad_sync,
-                              compressor.get(), zero >= 2, tied_split);
+                              compressor.get(), zero >= 1, tied_split);
     ShardedAdam adam(options, stage.FlatParameters(), dp.get(), zero >= 1,
                      /*gather_updated=*/zero < 3);
     // ZeRO-3: the layers gather their parameters over DP when they run, on a group of their own.

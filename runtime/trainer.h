@@ -7,10 +7,10 @@
 // batch of B sequences is split into m microbatches of B / m, each split over the DP replicas; the
 // stage runs its schedule (GPipe, 1F1B or interleaved 1F1B; runtime/pipeline_step.h), each TP rank
 // sending 1/tp of the (b, s, h) activations and their gradients between stages and the TP ranks
-// all-gathering them (scatter/gather; runtime/pipeline_layout.h); DP gradients are all-reduced (ZeRO-2 and 3:
-// reduce-scattered) in buckets launched from gradient-accumulator hooks during the last
-// microbatch's backward (overlapped with it); tied word embeddings split over the first and last
-// stage have their gradients all-reduced between them (Megatron-LM); then Adam updates the
+// all-gathering them (scatter/gather; runtime/pipeline_layout.h); DP gradients are all-reduced
+// (ZeRO-1, 2 and 3: reduce-scattered) in buckets launched from gradient-accumulator hooks during
+// the last microbatch's backward (overlapped with it); tied word embeddings split over the first
+// and last stage have their gradients all-reduced between them (Megatron-LM); then Adam updates the
 // parameters, sharded over DP with ZeRO-1/2/3 (each DP rank updates 1/DP of the flat parameter
 // vector with its 1/DP of the Adam moments; ZeRO-1/2 all-gather the result, ZeRO-3 gathers each
 // layer's parameters when it runs: runtime/data_parallel.h ParameterGatherer).

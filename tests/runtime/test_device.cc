@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "costmodel/error.h"
+#include "costmodel/evaluate.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/kineto_trace.h"
@@ -122,6 +123,39 @@ TEST_CASE("a GPU run is predicted on its cluster description, bf16 activations a
   CHECK(!ReadDeviceMemory(torch::Device(torch::kCPU)).has_value());
   CHECK(RuntimeProblem(model, plan, 1).cluster.name == "local-cpu");
   CHECK_THROWS_AS(RuntimeProblem(model, plan, 1, 0, "no-such-cluster"), InputError);
+}
+
+TEST_CASE("the runtime's DP gradient sync is priced as its synchronizer runs it") {
+  const ModelSpec model = LoadRuntimeModel("gpt3-1.3b", 0);
+  const Plan plan = UniformRuntimePlan(model, 1, 8, 1, 1, 16, Schedule::kOneFOneB, 1,
+                                       Recompute::kNone);
+  // Buckets launched from the last backward pass's hooks: the reduction is bucketed; the
+  // all-gather after the step is exposed whole.
+  RuntimeGradSync sync;
+  sync.bucket_bytes = 25 << 20;
+  const Problem bucketed = RuntimeProblem(model, plan, 8, 0, "h200-node", "bf16", true, sync);
+  CHECK(bucketed.training.dp_bucket_bytes == 25 << 20);
+  CHECK(bucketed.training.dp_overlap_fraction == 0);
+  CHECK_FALSE(bucketed.training.zero_reduce_every_microbatch);
+  CHECK(RuntimeProblem(model, plan, 8, 0, "h200-node", "bf16", true).training.dp_bucket_bytes ==
+        1 << 20);
+  // Without overlap the whole reduction runs after the backward pass.
+  sync.overlap = false;
+  const Problem after = RuntimeProblem(model, plan, 8, 0, "h200-node", "bf16", true, sync);
+  CHECK(after.training.dp_bucket_bytes == 0);
+  const Estimate hidden = Evaluate(bucketed, plan), exposed = Evaluate(after, plan);
+  const StageTerms& h = hidden.stages.at(0).terms;
+  const StageTerms& e = exposed.stages.at(0).terms;
+  CHECK(h.dp_sync_seconds == doctest::Approx(e.dp_sync_seconds));
+  CHECK(e.dp_sync_exposed_seconds == doctest::Approx(e.dp_sync_seconds));
+  CHECK(h.dp_bucketed_sync_seconds > 0);
+  CHECK(hidden.iteration_seconds < exposed.iteration_seconds);
+  // An interleaved plan's runs reduce after the last backward pass.
+  const Plan interleaved = UniformRuntimePlan(model, 2, 4, 1, 1, 16, Schedule::kOneFOneB, 1,
+                                              Recompute::kNone, 2);
+  sync.overlap = true;
+  CHECK(RuntimeProblem(model, interleaved, 8, 0, "h200-node", "bf16", true, sync)
+            .training.dp_bucket_bytes == 0);
 }
 
 }  // namespace

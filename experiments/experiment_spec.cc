@@ -120,12 +120,34 @@ std::optional<std::vector<nlohmann::json>> NodesList(const TomlTableReader& r) {
   return out;
 }
 
+// The family's `training` table (ExperimentSpec's keys), its values checked, as JSON.
+nlohmann::json ReadTraining(const TomlTableReader& family) {
+  const toml::node* node = family.Find("training");
+  if (node == nullptr) return nlohmann::json::object();
+  if (!node->is_table())
+    family.Fail("training", "must be a table, e.g. { dp_overlap = 1, dp_bucket_MiB = 25 }");
+  TomlTableReader r(*node->as_table(), family.KeyPath("training"), family.Where());
+  r.AllowOnly({"dp_overlap", "dp_bucket_MiB", "tp_comm_overlap", "pp_comm_overlap",
+               "sequence_parallel", "zero_reduce_every_microbatch"});
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* key : {"dp_overlap", "tp_comm_overlap", "pp_comm_overlap"}) {
+    if (const auto v = r.Number(key)) {
+      if (!(*v >= 0.0 && *v <= 1.0)) r.Fail(key, "must be in [0, 1]");
+      out[key] = *v;
+    }
+  }
+  if (const auto v = r.NonNegative("dp_bucket_MiB")) out["dp_bucket_MiB"] = *v;
+  for (const char* key : {"sequence_parallel", "zero_reduce_every_microbatch"})
+    if (const auto v = r.Bool(key)) out[key] = *v;
+  return out;
+}
+
 ExperimentFamily ReadFamily(const toml::table& table, int index, const std::string& where) {
   const std::string path = fmt::format("family[{}]", index);
   TomlTableReader r(table, path, where);
   r.AllowOnly({"name", "generator", "models", "clusters", "nodes", "global_batches",
                "seq_lengths", "layers", "instances", "instance_seeds", "rows", "spread_decades",
-               "schedule", "zip"});
+               "schedule", "zip", "training"});
   ExperimentFamily f;
   f.generator = r.String("generator").value_or("");
   if (f.generator != "" && f.generator != "nonuniform" && f.generator != "operator" &&
@@ -149,12 +171,15 @@ ExperimentFamily ReadFamily(const toml::table& table, int index, const std::stri
   f.schedule = r.String("schedule").value_or("1f1b");
   ParseSchedule(f.schedule, fmt::format("{}: {}.schedule", where, path));
   f.zip = r.Bool("zip").value_or(false);
+  f.training = ReadTraining(r);
 
   const bool needs_models = f.generator.empty() || f.generator == "operator";
   if (needs_models && f.models.empty()) r.Missing("models");
   if (!needs_models && !f.models.empty())
     r.Fail("models", fmt::format("not used by generator \"{}\"", f.generator));
   if (f.generator != "seed-cases" && f.clusters.empty()) r.Missing("clusters");
+  if (f.generator == "seed-cases" && !f.training.empty())
+    r.Fail("training", "not used by generator \"seed-cases\" (each case fixes its problem)");
   if (f.generator == "seed-cases" && !f.clusters.empty())
     r.Fail("clusters", "not used by generator \"seed-cases\" (each case fixes its devices)");
   if (f.generator == "nonuniform") {
@@ -243,6 +268,7 @@ std::vector<std::pair<std::string, nlohmann::json>> Instances(const ExperimentFa
     p["global_batch"] = batch;
     p["seq_length"] = seq;
     p["schedule"] = f.schedule;
+    if (!f.training.empty()) p["training"] = f.training;
     std::string name = model.contains("model")
                            ? model["model"].get<std::string>()
                            : fmt::format("L{}-s{}", model["layers"].get<int>(),
@@ -286,6 +312,27 @@ std::string StableHash(const std::string& text) {
   return fmt::format("{:016x}", h);
 }
 
+void ApplyFamilyTraining(const nlohmann::json& options, TrainingSpec* training) {
+  for (const auto& [key, value] : options.items()) {
+    if (key == "dp_overlap") {
+      training->dp_overlap_fraction = value.get<double>();
+    } else if (key == "dp_bucket_MiB") {
+      training->dp_bucket_bytes = value.get<double>() * 1024.0 * 1024.0;
+    } else if (key == "tp_comm_overlap") {
+      training->tp_comm_overlap_fraction = value.get<double>();
+    } else if (key == "pp_comm_overlap") {
+      training->pp_comm_overlap_fraction = value.get<double>();
+    } else if (key == "sequence_parallel") {
+      training->sequence_parallel = value.get<bool>();
+    } else if (key == "zero_reduce_every_microbatch") {
+      training->zero_reduce_every_microbatch = value.get<bool>();
+    } else {
+      ThrowInputError("experiment cell", "training." + key, value.dump(), "unknown key");
+    }
+  }
+  ValidateTrainingSpec(*training, "experiment cell");
+}
+
 CellProblem BuildCellProblem(const nlohmann::json& p) {
   CellProblem out;
   const std::string generator = p.value("generator", "");
@@ -313,11 +360,13 @@ CellProblem BuildCellProblem(const nlohmann::json& p) {
     options.spread_decades = p.at("spread_decades").get<double>();
     if (args.seq_length > 0) options.seq_length = args.seq_length;
     out.problem.model = MakeNonUniformModel(options, p.at("instance_seed").get<std::uint64_t>());
-    return out;
+  } else {
+    args.model = p.at("model").get<std::string>();
+    out.problem = LoadProblem(args);
+    if (generator == "operator")
+      out.problem.model = MakeOperatorGranularityModel(out.problem.model);
   }
-  args.model = p.at("model").get<std::string>();
-  out.problem = LoadProblem(args);
-  if (generator == "operator") out.problem.model = MakeOperatorGranularityModel(out.problem.model);
+  if (p.contains("training")) ApplyFamilyTraining(p.at("training"), &out.problem.training);
   return out;
 }
 

@@ -20,6 +20,7 @@
 //   schedule = "1f1b"                # optional: 1f1b | gpipe
 //   zip = false                      # optional: true pairs the lists element by element (lists
 //                                    # of length 1 are broadcast) instead of crossing them
+//   training = { dp_bucket_MiB = 25 }  # optional: how the family's problems train (below)
 //
 //   [[family]]                       # generated instances (costmodel/generators.h)
 //   name = "nonuniform"
@@ -41,6 +42,16 @@
 //   options = { iterations = 1 }     # optional: any option by name (experiments/searchers.h);
 //                                    # nested tables give dotted names (space = { max_stages = 4 })
 //   time_limit_seconds = 30          # optional: overrides the experiment's for this variant
+//
+// A family's `training` table sets how its problems train, as search's flags do
+// (costmodel/problem.h TrainingSpec; absent keys keep its defaults):
+//   dp_overlap = 0.0                  share of the DP gradient sync hidden behind backward [0, 1]
+//   dp_bucket_MiB = 0                 DP gradient buckets reduced under the backward pass (0: none)
+//   tp_comm_overlap = 0.0             share of the TP collectives hidden behind the GEMMs [0, 1]
+//   pp_comm_overlap = 0.0             share of the pipeline sends hidden [0, 1]
+//   sequence_parallel = true          Megatron sequence parallelism with TP
+//   zero_reduce_every_microbatch = true   ZeRO-2/3 reduce-scatter every microbatch's gradients
+// Not for generator "seed-cases" (each case fixes its problem).
 //
 // Cells are expanded in order family, instance, searcher, seed. Every error throws InputError
 // naming the file, the key path, the value and the rule.
@@ -72,6 +83,9 @@ struct ExperimentFamily {
   double spread_decades = 1.5;
   std::string schedule = "1f1b";
   bool zip = false;
+  // The `training` table's keys and values as given (empty: TrainingSpec's defaults); cells
+  // record it in their problem only when it is not empty, so older cells keep their keys.
+  nlohmann::json training = nlohmann::json::object();
 };
 
 struct ExperimentSearcher {
@@ -131,6 +145,11 @@ struct CellProblem {
   SpaceOptions space;
 };
 CellProblem BuildCellProblem(const nlohmann::json& problem);
+
+// Sets `training` from a family's `training` object (keys as ExperimentSpec documents them; the
+// values checked when the spec was read). Throws InputError for an unknown key or a value out of
+// range (ValidateTrainingSpec).
+void ApplyFamilyTraining(const nlohmann::json& options, TrainingSpec* training);
 
 // FNV-1a 64 of `text` as 16 hex digits (stable across platforms and runs).
 std::string StableHash(const std::string& text);

@@ -167,6 +167,55 @@ algorithm = "dp"
   CHECK(BuildCellProblem(cells[1].problem).problem.cluster.Group(0).count == 3);
 }
 
+TEST_CASE("experiment spec: a family's training table sets how its problems train") {
+  const ExperimentSpec spec = ParseExperimentSpec(R"(
+[[family]]
+name = "buckets"
+models = ["gpt3-1.3b"]
+clusters = ["dgx-a100-80gb"]
+nodes = [2]
+training = { dp_overlap = 1, dp_bucket_MiB = 25, tp_comm_overlap = 0.5, pp_comm_overlap = 1, sequence_parallel = false, zero_reduce_every_microbatch = false }
+[[family]]
+name = "plain"
+models = ["gpt3-1.3b"]
+clusters = ["dgx-a100-80gb"]
+nodes = [2]
+[[family]]
+generator = "nonuniform"
+layers = [8]
+instances = 1
+clusters = ["p3.16xlarge"]
+training = { dp_bucket_MiB = 4 }
+[[searcher]]
+algorithm = "dp"
+)", "spec.toml");
+  const std::vector<ExperimentCell> cells = spec.Expand();
+  REQUIRE(cells.size() == 3);
+  const TrainingSpec t = BuildCellProblem(cells[0].problem).problem.training;
+  CHECK(t.dp_overlap_fraction == 1.0);
+  CHECK(t.dp_bucket_bytes == 25.0 * 1024 * 1024);
+  CHECK(t.tp_comm_overlap_fraction == 0.5);
+  CHECK(t.pp_comm_overlap_fraction == 1.0);
+  CHECK_FALSE(t.sequence_parallel);
+  CHECK_FALSE(t.zero_reduce_every_microbatch);
+  // A family without the table trains with the defaults, and its cells' keys do not name it
+  // (results of specs written before the table keep their keys).
+  const TrainingSpec defaults;
+  const TrainingSpec plain = BuildCellProblem(cells[1].problem).problem.training;
+  CHECK(plain.dp_bucket_bytes == defaults.dp_bucket_bytes);
+  CHECK(plain.sequence_parallel == defaults.sequence_parallel);
+  CHECK_FALSE(cells[1].problem.contains("training"));
+  CHECK(cells[0].key != cells[1].key);
+  CHECK(BuildCellProblem(cells[2].problem).problem.training.dp_bucket_bytes == 4.0 * 1024 * 1024);
+  // Families tell apart instances of the same name.
+  CHECK(cells[0].instance == cells[1].instance);
+  TrainingSpec direct;
+  ApplyFamilyTraining({{"dp_bucket_MiB", 1}}, &direct);
+  CHECK(direct.dp_bucket_bytes == 1024.0 * 1024);
+  CHECK_THROWS_AS(ApplyFamilyTraining({{"dp_overlap", 2.0}}, &direct), InputError);
+  CHECK_THROWS_AS(ApplyFamilyTraining({{"colour", 1}}, &direct), InputError);
+}
+
 TEST_CASE("experiment spec: errors name the file, the key, the value and the rule") {
   const std::string searcher = "\n[[searcher]]\nalgorithm = \"dp\"\n";
   const std::string family =
@@ -205,6 +254,17 @@ TEST_CASE("experiment spec: errors name the file, the key, the value and the rul
         "spec.toml: searcher[1].name = \"dp\": must be unique (name the variants of one algorithm "
         "apart)");
   CHECK(SpecError(family) == "spec.toml: searcher: missing required key");
+  CHECK(SpecError(family + "training = { dp_overlap = 1.5 }\n" + searcher) ==
+        "spec.toml: family[0].training.dp_overlap = 1.5: must be in [0, 1]");
+  CHECK(SpecError(family + "training = { dp_bucket_MiB = -1 }\n" + searcher) ==
+        "spec.toml: family[0].training.dp_bucket_MiB = -1: must be >= 0");
+  CHECK(SpecError(family + "training = { dp_overlap_fraction = 1 }\n" + searcher)
+            .find("spec.toml: family[0].training.dp_overlap_fraction: unknown key") == 0);
+  CHECK(SpecError(family + "training = 1\n" + searcher)
+            .find("spec.toml: family[0].training = 1: must be a table") == 0);
+  CHECK(SpecError("[[family]]\ngenerator = \"seed-cases\"\ntraining = { dp_overlap = 1 }\n" +
+                  searcher)
+            .find("spec.toml: family[0].training") == 0);
   CHECK(SpecError("[[family]]\ngenerator = \"nonuniform\"\nclusters = [\"p3.16xlarge\"]\n" +
                   searcher) == "spec.toml: family[0].layers: missing required key");
 }
@@ -326,6 +386,13 @@ TEST_CASE("experiment spec paths: a file, or a shipped spec by name from the dat
   CHECK(ResolveSpecPath(DataPath("experiments/specs/scale.toml")) ==
         DataPath("experiments/specs/scale.toml"));
   CHECK(ResolveSpecPath("no-such-spec") == "no-such-spec");
+  // The overlap spec's second family trains with Megatron-Core's overlaps, its first as by default.
+  const ExperimentSpec overlap = ReadExperimentSpec(ResolveSpecPath("training-overlap"));
+  REQUIRE(overlap.families.size() == 2);
+  CHECK(overlap.families[0].training.empty());
+  CHECK(overlap.families[1].training.at("dp_bucket_MiB") == 40);
+  const TrainingSpec last = BuildCellProblem(overlap.Expand().back().problem).problem.training;
+  CHECK(last.tp_comm_overlap_fraction == 1.0);
   CHECK(ErrorOf([] { ReadExperimentSpec(ResolveSpecPath("no-such-spec")); }).find("no-such-spec") !=
         std::string::npos);
 }

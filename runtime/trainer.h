@@ -46,8 +46,10 @@ struct TrainOptions {
   double adam_epsilon = 1e-8;
   uint64_t seed = 1234;          // parameters and batches
   std::string data_path;         // "" = tinyshakespeare (DefaultDataPath())
-  int64_t bucket_bytes = 1 << 20;  // DP all-reduce bucket size
-  bool overlap_grad_sync = true;   // launch buckets from backward hooks
+  // DP gradient bucket size and whether backward hooks launch the buckets (the defaults are the
+  // ones the cost model prices a run with when its record lacks them: RuntimeGradSync).
+  int64_t bucket_bytes = RuntimeGradSync{}.bucket_bytes;
+  bool overlap_grad_sync = RuntimeGradSync{}.overlap;
   std::string output_dir;        // measurement.json, trace.json, predicted_vs_measured.json
   std::string checkpoint_dir;    // "" = no checkpoints
   int checkpoint_every = 0;      // steps; 0 = only at the end (when checkpoint_dir is set)

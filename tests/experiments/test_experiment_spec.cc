@@ -174,7 +174,13 @@ name = "buckets"
 models = ["gpt3-1.3b"]
 clusters = ["dgx-a100-80gb"]
 nodes = [2]
-training = { dp_overlap = 1, dp_bucket_MiB = 25, tp_comm_overlap = 0.5, pp_comm_overlap = 1, sequence_parallel = false, zero_reduce_every_microbatch = false }
+[family.training]
+dp_overlap = 1
+dp_bucket_MiB = 25
+tp_comm_overlap = 0.5
+pp_comm_overlap = 1
+sequence_parallel = false
+zero_reduce_every_microbatch = false
 [[family]]
 name = "plain"
 models = ["gpt3-1.3b"]

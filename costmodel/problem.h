@@ -55,8 +55,9 @@ struct TrainingSpec {
   // dp_overlap_fraction: they are part of the microbatch time, which stays additive.
   double dp_bucket_bytes = 0.0;
   // ZeRO-2/3 reduce-scatter every microbatch's gradients (DeepSpeed, FSDP: a rank keeps only its
-  // shard of them, so it cannot accumulate microbatches locally); false: once per iteration, as
-  // a framework that keeps the whole gradient buffer does (stratos's runtime).
+  // shard of them, so it cannot accumulate microbatches locally; stratos's runtime too, since
+  // 2026-11-28); false: once per iteration, as a framework that keeps the whole gradient buffer
+  // does.
   bool zero_reduce_every_microbatch = true;
   // Tensor parallelism uses Megatron sequence parallelism (activations split by TP everywhere).
   bool sequence_parallel = true;

@@ -1,7 +1,8 @@
 #pragma once
 // Data parallelism inside a stage: the DP gradient synchronization (bucketed all-reduce or,
 // for ZeRO, reduce-scatter into each rank's shard, overlapped with the last microbatch's
-// backward; or a gradient compressor's exchange) and Adam over the flat parameter vector,
+// backward -- ZeRO-2 and 3 with every microbatch's; or a gradient compressor's exchange) and
+// Adam over the flat parameter vector,
 // sharded over DP for ZeRO-1, 2 and 3. Split from runtime/trainer.cc; internal to the
 // runtime (tested through the trainer's multi-process runs).
 #include <torch/csrc/autograd/function_hook.h>
@@ -45,14 +46,26 @@ class GradientSynchronizer {
   // summed gradient of its ShardedAdam shard only (ZeroShard); buckets holding a tied word
   // embedding split across stages (tied_split) are all-reduced whole, since the embedding group
   // then adds the other stage's copy element by element.
+  //
+  // every_microbatch (ZeRO-2 and 3, with reduce_scatter; DP > 1, no compressor): each backward
+  // pass's gradients are reduced, not the iteration's sum once (Rajbhandari et al. SC'20 §5.2:
+  // P_os+g keeps only the shard of the gradients; DeepSpeed's stage 2 reduces at every
+  // microbatch, as the cost model prices it, TrainingSpec::zero_reduce_every_microbatch). A
+  // bucket is copied into a buffer of its own, the parameters' gradients are released (so
+  // autograd does not hold them from one microbatch to the next), and EndBackward() waits for
+  // the pass's collectives and adds their results into this rank's shard of the flat gradient
+  // (and whole all-reduced buckets into theirs). The flat fp32 gradient stays allocated at
+  // every parameter (the runtime's buffer, RuntimeTraining's buffer_bytes_per_param); only its
+  // shard and all-reduced buckets are written.
   GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap,
                        GradientCompressor* compressor, bool reduce_scatter = false,
-                       bool tied_split = false)
+                       bool tied_split = false, bool every_microbatch = false)
       : stage_(stage),
         dp_(dp),
         overlap_(overlap && dp->Size() > 1),
         compressor_(compressor),
-        reduce_scatter_(reduce_scatter && dp->Size() > 1) {
+        reduce_scatter_(reduce_scatter && dp->Size() > 1),
+        every_microbatch_(every_microbatch && reduce_scatter_ && compressor == nullptr) {
     flat_grads_ = torch::zeros({stage.NumLocalParameters()}, stage.FlatParameters().options());
     const auto& infos = stage.ParameterInfos();
     // Buckets over parameters in reverse order (the order backward produces their gradients).
@@ -84,23 +97,46 @@ class GradientSynchronizer {
 
   void BeginStep() {
     armed_ = false;
+    for (Bucket& b : buckets_) ResetBucket(b);
+    next_launch_ = 0;
+    collectives_ = 0;
+    for (const torch::Tensor& p : stage_.Parameters()) ReleaseGradient(p);
+    if (every_microbatch_) flat_grads_.zero_();
+  }
+  // Whether every backward pass's gradients are reduced (every_microbatch): arm before each
+  // backward then, and call EndBackward() after it.
+  bool ReducesEveryMicrobatch() const { return every_microbatch_; }
+  // Call before the backward of the last microbatch (of every microbatch, ReducesEveryMicrobatch):
+  // from then on, buckets whose parameters all have their gradient of the pass are reduced while
+  // the backward continues.
+  void Arm() { armed_ = overlap_; }
+  // After each backward pass; nothing unless ReducesEveryMicrobatch(). Then launches the
+  // buckets the pass left that hold a gradient (in bucket order: every DP rank's passes produce
+  // the same ones), waits for the pass's collectives, adds their results into the flat gradient
+  // and disarms.
+  void EndBackward() {
+    if (!every_microbatch_) return;
+    for (size_t k = next_launch_; k < buckets_.size(); ++k)
+      if (AnyGradient(buckets_[k])) Launch(k);
+    torch::NoGradGuard no_grad;
     for (Bucket& b : buckets_) {
-      b.ready = 0;
-      b.work.reset();
-      b.pending.reset();
+      if (b.work) {
+        b.work->Wait();
+        flat_grads_.narrow(0, b.result_offset, b.result.numel()).add_(b.result);
+      }
+      ResetBucket(b);
     }
     next_launch_ = 0;
-    for (const torch::Tensor& p : stage_.Parameters()) {
-      if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::Tensor();
-    }
+    armed_ = false;
   }
-  // Call before the backward of the last microbatch: from then on, buckets whose parameters all
-  // have their final gradient are all-reduced while the backward continues.
-  void Arm() { armed_ = overlap_; }
 
   // Launches what is left, waits for all buckets and returns the flat gradient summed over DP
   // (the DP mean with a compressor) (num_local_parameters,).
   torch::Tensor Finish() {
+    if (every_microbatch_) {
+      EndBackward();
+      return flat_grads_;
+    }
     for (size_t k = next_launch_; k < buckets_.size(); ++k) Launch(k);
     next_launch_ = buckets_.size();
     for (Bucket& b : buckets_) {
@@ -112,6 +148,15 @@ class GradientSynchronizer {
     return flat_grads_;
   }
   const torch::Tensor& FlatGrads() const { return flat_grads_; }
+  // DP collectives (one per bucket launch) issued since BeginStep().
+  int64_t CollectivesThisStep() const { return collectives_; }
+  // Bytes of the stage's parameters' gradients that autograd holds now.
+  int64_t ParameterGradientBytes() const {
+    int64_t bytes = 0;
+    for (const torch::Tensor& p : stage_.Parameters())
+      if (p.grad().defined()) bytes += p.grad().numel() * p.grad().element_size();
+    return bytes;
+  }
 
  private:
   struct Bucket {
@@ -121,7 +166,41 @@ class GradientSynchronizer {
     int ready = 0;
     std::shared_ptr<CommWork> work;
     std::unique_ptr<PendingReduce> pending;  // compressed exchange
+    // every_microbatch: the pass's gradients of the bucket (sent), what this rank receives
+    // (the bucket's piece of its shard, or the whole bucket all-reduced in place) and where
+    // that lies in the flat gradient.
+    torch::Tensor staging, result;
+    int64_t result_offset = 0;
   };
+  static void ResetBucket(Bucket& b) {
+    b.ready = 0;
+    b.work.reset();
+    b.pending.reset();
+    b.staging = torch::Tensor();
+    b.result = torch::Tensor();
+  }
+  static void ReleaseGradient(const torch::Tensor& p) {
+    if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::Tensor();
+  }
+  bool AnyGradient(const Bucket& b) const {
+    for (int p : b.params)
+      if (stage_.Parameters()[p].grad().defined()) return true;
+    return false;
+  }
+  // This rank's piece of bucket b under reduce-scatter: counts[r] = the bucket's elements in rank
+  // r's shard; returns where this rank's piece starts in the flat gradient.
+  int64_t ShardPieces(const Bucket& b, std::vector<int64_t>* counts) const {
+    const int D = dp_->Size();
+    const int64_t n = flat_grads_.numel(), end = b.offset + b.numel;
+    counts->assign(D, 0);
+    int64_t mine = b.offset;
+    for (int r = 0; r < D; ++r) {
+      const auto [lo, hi] = ZeroShard(n, D, r);
+      (*counts)[r] = std::max<int64_t>(0, std::min(end, hi) - std::max(b.offset, lo));
+      if (r == dp_->Rank() && (*counts)[r] > 0) mine = std::max(b.offset, lo);
+    }
+    return mine;
+  }
   struct Hook : torch::autograd::FunctionPostHook {
     Hook(GradientSynchronizer* owner, int param) : owner_(owner), param_(param) {}
     torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
@@ -148,6 +227,28 @@ class GradientSynchronizer {
     Bucket& b = buckets_[k];
     torch::NoGradGuard no_grad;
     const auto& infos = stage_.ParameterInfos();
+    if (every_microbatch_) {
+      b.staging = torch::empty({b.numel}, flat_grads_.options());
+      for (int p : b.params) {
+        const torch::Tensor& param = stage_.Parameters()[p];
+        torch::Tensor slice = b.staging.narrow(0, infos[p].offset - b.offset, infos[p].numel);
+        if (param.grad().defined()) slice.copy_(param.grad().reshape({-1}));
+        else slice.zero_();
+        ReleaseGradient(param);
+      }
+      if (b.all_reduce) {
+        b.result = b.staging;
+        b.result_offset = b.offset;
+        b.work = dp_->AllReduceSumAsync(b.staging);
+      } else {
+        std::vector<int64_t> counts;
+        b.result_offset = ShardPieces(b, &counts);
+        b.result = torch::empty({counts[dp_->Rank()]}, flat_grads_.options());
+        b.work = dp_->ReduceScatterAsync(b.result, b.staging, counts);
+      }
+      ++collectives_;
+      return;
+    }
     for (int p : b.params) {
       torch::Tensor slice = flat_grads_.narrow(0, infos[p].offset, infos[p].numel);
       const torch::Tensor& grad = stage_.Parameters()[p].grad();
@@ -160,20 +261,14 @@ class GradientSynchronizer {
       b.pending = compressor_->ReduceAsync(b.params, grads, *dp_);
     } else if (reduce_scatter_ && !b.all_reduce) {
       // Piece r: the bucket's elements in rank r's shard.
-      const int D = dp_->Size();
-      const int64_t n = flat_grads_.numel(), end = b.offset + b.numel;
-      std::vector<int64_t> counts(D);
-      int64_t mine = b.offset;
-      for (int r = 0; r < D; ++r) {
-        const auto [lo, hi] = ZeroShard(n, D, r);
-        counts[r] = std::max<int64_t>(0, std::min(end, hi) - std::max(b.offset, lo));
-        if (r == dp_->Rank() && counts[r] > 0) mine = std::max(b.offset, lo);
-      }
+      std::vector<int64_t> counts;
+      const int64_t mine = ShardPieces(b, &counts);
       b.work = dp_->ReduceScatterAsync(flat_grads_.narrow(0, mine, counts[dp_->Rank()]),
                                        flat_grads_.narrow(0, b.offset, b.numel), counts);
     } else if (dp_->Size() > 1) {
       b.work = dp_->AllReduceSumAsync(flat_grads_.narrow(0, b.offset, b.numel));
     }
+    if (b.work || b.pending) ++collectives_;
   }
 
   GptStage& stage_;
@@ -181,7 +276,9 @@ class GradientSynchronizer {
   bool overlap_;
   GradientCompressor* compressor_;  // nullptr: plain all-reduce
   bool reduce_scatter_;
+  bool every_microbatch_;
   bool armed_ = false;
+  int64_t collectives_ = 0;
   torch::Tensor flat_grads_;  // (num_local_parameters,)
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;

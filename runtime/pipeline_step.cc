@@ -118,9 +118,10 @@ std::vector<Tensor> PipelineStep::Run(int step, const StepObserver& observer) {
         Receive(with_next_, grad, gradient_tag(k, i));
         observer.region("recv " + PassName("B", i, c), "p2p_wait", a, observer.mark());
       }
-      // Overlap of the DP gradient sync with the last backward: with several chunks their last
-      // backwards interleave with earlier microbatches' (the sync then follows them all).
-      if (i == m_ - 1 && v_ == 1) sync_.Arm();
+      // Overlap of the DP gradient sync with the last backward (ZeRO-2/3: with every backward):
+      // with several chunks their last backwards interleave with earlier microbatches' (the sync
+      // then follows them all; ZeRO-2/3 reduce each pass's gradients after it).
+      if ((i == m_ - 1 || sync_.ReducesEveryMicrobatch()) && v_ == 1) sync_.Arm();
       observer.doing("running the backward pass", false, i, -1);
       const int a = observer.mark();
       if (last) {
@@ -129,6 +130,7 @@ std::vector<Tensor> PipelineStep::Run(int step, const StepObserver& observer) {
         torch::autograd::backward({outputs[c][i]}, {grad});
       }
       if (gatherer_) gatherer_->ReleaseAll();
+      sync_.EndBackward();
       observer.region(PassName("B", i, c), "backward", a, observer.mark());
       if (!first) {
         observer.doing("sending gradients", false, i, with_prev_.front().peer);

@@ -37,7 +37,9 @@ class PipelineStep {
  public:
   // The passes of `layout`'s rank of `plan` on `stage`, reading batches of `data` drawn with
   // `seed`, exchanging over `world` (point-to-point) and `tp` (the all-gathers after receives),
-  // arming `sync` before the last microbatch's backward (without virtual stages). Everything
+  // arming `sync` before the last microbatch's backward (before every backward where it
+  // reduces every microbatch's gradients; without virtual stages) and ending each backward with
+  // sync.EndBackward(). Everything
   // referenced must outlive the object.
   PipelineStep(const Plan& plan, const PipelineLayout& layout, const ModelSpec& model,
                const CharDataset& data, uint64_t seed, GptStage& stage, Communicator& world,

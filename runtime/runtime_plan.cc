@@ -77,12 +77,13 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   // (data_parallel.h); with bf16 autocast, its cache of bf16 weight copies during the passes.
   training.buffer_bytes_per_param = 4 + (dtype == "bf16" ? 2 : 0);
   training.optimizer_step_bytes_per_param = 28;
-  // The synchronizer reduces (ZeRO-1/2/3: reduce-scatters) once, in the last microbatch's
-  // backward pass bucket by bucket (or after it without overlap); ShardedAdam all-gathers the
-  // updated shards after the step, with nothing to hide behind.
+  // The synchronizer reduces (ZeRO-1: reduce-scatters) once, in the last microbatch's backward
+  // pass bucket by bucket (or after it without overlap), ZeRO-2/3 in every microbatch's (each
+  // pass's reduce-scatters waited for at its end: the m - 1 before the last priced exposed);
+  // ShardedAdam all-gathers the updated shards after the step, with nothing to hide behind.
   training.dp_bucket_bytes = sync.overlap ? static_cast<double>(sync.bucket_bytes) : 0.0;
   training.dp_overlap_fraction = 0.0;
-  training.zero_reduce_every_microbatch = false;
+  training.zero_reduce_every_microbatch = true;
   training.pp_scatter_gather = true;  // 1/tp per TP rank, then a TP all-gather (pipeline_step.h)
   training.sequence_parallel = false;
   return training;

@@ -46,7 +46,10 @@ struct RuntimeGradSync {
 // `sync.overlap` bucket by bucket under the last microbatch's backward pass
 // (TrainingSpec::dp_bucket_bytes = sync.bucket_bytes), else all of it after that pass; ZeRO-1/2's
 // all-gather of the updated parameters after the optimizer step is never hidden
-// (dp_overlap_fraction 0). Once per iteration (zero_reduce_every_microbatch false).
+// (dp_overlap_fraction 0). ZeRO-2/3 reduce-scatter every microbatch's gradients
+// (zero_reduce_every_microbatch; the m - 1 before the last priced exposed, though the
+// synchronizer launches them bucket by bucket during each backward pass too), ZeRO-0/1 once per
+// iteration.
 TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule,
                              const std::string& dtype = "f32", const RuntimeGradSync& sync = {});
 

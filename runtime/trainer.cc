@@ -302,9 +302,11 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
                                               compressor_options);
     }
     const int zero = stage_plan.config.zero_stage;
-    // ZeRO-1, 2 and 3 reduce-scatter: ShardedAdam updates this rank's shard only.
+    // ZeRO-1, 2 and 3 reduce-scatter: ShardedAdam updates this rank's shard only. ZeRO-2 and 3
+    // keep no gradients between microbatches: each backward pass's are reduce-scattered.
     GradientSynchronizer sync(stage, dp.get(), options.bucket_bytes, options.overlap_grad_sync,
-                              compressor.get(), zero >= 1, tied_split);
+                              compressor.get(), zero >= 1, tied_split,
+                              /*every_microbatch=*/zero >= 2);
     ShardedAdam adam(options, stage.FlatParameters(), dp.get(), zero >= 1,
                      /*gather_updated=*/zero < 3);
     // ZeRO-3: the layers gather their parameters over DP when they run, on a group of their own.
@@ -366,6 +368,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
     std::vector<Region> regions;
     std::vector<TraceEvent> events;
     std::vector<StepTimes> times;
+    int64_t dp_collectives = 0, gradient_bytes_after_backward = 0;
     const int trace_from = options.steps - options.trace_steps;
     // The pipeline passes report their activity to the heartbeat and their regions to the timer.
     StepObserver observer;
@@ -398,6 +401,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       const int step_start = timer.Mark();
       sync.BeginStep();
       const std::vector<Tensor> losses = pipeline.Run(step, observer);
+      gradient_bytes_after_backward = sync.ParameterGradientBytes();
       doing("all-reducing gradients over DP", true);
       const int sync_start = timer.Mark();
       Tensor grads = sync.Finish();
@@ -461,6 +465,7 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       regions.clear();
       timer.Clear();
       t.tp_comm = tp->BlockedSeconds() - tp_blocked_before;
+      dp_collectives = sync.CollectivesThisStep();
       times.push_back(t);
 
       const bool last_step = step + 1 == options.steps;
@@ -498,6 +503,11 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
                             {"optimizer_seconds", t.optimizer},
                             {"tp_comm_seconds", t.tp_comm}});
     mine["steps"] = steps_json;
+    // The last step's DP gradient synchronization: its collectives (one per bucket and reduced
+    // pass) and the parameters' gradient bytes autograd held after the last backward pass
+    // (ZeRO-2/3: none; the reduced shard lives in the synchronizer's flat buffer).
+    mine["dp_sync"] = {{"collectives_per_step", dp_collectives},
+                       {"gradient_bytes_after_backward", gradient_bytes_after_backward}};
     json events_json = json::array();
     for (const TraceEvent& e : events)
       events_json.push_back({e.name, e.category, e.start_seconds, e.duration_seconds});

@@ -136,7 +136,7 @@ TEST_CASE("the runtime's DP gradient sync is priced as its synchronizer runs it"
   const Problem bucketed = RuntimeProblem(model, plan, 8, 0, "h200-node", "bf16", true, sync);
   CHECK(bucketed.training.dp_bucket_bytes == 25 << 20);
   CHECK(bucketed.training.dp_overlap_fraction == 0);
-  CHECK_FALSE(bucketed.training.zero_reduce_every_microbatch);
+  CHECK(bucketed.training.zero_reduce_every_microbatch);
   CHECK(RuntimeProblem(model, plan, 8, 0, "h200-node", "bf16", true).training.dp_bucket_bytes ==
         1 << 20);
   // Without overlap the whole reduction runs after the backward pass.
@@ -150,6 +150,14 @@ TEST_CASE("the runtime's DP gradient sync is priced as its synchronizer runs it"
   CHECK(e.dp_sync_exposed_seconds == doctest::Approx(e.dp_sync_seconds));
   CHECK(h.dp_bucketed_sync_seconds > 0);
   CHECK(hidden.iteration_seconds < exposed.iteration_seconds);
+  // ZeRO-2 reduce-scatters each of the m = 2 microbatches' gradients: the first one's is priced in
+  // the microbatch time, exposed; ZeRO-1 reduces once.
+  CHECK(h.zero_reduce_scatter_seconds == 0);
+  Plan zero2 = plan;
+  zero2.stages[0].config.zero_stage = 2;
+  REQUIRE(zero2.num_microbatches == 2);
+  const StageTerms& z = Evaluate(bucketed, zero2).stages.at(0).terms;
+  CHECK(z.zero_reduce_scatter_seconds > 0);
   // An interleaved plan's runs reduce after the last backward pass.
   const Plan interleaved = UniformRuntimePlan(model, 2, 4, 1, 1, 16, Schedule::kOneFOneB, 1,
                                               Recompute::kNone, 2);

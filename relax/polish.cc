@@ -320,6 +320,15 @@ int PlanPolisher::WithMesh(int k, int mesh_index, int m) const {
   return -1;
 }
 
+int PlanPolisher::HalfMeshSameDp(int k, int m) const {
+  const StageConfig& a = tables_.configs[k];
+  if (a.tensor_parallel < 2) return -1;
+  const int j = Lookup(a.node_group, config_mesh_index_[k] - 1, a.tensor_parallel / 2,
+                       a.zero_stage, RecomputeIndex(a.recompute));
+  if (j < 0 || tables_.configs[j].data_parallel != a.data_parallel) return -1;
+  return m < 0 || tables_.Valid(j, m) ? j : -1;
+}
+
 bool PlanPolisher::FixMemory(DiscretePlan* plan, bool every_stage) const {
   const int S = plan->NumStages();
   const int m = plan->microbatch_option;
@@ -623,19 +632,27 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
       p.configs[s] = j;
       push(p);
     }
-  // The same change on every stage: set TP / ZeRO / recompute, or move the mesh one size.
+  // The same change on every stage: set TP / ZeRO / recompute, or move the mesh one size; on a
+  // heterogeneous cluster also on every stage of one node group (the groups' stages differ, so
+  // what one group's stages need together the others' may not).
   std::set<std::vector<int>> seen;
+  std::vector<int> groups{-1};  // -1: every stage
+  if (tables_.num_groups > 1)
+    for (int g = 0; g < tables_.num_groups; ++g) groups.push_back(g);
   auto push_global = [&](auto&& transform) {
-    DiscretePlan p = plan;
-    bool changed = false;
-    for (int& k : p.configs) {
-      const int j = transform(k);
-      if (j >= 0 && j != k && (extended || tables_.Valid(j, m))) {
-        k = j;
-        changed = true;
+    for (int group : groups) {
+      DiscretePlan p = plan;
+      bool changed = false;
+      for (int& k : p.configs) {
+        if (group >= 0 && tables_.configs[k].node_group != group) continue;
+        const int j = transform(k);
+        if (j >= 0 && j != k && (extended || tables_.Valid(j, m))) {
+          k = j;
+          changed = true;
+        }
       }
+      if (changed && seen.insert(p.configs).second) push_structural(p);
     }
-    if (changed && seen.insert(p.configs).second) push_structural(p);
   };
   for (int tp = 1; tp < (1 << num_tp_slots_); tp *= 2)
     push_global([&](int k) {
@@ -719,25 +736,33 @@ void PlanPolisher::Neighbors(const DiscretePlan& plan, bool extended,
   }
   // Split every stage in two, both halves on half its mesh (a stage that cannot be halved stays
   // whole): the pipeline twice as deep on the same devices, each group keeping its share, which
-  // one split at a time cannot reach when the stages must stay balanced.
+  // one split at a time cannot reach when the stages must stay balanced. The halves keep the
+  // stage's TP (half the DP) or its DP (half the TP); on a heterogeneous cluster also the stages
+  // of one node group alone.
   if (S < tables_.max_stages) {
-    DiscretePlan p = plan;
-    p.boundaries.assign(1, 0);
-    p.configs.clear();
-    for (int s = 0; s < S; ++s) {
-      const int k = plan.configs[s];
-      const int half = WithMesh(k, config_mesh_index_[k] - 1, any_m);
-      const int first = plan.boundaries[s], last = plan.boundaries[s + 1];
-      const bool split = half >= 0 && last - first >= 2 &&
-                         p.NumStages() + 2 + (S - s - 1) <= tables_.max_stages;
-      if (split) {
-        p.boundaries.push_back((first + last) / 2);
-        p.configs.push_back(half);
+    for (int group : groups)
+      for (bool same_dp : {false, true}) {
+        DiscretePlan p = plan;
+        p.boundaries.assign(1, 0);
+        p.configs.clear();
+        for (int s = 0; s < S; ++s) {
+          const int k = plan.configs[s];
+          const bool in_group = group < 0 || tables_.configs[k].node_group == group;
+          const int half = !in_group ? -1
+                           : same_dp ? HalfMeshSameDp(k, any_m)
+                                     : WithMesh(k, config_mesh_index_[k] - 1, any_m);
+          const int first = plan.boundaries[s], last = plan.boundaries[s + 1];
+          const bool split = half >= 0 && last - first >= 2 &&
+                             p.NumStages() + 2 + (S - s - 1) <= tables_.max_stages;
+          if (split) {
+            p.boundaries.push_back((first + last) / 2);
+            p.configs.push_back(half);
+          }
+          p.boundaries.push_back(last);
+          p.configs.push_back(split ? half : k);
+        }
+        if (p.NumStages() > S && seen.insert(p.configs).second) push_structural(p);
       }
-      p.boundaries.push_back(last);
-      p.configs.push_back(split ? half : k);
-    }
-    if (p.NumStages() > S) push_structural(p);
   }
   // Another stage count with uniform stages: the widest stage's config, its mesh scaled so that
   // the stages share the devices.

@@ -80,9 +80,11 @@ class PlanPolisher {
 
   // Best-improvement local search from `plan` (which must be valid), over: moving a stage
   // boundary by 1, 2, 4, ... layers; one stage's config to a neighbour (another mesh size, or one
-  // or two of the DP x TP split, ZeRO stage and recompute); the same change on every stage;
-  // another microbatch count; another number of virtual stages (where the tables offer some);
-  // merging or splitting stages (one, or every stage on half its mesh); changing the stage count
+  // or two of the DP x TP split, ZeRO stage and recompute); the same change on every stage (on a
+  // heterogeneous cluster also on every stage of one node group); another microbatch count;
+  // another number of virtual stages (where the tables offer some); merging or splitting stages
+  // (one, or every stage -- or every stage of one group -- on half its mesh, keeping its TP or
+  // its DP); changing the stage count
   // with uniform stages; and rebalancing the layers for the current configs. Returns the final
   // cost. `on_improvement` is called with every new best fitting cost. Descents are memoized
   // across calls (every plan on a finished descent maps to the local optimum it reaches: the
@@ -111,6 +113,9 @@ class PlanPolisher {
   // Config with the same (tp, zero, recompute) as k on mesh size index mesh_index, nearest
   // valid for m (m < 0: valid or not); -1 if none.
   int WithMesh(int k, int mesh_index, int m) const;
+  // Config of k on the next smaller mesh size with the same DP degree (TP halved, ZeRO and
+  // recompute kept), valid for m (m < 0: valid or not); -1 if none.
+  int HalfMeshSameDp(int k, int m) const;
   // Config of node group `group` with these mesh size index, TP, ZeRO, recompute; -1 if none.
   int Lookup(int group, int mesh_index, int tp, int zero, int recompute) const;
   // Index of k's (node group, mesh size) into mesh_configs_.

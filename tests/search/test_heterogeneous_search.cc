@@ -293,4 +293,48 @@ TEST_CASE("relax's group extension adds the node group that its coarse cuts hid 
   CHECK(Evaluate(problem, *with.plan).iteration_seconds == with.summary.best_iteration_seconds);
 }
 
+TEST_CASE("relax's polish splits one node group's stages on half their mesh at half their TP "
+          "(GPT-3 175B on H100 + A100 + V100, h100=32,a100=32,v100=64)") {
+  Problem problem;
+  problem.model = ReadModelFile(ResolveModelPath("gpt3-175b"));
+  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100"))
+                        .WithNodeCounts("h100=32,a100=32,v100=64");
+  problem.training.global_batch_size = 1536;
+  const int a100 = 1;
+  REQUIRE(problem.cluster.node_groups[a100].device.find("A100") != std::string::npos);
+  // The DP's optimum (hetero-ladder.toml): four A100 stages of 8x8 at DP 16 x TP 4, then eight
+  // H100 stages of 4x8 at DP 16 x TP 2. Relax's gradient phase gives the A100s two stages of
+  // 16x8 at TP 8: every A100 stage has to split with its TP halved while the H100 stages stay.
+  Plan optimum;
+  optimum.global_batch_size = 1536;
+  optimum.num_microbatches = 96;
+  const std::vector<int> layers{7, 6, 6, 6, 9, 9, 9, 9, 9, 9, 9, 10};
+  int first = 0;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    StagePlan stage;
+    stage.first_layer = first;
+    stage.last_layer = first += layers[s];
+    StageConfig& c = stage.config;
+    const bool on_a100 = s < 4;
+    c.mesh_nodes = on_a100 ? 8 : 4;
+    c.mesh_gpus_per_node = 8;
+    c.data_parallel = 16;
+    c.tensor_parallel = on_a100 ? 4 : 2;
+    c.zero_stage = 1;
+    c.recompute = s >= 4 && s <= 8 ? Recompute::kSelective : Recompute::kNone;
+    c.node_group = on_a100 ? a100 : 0;
+    optimum.stages.push_back(stage);
+  }
+  REQUIRE(first == static_cast<int>(problem.model.layers.size()));
+  const Estimate target = Evaluate(problem, optimum);
+  REQUIRE(target.Fits());
+  const SearchResult result = RelaxSearcher().Search(problem, SearchOptions{});
+  INFO("relax: ", result.summary.BriefReport(), " ", result.summary.message);
+  REQUIRE(result.plan.has_value());
+  CHECK(result.summary.best_iteration_seconds <= target.iteration_seconds * (1 + 1e-9));
+  int a100_stages = 0;
+  for (const StagePlan& stage : result.plan->stages) a100_stages += stage.config.node_group == a100;
+  CHECK(a100_stages == 4);
+}
+
 }  // namespace stratos

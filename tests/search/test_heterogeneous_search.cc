@@ -266,13 +266,20 @@ TEST_CASE("relax (smoothed DP over the group orders) is within 1% of the DP opti
   CHECK(crossing >= 3);
 }
 
-TEST_CASE("relax's group extension adds the node group that its coarse cuts hid (GPT-3 175B on "
-          "H100 + A100 + V100, h100=8,a100=8,v100=16)") {
+// GPT-3 175B at global batch 1536 on the zoo's DGX H100 + DGX A100 + p3.16xlarge with `nodes`
+// ("h100=8,a100=8,v100=16").
+Problem Gpt3On3Types(const std::string& nodes) {
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath("gpt3-175b"));
-  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100"))
-                        .WithNodeCounts("h100=8,a100=8,v100=16");
+  problem.cluster =
+      ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100")).WithNodeCounts(nodes);
   problem.training.global_batch_size = 1536;
+  return problem;
+}
+
+TEST_CASE("relax's group extension adds the node group that its coarse cuts hid (GPT-3 175B on "
+          "H100 + A100 + V100, h100=8,a100=8,v100=16)") {
+  const Problem problem = Gpt3On3Types("h100=8,a100=8,v100=16");
   const int v100 = 2;
   REQUIRE(problem.cluster.node_groups[v100].device == "V100-SXM2-16GB");
   RelaxOptions without_extension;
@@ -295,11 +302,7 @@ TEST_CASE("relax's group extension adds the node group that its coarse cuts hid 
 
 TEST_CASE("relax's polish splits one node group's stages on half their mesh at half their TP "
           "(GPT-3 175B on H100 + A100 + V100, h100=32,a100=32,v100=64)") {
-  Problem problem;
-  problem.model = ReadModelFile(ResolveModelPath("gpt3-175b"));
-  problem.cluster = ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100"))
-                        .WithNodeCounts("h100=32,a100=32,v100=64");
-  problem.training.global_batch_size = 1536;
+  const Problem problem = Gpt3On3Types("h100=32,a100=32,v100=64");
   const int a100 = 1;
   REQUIRE(problem.cluster.node_groups[a100].device.find("A100") != std::string::npos);
   // The DP's optimum (hetero-ladder.toml): four A100 stages of 8x8 at DP 16 x TP 4, then eight

@@ -268,7 +268,7 @@ TEST_CASE("relax (smoothed DP over the group orders) is within 1% of the DP opti
 
 // GPT-3 175B at global batch 1536 on the zoo's DGX H100 + DGX A100 + p3.16xlarge with `nodes`
 // ("h100=8,a100=8,v100=16").
-Problem Gpt3On3Types(const std::string& nodes) {
+static Problem Gpt3On3Types(const std::string& nodes) {
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath("gpt3-175b"));
   problem.cluster =

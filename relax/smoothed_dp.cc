@@ -121,19 +121,33 @@ struct FrontierEntry {
   double a;
 };
 
-// Appends the strictly decreasing frontier, at in-flight level v (0-based), of `candidates`
-// (ascending units): those that fit at level v and cost less than every smaller mesh before
-// them, the cheapest of each mesh size.
+// Appends a strictly decreasing frontier to *entries from candidates offered in ascending units:
+// a candidate is kept when it costs less than every one before it, the cheapest of each mesh
+// size.
+class FrontierBuilder {
+ public:
+  explicit FrontierBuilder(std::vector<FrontierEntry>* entries)
+      : entries_(entries), begin_(entries->size()) {}
+  void Offer(int units, int slot, double a) {
+    if (!(a < least_)) return;
+    least_ = a;
+    if (entries_->size() > begin_ && entries_->back().units == units) entries_->pop_back();
+    entries_->push_back({units, slot, a});
+  }
+
+ private:
+  std::vector<FrontierEntry>* entries_;
+  size_t begin_;
+  double least_ = kInf;
+};
+
+// Appends the frontier, at in-flight level v (0-based), of `candidates` (ascending units): those
+// that fit at level v (FrontierBuilder's rule).
 void AppendFrontier(const std::vector<FrontierCandidate>& candidates, int v,
                     std::vector<FrontierEntry>* entries) {
-  const size_t begin = entries->size();
-  double least = kInf;
-  for (const FrontierCandidate& c : candidates) {
-    if (c.fits <= v || !(c.a < least)) continue;
-    least = c.a;
-    if (entries->size() > begin && entries->back().units == c.units) entries->pop_back();
-    entries->push_back({c.units, c.slot, c.a});
-  }
+  FrontierBuilder frontier(entries);
+  for (const FrontierCandidate& c : candidates)
+    if (c.fits > v) frontier.Offer(c.units, c.slot, c.a);
 }
 
 // The edge sets of some orders of node groups: a stage's group, the group it receives from when
@@ -318,22 +332,29 @@ SmoothedStageDp::SmoothedStageDp(const RelaxTables& tables, int microbatch_optio
   for (int i = 1; i <= N_; ++i) pair_row_[i] = pair_row_[i - 1] + (N_ - (i - 1));
   const size_t pairs = pair_row_[N_];
   if (static_cast<double>(pairs) * K <= kMaxCachedRangeTerms) {
-    range_begin_.assign(pairs + 1, 0);
-    std::vector<RangeTerm> scratch;
-    for (int i = 0; i < N_; ++i)
+    // Row i's terms are gathered in `row` and copied once into a vector of their exact size: a
+    // table grown by reallocation would touch twice its pages, which costs more than the terms.
+    range_rows_.resize(N_);
+    range_begin_.assign(pairs, 0);
+    range_end_.assign(pairs, 0);
+    std::vector<RangeTerm> row, scratch;
+    for (int i = 0; i < N_; ++i) {
+      row.clear();
       for (int j = i + 1; j <= N_; ++j) {
         CollectRangeTerms(i, j, &scratch);
-        range_begin_[PairIndex(i, j)] = range_terms_.size();
-        range_terms_.insert(range_terms_.end(), scratch.begin(), scratch.end());
-        range_begin_[PairIndex(i, j) + 1] = range_terms_.size();
+        range_begin_[PairIndex(i, j)] = row.size();
+        row.insert(row.end(), scratch.begin(), scratch.end());
+        range_end_[PairIndex(i, j)] = row.size();
         // Memory grows with j (layer terms are nonnegative; only the last stage's overhead
         // differs): once no config fits [i, j) for some j < L, none fits [i, j') for j' < L.
         if (scratch.empty() && j < N_ - 1) {
-          for (int jj = j + 1; jj < N_; ++jj) range_begin_[PairIndex(i, jj) + 1] = range_terms_.size();
+          for (int jj = j + 1; jj < N_; ++jj)
+            range_begin_[PairIndex(i, jj)] = range_end_[PairIndex(i, jj)] = row.size();
           j = N_ - 1;
         }
       }
-    range_terms_.shrink_to_fit();
+      range_rows_[i].assign(row.begin(), row.end());
+    }
   }
 }
 
@@ -350,10 +371,10 @@ void SmoothedStageDp::CollectRangeTerms(int first_cut, int last_cut,
 const SmoothedStageDp::RangeTerm* SmoothedStageDp::RangeTerms(int first_cut, int last_cut,
                                                               std::vector<RangeTerm>* scratch,
                                                               size_t* count) const {
-  if (!range_begin_.empty()) {
+  if (!range_rows_.empty()) {
     const size_t at = PairIndex(first_cut, last_cut);
-    *count = range_begin_[at + 1] - range_begin_[at];
-    return range_terms_.data() + range_begin_[at];
+    *count = range_end_[at] - range_begin_[at];
+    return range_rows_[first_cut].data() + range_begin_[at];
   }
   CollectRangeTerms(first_cut, last_cut, scratch);
   *count = scratch->size();
@@ -1101,7 +1122,7 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
   // level, in mesh devices; edge (s, a, b) at edge_begin[s][a * |window[s + 1]| + b]. ---
   std::vector<std::vector<size_t>> edge_begin(S);
   std::vector<FrontierEntry> entries;
-  std::vector<FrontierCandidate> candidates;
+  std::vector<RangeTerm> scratch;
   long unit = 0;  // the gcd of the meshes on some frontier: devices are counted in it
   for (int s = 0; s < S; ++s) {
     const int v = LevelIndex(S - s);
@@ -1113,12 +1134,13 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
         const long key = static_cast<long>(x) * (L_ + 1) + y;
         auto cached = near_terms_.find(key);
         if (cached == near_terms_.end()) {
-          std::vector<RangeTerm> terms;
+          scratch.clear();
           for (int slot : by_size_) {
             const Terms t = StageTerms(slot, x, y);
             const int fits = FittingLevels(t, slot);
-            if (fits > 0) terms.push_back({t.t, t.e, t.c, slot, fits});
+            if (fits > 0) scratch.push_back({t.t, t.e, t.c, slot, fits});
           }
+          std::vector<RangeTerm> terms(scratch.begin(), scratch.end());
           if (near_terms_count_ + terms.size() > kMaxCachedRangeTerms) {
             near_terms_.clear();
             near_terms_count_ = 0;
@@ -1126,7 +1148,8 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
           near_terms_count_ += terms.size();
           cached = near_terms_.emplace(key, std::move(terms)).first;
         }
-        candidates.clear();
+        const size_t first = entries.size();
+        FrontierBuilder frontier(&entries);
         for (RangeTerm t : cached->second) {
           if (t.fits <= v || group_[t.slot] != group[s]) continue;
           if (previous[s] >= 0 || next[s] >= 0) {
@@ -1135,12 +1158,10 @@ DiscretePlan SmoothedStageDp::DecodeNearPlan(const SmoothedDpPoint& p, const Dis
             t.e += d.e;
             t.c += d.c;
           }
-          const double a = t.t + t.c + (mc - 1) * std::max(0.0, t.t - p.theta_seconds) +
-                           std::max(0.0, t.e - p.phi_seconds);
-          candidates.push_back({static_cast<int>(devices_[t.slot]), t.slot, t.fits, a});
+          frontier.Offer(static_cast<int>(devices_[t.slot]), t.slot,
+                         t.t + t.c + (mc - 1) * std::max(0.0, t.t - p.theta_seconds) +
+                             std::max(0.0, t.e - p.phi_seconds));
         }
-        const size_t first = entries.size();
-        AppendFrontier(candidates, v, &entries);
         for (size_t e = first; e < entries.size(); ++e)
           unit = std::gcd(unit, long{entries[e].units});
       }

@@ -210,8 +210,8 @@ class SmoothedStageDp {
     int slot, fits;
   };
   // The configs that fit layers [cuts_[first_cut], cuts_[last_cut]) at some level, by group and
-  // ascending mesh size, with their terms (independent of the point): from the cache (range_terms_), or
-  // computed into *scratch; *count of them.
+  // ascending mesh size, with their terms (independent of the point): from the cache
+  // (range_rows_), or computed into *scratch; *count of them.
   const RangeTerm* RangeTerms(int first_cut, int last_cut, std::vector<RangeTerm>* scratch,
                               size_t* count) const;
   void CollectRangeTerms(int first_cut, int last_cut, std::vector<RangeTerm>* out) const;
@@ -248,14 +248,15 @@ class SmoothedStageDp {
   std::vector<int> levels_;       // distinct in-flight counts, ascending
   std::vector<int> by_size_;      // config slots by group, then ascending mesh size
   std::vector<size_t> pair_row_;  // (N + 1): pair of cuts (i, j) at pair_row_[i] + j - i - 1
-  // RangeTerms of every pair, pair p at [range_begin_[p], range_begin_[p + 1]); empty (computed
-  // per evaluation) when pairs x configs exceeds kMaxCachedRangeTerms.
-  std::vector<RangeTerm> range_terms_;
+  // RangeTerms of every pair (i, j), pair p at [range_begin_[p], range_end_[p]) of row i's
+  // range_rows_[i]; empty (computed per evaluation) when pairs x configs exceeds
+  // kMaxCachedRangeTerms.
+  std::vector<std::vector<RangeTerm>> range_rows_;
   // DecodeNearPlan's terms of layer ranges [x, y) (key x * (L + 1) + y), kept between calls:
   // successive windows overlap. Bounded by kMaxCachedRangeTerms terms (then cleared).
   mutable std::unordered_map<long, std::vector<RangeTerm>> near_terms_;
   mutable size_t near_terms_count_ = 0;
-  std::vector<size_t> range_begin_;
+  std::vector<size_t> range_begin_, range_end_;
   long edge_terms_ = 0;
 };
 

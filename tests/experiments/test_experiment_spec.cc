@@ -403,6 +403,24 @@ TEST_CASE("experiment spec paths: a file, or a shipped spec by name from the dat
         std::string::npos);
 }
 
+TEST_CASE("every shipped experiment spec reads and expands into cells whose problems build") {
+  int specs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(DataPath("experiments/specs"))) {
+    if (entry.path().extension() != ".toml") continue;
+    CAPTURE(entry.path().string());
+    const ExperimentSpec spec = ReadExperimentSpec(entry.path().string());
+    CHECK(spec.name == entry.path().stem().string());
+    const std::vector<ExperimentCell> cells = spec.Expand();
+    CHECK(!cells.empty());
+    // Each family's first cell: its model, cluster and training resolve.
+    std::set<std::string> families;
+    for (const ExperimentCell& cell : cells)
+      if (families.insert(cell.family).second) CHECK_NOTHROW(BuildCellProblem(cell.problem));
+    ++specs;
+  }
+  CHECK(specs >= 7);
+}
+
 TEST_CASE("WriteFileAtomically: concurrent writers of one file each succeed, the file is one "
           "of their texts, and no temporary is left") {
   const std::filesystem::path dir = testing::ScratchDir("atomic_writes");

@@ -404,6 +404,9 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     default: terms.state_bytes = params * (pb + gb + kb) / dp; break;
   }
   terms.state_bytes += params * training.buffer_bytes_per_param;
+  // The flat gradient buffer, unless ZeRO-2/3 reduce each microbatch into their shard.
+  if (!(c.zero_stage >= 2 && dp > 1 && training.zero_reduce_every_microbatch))
+    terms.state_bytes += params * training.grad_buffer_bytes_per_param;
   terms.activation_bytes = ActivationMemoryScale(training) * b *
                            ActivationBytesPerSample(layer, tp, training.sequence_parallel,
                                                     c.recompute);

@@ -45,6 +45,9 @@ void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where
   if (!(training.buffer_bytes_per_param >= 0.0))
     ThrowInputError(where, "training.buffer_bytes_per_param", training.buffer_bytes_per_param,
                     "must be >= 0");
+  if (!(training.grad_buffer_bytes_per_param >= 0.0))
+    ThrowInputError(where, "training.grad_buffer_bytes_per_param",
+                    training.grad_buffer_bytes_per_param, "must be >= 0");
   if (!(training.loss_transient_bytes_per_logit >= 0.0))
     ThrowInputError(where, "training.loss_transient_bytes_per_logit",
                     training.loss_transient_bytes_per_logit, "must be >= 0");

@@ -30,9 +30,15 @@ struct TrainingSpec {
   // and the grad, write fp32 p, m, v and the bf16 copy).
   double optimizer_step_bytes_per_param = 32;
   // Bytes per parameter the framework keeps beside the weights, gradients and optimizer states
-  // at its peak, not sharded by ZeRO: e.g. a flat gradient buffer beside per-parameter gradients
-  // (stratos's runtime: 4), autocast's cache of half-precision copies of the weights (2).
+  // at its peak, not sharded by ZeRO: e.g. autocast's cache of half-precision copies of the
+  // weights (stratos's runtime under bf16: 2).
   double buffer_bytes_per_param = 0;
+  // Bytes per parameter of a flat gradient buffer beside the per-parameter gradients (stratos's
+  // runtime: 4, fp32), which the DP reduction fills; kept whole except where ZeRO-2/3 reduce
+  // every microbatch's gradients (zero_reduce_every_microbatch, DP > 1): each pass's gradients
+  // are then reduce-scattered into this rank's shard and released, and the shard is the
+  // gradient the model states already count (grad_dtype_bytes / DP).
+  double grad_buffer_bytes_per_param = 0;
   // Bytes per logit the cross entropy holds at its forward peak beyond the fp32 softmax it keeps
   // for the backward pass (4 bytes per logit, the head's stored activation): Megatron-LM's
   // vocab_parallel_cross_entropy (Megatron-Core's, and v1.1.5's as AMP's example vendors it)
@@ -90,8 +96,8 @@ struct TrainingSpec {
 
 // Throws InputError naming `where`, the field, its value and the rule if an option of
 // TrainingSpec is out of range (overlap fractions outside [0, 1], virtual_pipeline_stages < 1,
-// global_batch_size < 1, buffer_bytes_per_param, loss_transient_bytes_per_logit or
-// dp_bucket_bytes < 0).
+// global_batch_size < 1, buffer_bytes_per_param, grad_buffer_bytes_per_param,
+// loss_transient_bytes_per_logit or dp_bucket_bytes < 0).
 void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where);
 
 struct Problem {

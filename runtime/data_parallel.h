@@ -40,6 +40,62 @@ inline std::pair<int64_t, int64_t> ZeroShard(int64_t n, int D, int r) {
   return {lo, std::min(n, lo + shard)};
 }
 
+// A stage's flat gradient after the DP reduction (num_local_parameters elements): whole, or
+// under ZeRO-2/3's per-microbatch reduction only what this rank keeps: its ZeroShard [lo, hi)
+// and the buckets all-reduced whole (a tied word embedding split over stages), each a tensor of
+// its own. The whole buckets hold their elements' current values; Narrow() copies them into the
+// shard where the two overlap before it returns a view of the shard.
+class ReducedGradient {
+ public:
+  explicit ReducedGradient(torch::Tensor whole) : shard_(std::move(whole)) {}
+  ReducedGradient(torch::Tensor shard, int64_t shard_offset,
+                  std::vector<std::pair<int64_t, torch::Tensor>> whole_buckets)
+      : shard_(std::move(shard)),
+        shard_offset_(shard_offset),
+        whole_buckets_(std::move(whole_buckets)) {}
+
+  // A view of elements [offset, offset + numel): of the whole bucket that holds them all, else
+  // of the shard. Throws std::logic_error (STRATOS_CHECK) when neither holds them all.
+  torch::Tensor Narrow(int64_t offset, int64_t numel) const {
+    for (const auto& [at, bucket] : whole_buckets_)
+      if (offset >= at && offset + numel <= at + bucket.numel())
+        return bucket.narrow(0, offset - at, numel);
+    const int64_t lo = shard_offset_, hi = shard_offset_ + shard_.numel();
+    STRATOS_CHECK(numel == 0 || (offset >= lo && offset + numel <= hi),
+                  "gradient elements [{}, {}) are not kept by this rank (its shard [{}, {}))",
+                  offset, offset + numel, lo, hi);
+    if (numel == 0) return shard_.narrow(0, 0, 0);
+    torch::NoGradGuard no_grad;
+    for (const auto& [at, bucket] : whole_buckets_) {
+      const int64_t a = std::max(lo, at), b = std::min(hi, at + bucket.numel());
+      if (a < b) shard_.narrow(0, a - lo, b - a).copy_(bucket.narrow(0, a - at, b - a));
+    }
+    return shard_.narrow(0, offset - lo, numel);
+  }
+  // Every element kept, divided / multiplied in place.
+  void Divide(double divisor) {
+    torch::NoGradGuard no_grad;
+    shard_.div_(divisor);
+    for (auto& [at, bucket] : whole_buckets_) bucket.div_(divisor);
+  }
+  void Multiply(double factor) {
+    torch::NoGradGuard no_grad;
+    shard_.mul_(factor);
+    for (auto& [at, bucket] : whole_buckets_) bucket.mul_(factor);
+  }
+  // Bytes of the tensors kept.
+  int64_t Bytes() const {
+    int64_t bytes = shard_.numel() * shard_.element_size();
+    for (const auto& [at, bucket] : whole_buckets_) bytes += bucket.numel() * bucket.element_size();
+    return bytes;
+  }
+
+ private:
+  torch::Tensor shard_;
+  int64_t shard_offset_ = 0;
+  std::vector<std::pair<int64_t, torch::Tensor>> whole_buckets_;  // (offset, bucket)
+};
+
 class GradientSynchronizer {
  public:
   // reduce_scatter (ZeRO-1, 2 and 3): each bucket reduce-scattered so that a DP rank gets the
@@ -54,9 +110,9 @@ class GradientSynchronizer {
   // bucket is copied into a buffer of its own, the parameters' gradients are released (so
   // autograd does not hold them from one microbatch to the next), and EndBackward() waits for
   // the pass's collectives and adds their results into this rank's shard of the flat gradient
-  // (and whole all-reduced buckets into theirs). The flat fp32 gradient stays allocated at
-  // every parameter (the runtime's buffer, RuntimeTraining's buffer_bytes_per_param); only its
-  // shard and all-reduced buckets are written.
+  // (and whole all-reduced buckets into theirs): only those are allocated (ReducedGradient),
+  // where the other modes keep the flat fp32 gradient of every parameter (RuntimeTraining's
+  // grad_buffer_bytes_per_param).
   GradientSynchronizer(GptStage& stage, Communicator* dp, int64_t bucket_bytes, bool overlap,
                        GradientCompressor* compressor, bool reduce_scatter = false,
                        bool tied_split = false, bool every_microbatch = false)
@@ -66,7 +122,14 @@ class GradientSynchronizer {
         compressor_(compressor),
         reduce_scatter_(reduce_scatter && dp->Size() > 1),
         every_microbatch_(every_microbatch && reduce_scatter_ && compressor == nullptr) {
-    flat_grads_ = torch::zeros({stage.NumLocalParameters()}, stage.FlatParameters().options());
+    const auto options = stage.FlatParameters().options();
+    num_elements_ = stage.NumLocalParameters();
+    if (every_microbatch_) {
+      std::tie(shard_lo_, shard_hi_) = ZeroShard(num_elements_, dp_->Size(), dp_->Rank());
+      flat_grads_ = torch::zeros({shard_hi_ - shard_lo_}, options);
+    } else {
+      flat_grads_ = torch::zeros({num_elements_}, options);
+    }
     const auto& infos = stage.ParameterInfos();
     // Buckets over parameters in reverse order (the order backward produces their gradients).
     int64_t bucket_elements = 0;
@@ -85,6 +148,7 @@ class GradientSynchronizer {
       const ParameterInfo& last = infos[b.params.front()];
       b.numel = last.offset + last.numel - b.offset;
       for (int p : b.params) b.all_reduce = b.all_reduce || (tied_split && infos[p].word_embedding);
+      if (every_microbatch_ && b.all_reduce) b.whole = torch::zeros({b.numel}, options);
     }
     if (overlap_) {
       for (size_t p = 0; p < infos.size(); ++p) {
@@ -101,7 +165,11 @@ class GradientSynchronizer {
     next_launch_ = 0;
     collectives_ = 0;
     for (const torch::Tensor& p : stage_.Parameters()) ReleaseGradient(p);
-    if (every_microbatch_) flat_grads_.zero_();
+    if (every_microbatch_) {
+      flat_grads_.zero_();
+      for (Bucket& b : buckets_)
+        if (b.whole.defined()) b.whole.zero_();
+    }
   }
   // Whether every backward pass's gradients are reduced (every_microbatch): arm before each
   // backward then, and call EndBackward() after it.
@@ -122,7 +190,10 @@ class GradientSynchronizer {
     for (Bucket& b : buckets_) {
       if (b.work) {
         b.work->Wait();
-        flat_grads_.narrow(0, b.result_offset, b.result.numel()).add_(b.result);
+        if (b.all_reduce)
+          b.whole.add_(b.result);
+        else if (b.result.numel() > 0)
+          flat_grads_.narrow(0, b.result_offset - shard_lo_, b.result.numel()).add_(b.result);
       }
       ResetBucket(b);
     }
@@ -131,11 +202,16 @@ class GradientSynchronizer {
   }
 
   // Launches what is left, waits for all buckets and returns the flat gradient summed over DP
-  // (the DP mean with a compressor) (num_local_parameters,).
-  torch::Tensor Finish() {
+  // (the DP mean with a compressor) (num_local_parameters elements; under ZeRO-2/3 reducing
+  // every microbatch, this rank's shard and the whole all-reduced buckets only). Its tensors
+  // are the synchronizer's own, overwritten by the next step.
+  ReducedGradient Finish() {
     if (every_microbatch_) {
       EndBackward();
-      return flat_grads_;
+      std::vector<std::pair<int64_t, torch::Tensor>> whole;
+      for (const Bucket& b : buckets_)
+        if (b.whole.defined()) whole.emplace_back(b.offset, b.whole);
+      return ReducedGradient(flat_grads_, shard_lo_, std::move(whole));
     }
     for (size_t k = next_launch_; k < buckets_.size(); ++k) Launch(k);
     next_launch_ = buckets_.size();
@@ -145,9 +221,15 @@ class GradientSynchronizer {
       b.pending.reset();
     }
     armed_ = false;
-    return flat_grads_;
+    return ReducedGradient(flat_grads_);
   }
-  const torch::Tensor& FlatGrads() const { return flat_grads_; }
+  // Bytes of the reduced gradient's buffers (the flat gradient, or the shard and whole buckets).
+  int64_t GradientBufferBytes() const {
+    int64_t bytes = flat_grads_.numel() * flat_grads_.element_size();
+    for (const Bucket& b : buckets_)
+      if (b.whole.defined()) bytes += b.whole.numel() * b.whole.element_size();
+    return bytes;
+  }
   // DP collectives (one per bucket launch) issued since BeginStep().
   int64_t CollectivesThisStep() const { return collectives_; }
   // Bytes of the stage's parameters' gradients that autograd holds now.
@@ -171,6 +253,7 @@ class GradientSynchronizer {
     // that lies in the flat gradient.
     torch::Tensor staging, result;
     int64_t result_offset = 0;
+    torch::Tensor whole;  // every_microbatch and all_reduce: the bucket's summed gradient
   };
   static void ResetBucket(Bucket& b) {
     b.ready = 0;
@@ -191,7 +274,7 @@ class GradientSynchronizer {
   // r's shard; returns where this rank's piece starts in the flat gradient.
   int64_t ShardPieces(const Bucket& b, std::vector<int64_t>* counts) const {
     const int D = dp_->Size();
-    const int64_t n = flat_grads_.numel(), end = b.offset + b.numel;
+    const int64_t n = num_elements_, end = b.offset + b.numel;
     counts->assign(D, 0);
     int64_t mine = b.offset;
     for (int r = 0; r < D; ++r) {
@@ -279,7 +362,10 @@ class GradientSynchronizer {
   bool every_microbatch_;
   bool armed_ = false;
   int64_t collectives_ = 0;
-  torch::Tensor flat_grads_;  // (num_local_parameters,)
+  int64_t num_elements_ = 0;  // num_local_parameters
+  // (num_local_parameters,), or under every_microbatch this rank's shard [shard_lo_, shard_hi_).
+  torch::Tensor flat_grads_;
+  int64_t shard_lo_ = 0, shard_hi_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   size_t next_launch_ = 0;
@@ -308,12 +394,37 @@ class ShardedAdam {
   }
 
   // grads: (n,) averaged over DP.
-  void Step(const torch::Tensor& grads) {
+  void Step(const torch::Tensor& grads) { StepShard(grads.narrow(0, begin_, end_ - begin_)); }
+  // grads: holds at least this rank's shard (GradientSynchronizer::Finish).
+  void Step(const ReducedGradient& grads) { StepShard(grads.Narrow(begin_, end_ - begin_)); }
+
+  int64_t StepCount() const { return step_; }
+  // Whether Step() updates with the fused CUDA kernel (CUDA parameters, STRATOS_FUSED_ADAM).
+  bool Fused() const {
+#if STRATOS_FUSED_ADAM
+    return params_.is_cuda();
+#else
+    return false;
+#endif
+  }
+  // On the CPU, so that a checkpoint loads on any device.
+  std::vector<torch::Tensor> State() const { return {m_.cpu(), v_.cpu(), torch::tensor({step_})}; }
+  void LoadState(const torch::Tensor& m, const torch::Tensor& v, int64_t step) {
+    STRATOS_CHECK(m.numel() == m_.numel() && v.numel() == v_.numel(),
+                  "checkpoint optimizer shard of {} elements, expected {}", m.numel(), m_.numel());
+    m_.copy_(m);
+    v_.copy_(v);
+    step_ = step;
+  }
+
+ private:
+  // One Adam step of this rank's shard with its gradient g ((end_ - begin_,), DP mean), then
+  // (ZeRO-1/2) the all-gather of the updated shards.
+  void StepShard(const torch::Tensor& g) {
     torch::NoGradGuard no_grad;
     ++step_;
     const double b1 = options_.adam_beta1, b2 = options_.adam_beta2;
     torch::Tensor p = params_.narrow(0, begin_, end_ - begin_);
-    torch::Tensor g = grads.narrow(0, begin_, end_ - begin_);
     if (!FusedStep(p, g)) {
       m_.mul_(b1).add_(g, 1 - b1);
       v_.mul_(b2).addcmul_(g, g, 1 - b2);
@@ -336,26 +447,6 @@ class ShardedAdam {
     }
   }
 
-  int64_t StepCount() const { return step_; }
-  // Whether Step() updates with the fused CUDA kernel (CUDA parameters, STRATOS_FUSED_ADAM).
-  bool Fused() const {
-#if STRATOS_FUSED_ADAM
-    return params_.is_cuda();
-#else
-    return false;
-#endif
-  }
-  // On the CPU, so that a checkpoint loads on any device.
-  std::vector<torch::Tensor> State() const { return {m_.cpu(), v_.cpu(), torch::tensor({step_})}; }
-  void LoadState(const torch::Tensor& m, const torch::Tensor& v, int64_t step) {
-    STRATOS_CHECK(m.numel() == m_.numel() && v.numel() == v_.numel(),
-                  "checkpoint optimizer shard of {} elements, expected {}", m.numel(), m_.numel());
-    m_.copy_(m);
-    v_.copy_(v);
-    step_ = step;
-  }
-
- private:
   const TrainOptions& options_;
   torch::Tensor params_;
   Communicator* dp_;

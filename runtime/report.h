@@ -23,7 +23,8 @@ struct RunRecord {
   // Per rank: {"rank", "stage", "dp_rank", "tp_rank", "steps": [{"step_seconds",
   // "forward_seconds", "backward_seconds", "p2p_wait_seconds", "dp_sync_seconds",
   // "optimizer_seconds", "tp_comm_seconds"}], "events": [[name, category, start_s, duration_s]],
-  // "dp_sync": {"collectives_per_step", "gradient_bytes_after_backward"} (the last step's),
+  // "dp_sync": {"collectives_per_step", "gradient_bytes_after_backward",
+  // "gradient_buffer_bytes"} (the last step's),
   // "memory": {...} on CUDA}
   std::vector<nlohmann::json> ranks;
 };

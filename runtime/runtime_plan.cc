@@ -74,8 +74,10 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   training.grad_dtype_bytes = 4;
   training.optimizer_state_bytes_per_param = 8;
   // Beside each parameter's fp32 gradient, the gradient synchronizer's flat fp32 buffer
-  // (data_parallel.h); with bf16 autocast, its cache of bf16 weight copies during the passes.
-  training.buffer_bytes_per_param = 4 + (dtype == "bf16" ? 2 : 0);
+  // (data_parallel.h; under ZeRO-2/3 at DP > 1 only this rank's shard of it, which the model
+  // states count); with bf16 autocast, its cache of bf16 weight copies during the passes.
+  training.grad_buffer_bytes_per_param = 4;
+  training.buffer_bytes_per_param = dtype == "bf16" ? 2 : 0;
   training.optimizer_step_bytes_per_param = 28;
   // The synchronizer reduces (ZeRO-1: reduce-scatters) once, in the last microbatch's backward
   // pass bucket by bucket (or after it without overlap), ZeRO-2/3 in every microbatch's (each

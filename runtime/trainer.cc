@@ -404,14 +404,14 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
       gradient_bytes_after_backward = sync.ParameterGradientBytes();
       doing("all-reducing gradients over DP", true);
       const int sync_start = timer.Mark();
-      Tensor grads = sync.Finish();
+      ReducedGradient grads = sync.Finish();
       {
         torch::NoGradGuard no_grad;
         if (embedding_group && tied_pairwise) {
           doing("all-reducing tied embedding gradients", true);
           for (const ParameterInfo& info : stage.ParameterInfos())
             if (info.word_embedding)
-              embedding_group->AllReduceSum(grads.narrow(0, info.offset, info.numel));
+              embedding_group->AllReduceSum(grads.Narrow(info.offset, info.numel));
         }
         // The backward pass weighs each sample 1 / (m x the last stage's samples per replica):
         // the last stage's replicas average their own samples. Summed over this stage's DP
@@ -419,18 +419,19 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
         // degree, whatever this stage's (they differ when activations are resharded). A
         // compressor's exchange already averages over this stage's DP.
         const int loss_dp = layout.dps[layout.pp - 1];
-        if (!compressor && loss_dp > 1) grads.div_(loss_dp);
-        if (compressor && layout.dp != loss_dp) grads.mul_(static_cast<double>(layout.dp) / loss_dp);
+        if (!compressor && loss_dp > 1) grads.Divide(loss_dp);
+        if (compressor && layout.dp != loss_dp) grads.Multiply(static_cast<double>(layout.dp) / loss_dp);
         if (embedding_group && !tied_pairwise) {
           doing("all-reducing tied embedding gradients", true);
           for (const ParameterInfo& info : stage.ParameterInfos()) {
             if (!info.word_embedding) continue;
             // This rank's rows are TP shard tp_rank of the (vocab, hidden) table.
-            Tensor full = torch::zeros({info.numel * layout.tp}, grads.options());
+            Tensor gradient = grads.Narrow(info.offset, info.numel);
+            Tensor full = torch::zeros({info.numel * layout.tp}, gradient.options());
             Tensor mine = full.narrow(0, layout.tp_rank * info.numel, info.numel);
-            if (layout.dp_rank == 0) mine.copy_(grads.narrow(0, info.offset, info.numel));
+            if (layout.dp_rank == 0) mine.copy_(gradient);
             embedding_group->AllReduceSum(full);
-            grads.narrow(0, info.offset, info.numel).copy_(mine);
+            gradient.copy_(mine);
           }
         }
       }
@@ -504,10 +505,12 @@ TrainResult TrainWorker(const TrainOptions& options, ProcessGroups& groups) {
                             {"tp_comm_seconds", t.tp_comm}});
     mine["steps"] = steps_json;
     // The last step's DP gradient synchronization: its collectives (one per bucket and reduced
-    // pass) and the parameters' gradient bytes autograd held after the last backward pass
-    // (ZeRO-2/3: none; the reduced shard lives in the synchronizer's flat buffer).
+    // pass), the parameters' gradient bytes autograd held after the last backward pass
+    // (ZeRO-2/3: none) and the bytes of the synchronizer's reduced-gradient buffers (the flat
+    // gradient; ZeRO-2/3 at DP > 1: this rank's shard and whole all-reduced buckets).
     mine["dp_sync"] = {{"collectives_per_step", dp_collectives},
-                       {"gradient_bytes_after_backward", gradient_bytes_after_backward}};
+                       {"gradient_bytes_after_backward", gradient_bytes_after_backward},
+                       {"gradient_buffer_bytes", sync.GradientBufferBytes()}};
     json events_json = json::array();
     for (const TraceEvent& e : events)
       events_json.push_back({e.name, e.category, e.start_seconds, e.duration_seconds});

@@ -275,15 +275,43 @@ TEST_CASE("framework buffers add their bytes per parameter to the model states, 
   const double params = problem.model.layers[1].stored_param_count;
   const double before = CostModel(problem).LayerTerms(1, Config(2, 1, 1, Recompute::kNone), 4)
                             .state_bytes;
-  problem.training.buffer_bytes_per_param = 6;  // e.g. a flat fp32 gradient + bf16 weight copies
+  problem.training.buffer_bytes_per_param = 2;  // e.g. autocast's bf16 weight copies
   const double after = CostModel(problem).LayerTerms(1, Config(2, 1, 1, Recompute::kNone), 4)
                            .state_bytes;
-  CHECK(after - before == doctest::Approx(6 * params));
+  CHECK(after - before == doctest::Approx(2 * params));
   problem.training.buffer_bytes_per_param = -1;
   CHECK(testing::Contains(testing::InputErrorMessage([&] {
                             ValidateTrainingSpec(problem.training, "run options");
                           }),
                           "run options: training.buffer_bytes_per_param = -1: must be >= 0"));
+}
+
+TEST_CASE("a flat gradient buffer counts whole, except under ZeRO-2/3 reducing every microbatch "
+          "at DP > 1 (the shard is the gradient the model states count)") {
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const double params = problem.model.layers[1].stored_param_count;
+  auto state = [&](int dp, int zero) {
+    return CostModel(problem).LayerTerms(1, Config(dp, 1, zero, Recompute::kNone), 4).state_bytes;
+  };
+  auto added = [&](int dp, int zero) {
+    problem.training.grad_buffer_bytes_per_param = 0;
+    const double before = state(dp, zero);
+    problem.training.grad_buffer_bytes_per_param = 4;
+    return state(dp, zero) - before;
+  };
+  problem.training.zero_reduce_every_microbatch = true;
+  CHECK(added(2, 0) == doctest::Approx(4 * params));
+  CHECK(added(2, 1) == doctest::Approx(4 * params));
+  CHECK(added(2, 2) == 0);
+  CHECK(added(2, 3) == 0);
+  CHECK(added(1, 2) == doctest::Approx(4 * params));  // no DP: the runtime keeps its buffer
+  // A framework that reduces once per iteration keeps the whole buffer under ZeRO-2 too.
+  problem.training.zero_reduce_every_microbatch = false;
+  CHECK(added(2, 2) == doctest::Approx(4 * params));
+  problem.training.grad_buffer_bytes_per_param = -4;
+  CHECK(testing::Contains(
+      testing::InputErrorMessage([&] { ValidateTrainingSpec(problem.training, "run options"); }),
+      "run options: training.grad_buffer_bytes_per_param = -4: must be >= 0"));
 }
 
 TEST_CASE("recomputation costs one forward (full) or the attention scores (selective)") {

@@ -116,7 +116,8 @@ TEST_CASE("a GPU run is predicted on its cluster description, bf16 activations a
   CHECK(problem.training.activation_dtype_bytes == 2);
   CHECK(problem.training.param_dtype_bytes == 4);
   // The gradient synchronizer's flat buffer and autocast's bf16 weight copies.
-  CHECK(problem.training.buffer_bytes_per_param == 6);
+  CHECK(problem.training.grad_buffer_bytes_per_param == 4);
+  CHECK(problem.training.buffer_bytes_per_param == 2);
   CHECK(problem.model.layers[1].activation_attention_bytes > 0);
   const Problem fused = RuntimeProblem(model, plan, 1, 0, "h200-node", "bf16", true);
   CHECK(fused.model.layers[1].activation_attention_bytes == 0);

@@ -81,24 +81,31 @@ TEST_CASE("DP 2 x TP 2 with ZeRO-1 and full recomputation reproduces the single-
   CheckParallelRun(1, 2, 2, 2, Schedule::kOneFOneB, 1, Recompute::kFull, "dp2tp2");
 }
 
-// The last step's DP synchronization figures of every rank of a finished run (measurement.json's
-// ranks[].dp_sync): {collectives_per_step, gradient_bytes_after_backward} per rank.
-std::vector<std::pair<int64_t, int64_t>> DpSyncFigures(const std::string& output_dir) {
+// The last step's DP synchronization figures of one rank of a finished run (measurement.json's
+// ranks[].dp_sync).
+struct DpSyncFigure {
+  int64_t collectives, gradient_bytes, buffer_bytes;
+};
+std::vector<DpSyncFigure> DpSyncFigures(const std::string& output_dir) {
   std::ifstream in(output_dir + "/measurement.json");
   REQUIRE(in.good());
   const nlohmann::json measurement = nlohmann::json::parse(in);
-  std::vector<std::pair<int64_t, int64_t>> figures;
-  for (const nlohmann::json& rank : measurement.at("ranks"))
-    figures.emplace_back(rank.at("dp_sync").at("collectives_per_step").get<int64_t>(),
-                         rank.at("dp_sync").at("gradient_bytes_after_backward").get<int64_t>());
+  std::vector<DpSyncFigure> figures;
+  for (const nlohmann::json& rank : measurement.at("ranks")) {
+    const nlohmann::json& sync = rank.at("dp_sync");
+    figures.push_back({sync.at("collectives_per_step").get<int64_t>(),
+                       sync.at("gradient_bytes_after_backward").get<int64_t>(),
+                       sync.at("gradient_buffer_bytes").get<int64_t>()});
+  }
   return figures;
 }
 
 TEST_CASE("ZeRO-2 (gradients reduce-scattered per bucket, every microbatch's) reproduces the "
           "single-process losses: DP 2 with two microbatches in buckets that straddle the shards, "
-          "and PP 2 x DP 2 with the tied embedding; it holds no gradients between microbatches") {
+          "and PP 2 x DP 2 with the tied embedding; it holds no gradients between microbatches "
+          "and a flat gradient buffer of its shard only") {
   const std::vector<double>& reference = ReferenceLosses();
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> figures;
+  std::vector<std::vector<DpSyncFigure>> figures;
   for (int zero : {1, 2}) {
     TrainOptions dp2 = TinyOptions(1, 2, 1, 2, Schedule::kOneFOneB, zero);
     dp2.bucket_bytes = 64 << 10;  // several buckets, some across the two shards
@@ -119,14 +126,19 @@ TEST_CASE("ZeRO-2 (gradients reduce-scattered per bucket, every microbatch's) re
   REQUIRE(figures[0].size() == 2);
   REQUIRE(figures[1].size() == 2);
   for (int r = 0; r < 2; ++r) {
-    const auto [zero1_collectives, zero1_bytes] = figures[0][r];
-    const auto [zero2_collectives, zero2_bytes] = figures[1][r];
-    CHECK(zero1_collectives > 2);
-    CHECK(zero2_collectives == 2 * zero1_collectives);
+    const DpSyncFigure zero1 = figures[0][r], zero2 = figures[1][r];
+    CHECK(zero1.collectives > 2);
+    CHECK(zero2.collectives == 2 * zero1.collectives);
     // fp32 gradients of every parameter (the zoo's count of gpt-tiny, which prices its biases and
     // norms apart, is 2% off the runtime's).
-    CHECK(static_cast<double>(zero1_bytes) == doctest::Approx(4.0 * parameters).epsilon(0.05));
-    CHECK(zero2_bytes == 0);
+    CHECK(static_cast<double>(zero1.gradient_bytes) ==
+          doctest::Approx(4.0 * parameters).epsilon(0.05));
+    CHECK(zero2.gradient_bytes == 0);
+    // ZeRO-1's flat buffer holds every parameter's gradient, ZeRO-2's this rank's shard only
+    // (ZeroShard: the first rank ceil(n / 2) elements, the second the rest).
+    CHECK(zero1.buffer_bytes == zero1.gradient_bytes);
+    const int64_t n = zero1.buffer_bytes / 4, first = (n + 1) / 2;
+    CHECK(zero2.buffer_bytes == 4 * (r == 0 ? first : n - first));
   }
   CheckParallelRun(2, 2, 1, 2, Schedule::kOneFOneB, 2, Recompute::kNone, "zero2_pp2_dp2");
 }

@@ -84,9 +84,9 @@ class PlanPolisher {
   // heterogeneous cluster also on every stage of one node group); another microbatch count;
   // another number of virtual stages (where the tables offer some); merging or splitting stages
   // (one, or every stage -- or every stage of one group -- on half its mesh, keeping its TP or
-  // its DP); changing the stage count
-  // with uniform stages; and rebalancing the layers for the current configs. Returns the final
-  // cost. `on_improvement` is called with every new best fitting cost. Descents are memoized
+  // its DP); changing the stage count with uniform stages; and rebalancing the layers for the
+  // current configs. Returns the final cost. `on_improvement` is called with every new best
+  // fitting cost. Descents are memoized
   // across calls (every plan on a finished descent maps to the local optimum it reaches: the
   // descent is deterministic), and the kicks are skipped when the first descent reaches a local
   // optimum that an earlier call already kicked from.

@@ -83,12 +83,6 @@ class ReducedGradient {
     shard_.mul_(factor);
     for (auto& [at, bucket] : whole_buckets_) bucket.mul_(factor);
   }
-  // Bytes of the tensors kept.
-  int64_t Bytes() const {
-    int64_t bytes = shard_.numel() * shard_.element_size();
-    for (const auto& [at, bucket] : whole_buckets_) bytes += bucket.numel() * bucket.element_size();
-    return bytes;
-  }
 
  private:
   torch::Tensor shard_;

@@ -18,6 +18,7 @@ StageTerms& StageTerms::operator+=(const StageTerms& o) {
   forward_seconds += o.forward_seconds;
   dp_sync_exposed_seconds += o.dp_sync_exposed_seconds;
   optimizer_seconds += o.optimizer_seconds;
+  embedding_sync_seconds += o.embedding_sync_seconds;
   dp_bucketed_sync_seconds += o.dp_bucketed_sync_seconds;
   dp_backward_window_seconds += o.dp_backward_window_seconds;
   dp_last_bucket_seconds += o.dp_last_bucket_seconds;
@@ -40,6 +41,7 @@ StageTerms& StageTerms::operator*=(double w) {
   forward_seconds *= w;
   dp_sync_exposed_seconds *= w;
   optimizer_seconds *= w;
+  embedding_sync_seconds *= w;
   dp_bucketed_sync_seconds *= w;
   dp_backward_window_seconds *= w;
   dp_last_bucket_seconds *= w;
@@ -238,6 +240,12 @@ void SetDpSync(const TrainingSpec& training, bool bucketed, double reduce_second
   } else {
     terms->dp_sync_exposed_seconds = (1.0 - training.dp_overlap_fraction) * terms->dp_sync_seconds;
   }
+}
+
+// Bytes per element of the tied embeddings' gradient all-reduce (TrainingSpec).
+double TiedEmbeddingGradBytes(const TrainingSpec& training) {
+  return training.tied_embedding_grad_bytes > 0 ? training.tied_embedding_grad_bytes
+                                                : training.grad_dtype_bytes;
 }
 
 bool Recomputes(const LayerSpec& layer) {
@@ -581,6 +589,29 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
         largest = std::max(largest, ActivationBytesPerSample(layer, tp, training.sequence_parallel,
                                                              Recompute::kNone));
     terms.working_bytes += ActivationMemoryScale(training) * b * largest;
+  }
+  // Tied word embeddings split over the pipeline (Megatron-LM's _allreduce_word_embedding_grads,
+  // DeepSpeed's allreduce_tied_weight_gradients, the runtime's embedding group): after the DP
+  // sync, each rank of the first stage and its counterpart on the last stage all-reduce their
+  // copies' gradient (vocabulary x hidden / tp elements of TrainingSpec's
+  // tied_embedding_grad_bytes), unhidden. On a cluster of several nodes the two ends sit on
+  // different nodes (a pipeline is laid out stage after stage), every rank of the stage's mesh
+  // in a node sharing its NICs; on one node over its links. The partner's node group is not
+  // known here: the link is this stage's group's inter-node level (exact on a homogeneous
+  // cluster, split into groups or not).
+  if (model.tie_word_embeddings && first_stage != last_stage && !model.layers.empty()) {
+    const LayerSpec& head = model.layers.back();
+    const double tied_params = head.kind == LayerKind::kHead
+                                   ? (head.stored_param_count - head.param_count) / tp
+                                   : 0.0;
+    if (tied_params > 0) {
+      const GroupLayout pair = problem_.cluster.NumNodes() > 1
+                                   ? GroupLayout{2, 1, c.mesh_gpus_per_node}
+                                   : GroupLayout{1, 2, 1};
+      terms.embedding_sync_seconds =
+          CollectiveSeconds(cluster, Collective::kAllReduce,
+                            tied_params * TiedEmbeddingGradBytes(training), pair, true);
+    }
   }
   if (!last_stage) terms.cut_cost_seconds = model.cut_cost_seconds;
   return terms;

@@ -12,7 +12,8 @@
 //   T = sum_s t_s + (m - 1) * max_s t_s + max_s e_s + sum_s c_s
 // where t_s is the forward+backward time of one microbatch on stage s (compute, TP collectives,
 // point-to-point sends, ZeRO-3 gathers, ZeRO-2/3 gradient reduce-scatters), e_s the stage's exposed tail after its last backward
-// (DP gradient synchronization not hidden behind backward, optimizer step) and c_s a one-time
+// (DP gradient synchronization not hidden behind backward, optimizer step, the tied word
+// embeddings' all-reduce between the first and the last stage) and c_s a one-time
 // cost charged per stage (explicit models' cut cost). Stages own disjoint devices, so their tails
 // run concurrently: the iteration pays the longest, max_s e_s (conservatively ignoring that later
 // stages finish their last backward earlier in 1F1B). The DP stays exact by enumerating both
@@ -51,6 +52,8 @@ struct StageTerms {
   // Per iteration, exposed tail (e_s: their sum plus BucketedDpExposedSeconds()):
   double dp_sync_exposed_seconds = 0;  // DP gradient sync not hidden behind the backward pass
   double optimizer_seconds = 0;        // optimizer step (memory bound)
+  double embedding_sync_seconds = 0;   // tied word embeddings' gradient all-reduce between the
+                                       // first and the last pipeline stage (StageOverhead)
   // Bucketed DP gradient reduction (TrainingSpec::dp_bucket_bytes > 0; else all 0):
   double dp_bucketed_sync_seconds = 0;    // S: the last microbatch's gradient reduction
   double dp_backward_window_seconds = 0;  // W: that microbatch's backward pass (+ recompute)
@@ -83,7 +86,9 @@ struct StageTerms {
   }
   // The additive part of e_s (all of it without buckets): a lower bound on ExposedTailSeconds()
   // of any sum of terms, as BucketedDpExposedSeconds() >= 0.
-  double AdditiveTailSeconds() const { return dp_sync_exposed_seconds + optimizer_seconds; }
+  double AdditiveTailSeconds() const {
+    return dp_sync_exposed_seconds + optimizer_seconds + embedding_sync_seconds;
+  }
   // c_s: combined over stages by sum.
   double OneTimeSeconds() const { return cut_cost_seconds; }
   // `microbatches_in_flight`: microbatches' worth of stored activations (fractional with virtual

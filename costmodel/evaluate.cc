@@ -163,6 +163,7 @@ nlohmann::json EstimateToJson(const Estimate& estimate, const Plan& plan) {
                       {"dp_sync_exposed_seconds", se.terms.dp_sync_exposed_seconds +
                                                       se.terms.BucketedDpExposedSeconds()},
                       {"optimizer_seconds", se.terms.optimizer_seconds},
+                      {"embedding_sync_seconds", se.terms.embedding_sync_seconds},
                       {"microbatches_in_flight", se.microbatches_in_flight},
                       {"state_bytes", se.terms.state_bytes},
                       {"activation_bytes_per_microbatch", se.terms.activation_bytes},

@@ -48,6 +48,9 @@ void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where
   if (!(training.grad_buffer_bytes_per_param >= 0.0))
     ThrowInputError(where, "training.grad_buffer_bytes_per_param",
                     training.grad_buffer_bytes_per_param, "must be >= 0");
+  if (!(training.tied_embedding_grad_bytes >= 0.0))
+    ThrowInputError(where, "training.tied_embedding_grad_bytes",
+                    training.tied_embedding_grad_bytes, "must be >= 0");
   if (!(training.loss_transient_bytes_per_logit >= 0.0))
     ThrowInputError(where, "training.loss_transient_bytes_per_logit",
                     training.loss_transient_bytes_per_logit, "must be >= 0");

@@ -24,6 +24,11 @@ struct TrainingSpec {
   double activation_dtype_bytes = 2;
   double param_dtype_bytes = 2;       // bf16 weights
   double grad_dtype_bytes = 2;        // bf16 gradients (reduced in bf16)
+  // Bytes per element of the tied word embeddings' gradient that the first and the last pipeline
+  // stage all-reduce (StageTerms::embedding_sync_seconds); 0: grad_dtype_bytes. Differs where
+  // the DP sync casts: DeepSpeed's fp32_allreduce reduces fp16 gradients in fp32, while its
+  // pipeline engine all-reduces the tied weight's own fp16 gradient (2).
+  double tied_embedding_grad_bytes = 0;
   // fp32 master weights + Adam m and v: K = 12 bytes/param (ZeRO, Rajbhandari et al. SC'20 §3).
   double optimizer_state_bytes_per_param = 12;
   // Bytes the optimizer step reads and writes per parameter it updates (Adam: read fp32 p, m, v

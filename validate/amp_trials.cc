@@ -71,6 +71,9 @@ Problem AmpProblem(const AmpAssumptions& how) {
   training.param_dtype_bytes = 2;
   // ds_config.json "fp32_allreduce": true: gradients are all-reduced in fp32.
   training.grad_dtype_bytes = 4;
+  // ... but the pipeline engine's allreduce_tied_weight_gradients all-reduces the tied word
+  // embedding's own fp16 gradient between the first and the last stage.
+  training.tied_embedding_grad_bytes = 2;
   // DeepSpeed's FP16_Optimizer (no ZeRO): fp32 master weights, their fp32 gradients, Adam m, v.
   training.optimizer_state_bytes_per_param = 16;
   training.sequence_parallel = false;  // Megatron-LM v1.1.5 has none

@@ -371,6 +371,53 @@ TEST_CASE("hierarchical all-reduce across nodes shares each node's NICs among it
   CHECK(cost_model.AllReduceSeconds(bytes, 4, 2, 4) == doctest::Approx(intra + inter));
 }
 
+TEST_CASE("tied word embeddings split over the pipeline: the first and the last stage all-reduce "
+          "their copies' gradient pairwise, in the tail") {
+  // h = 1024, V = 51200, tp 2: each rank's copy holds V h / 2 parameters; bf16 gradients.
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const double bytes = 51200.0 * 1024 / 2 * 2;
+  const StageConfig config = Config(2, 2, 1, Recompute::kNone);
+  {
+    // One node: a pair of ranks over NVLink, 2 (n - 1) / n = 1 buffer per GPU, no latency.
+    const CostModel cost_model(problem);
+    const double pair = bytes / 100e9;
+    const StageTerms first = cost_model.StageOverhead(config, 2, true, false);
+    CHECK(first.embedding_sync_seconds == doctest::Approx(pair));
+    CHECK(cost_model.StageOverhead(config, 2, false, true).embedding_sync_seconds ==
+          doctest::Approx(pair));
+    CHECK(first.AdditiveTailSeconds() ==
+          doctest::Approx(first.dp_sync_exposed_seconds + first.optimizer_seconds + pair));
+    // A middle stage and a single-stage pipeline hold no split copy.
+    CHECK(cost_model.StageOverhead(config, 2, false, false).embedding_sync_seconds == 0.0);
+    CHECK(cost_model.StageOverhead(config, 2, true, true).embedding_sync_seconds == 0.0);
+  }
+  {
+    // DeepSpeed's fp32_allreduce: the DP sync in fp32, the tied weight's own fp16 gradient.
+    Problem fp32 = problem;
+    fp32.training.grad_dtype_bytes = 4;
+    CHECK(CostModel(fp32).StageOverhead(config, 2, true, false).embedding_sync_seconds ==
+          doctest::Approx(2 * bytes / 100e9));
+    fp32.training.tied_embedding_grad_bytes = 2;
+    CHECK(CostModel(fp32).StageOverhead(config, 2, true, false).embedding_sync_seconds ==
+          doctest::Approx(bytes / 100e9));
+  }
+  {
+    // Two nodes: the ends on different nodes, the 4 pairs of a stage's node sharing its NICs.
+    Problem two = problem;
+    two.cluster.node_groups[0].count = 2;
+    two.cluster.node_groups[0].gpus_per_node = 4;
+    two.cluster.networks = {{"nvlink", 100e9, 0.0, 1.0, ""}, {"ib", 50e9, 0.0, 1.0, ""}};
+    CHECK(CostModel(two).StageOverhead(config, 2, false, true).embedding_sync_seconds ==
+          doctest::Approx(4 * bytes / 50e9));
+  }
+  {
+    Problem untied = problem;
+    untied.model.tie_word_embeddings = false;
+    BuildTransformerLayers(untied.model);
+    CHECK(CostModel(untied).StageOverhead(config, 2, true, false).embedding_sync_seconds == 0.0);
+  }
+}
+
 TEST_CASE("Evaluate of a seed case equals the seed objective plus the constant fill term") {
   // 12 layers of cost 1 in 4 stages, B = 3, cut cost 2: seed optimum 12 with split 3|3|3|3.
   const SeedCase seed = MakeSeedPartitionCase(12, 4, 3, 1.0, 2.0);

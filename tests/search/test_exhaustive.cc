@@ -127,6 +127,7 @@ TEST_CASE("with DP gradient buckets DP equals exhaustive on 20 random small prob
       const StageTerms& x = stage.terms;
       CHECK(stage.tail_seconds ==
             doctest::Approx(x.dp_sync_exposed_seconds + x.optimizer_seconds +
+                            x.embedding_sync_seconds +
                             std::max(x.dp_bucketed_sync_seconds - x.dp_backward_window_seconds,
                                      std::min(x.dp_last_bucket_seconds,
                                               x.dp_bucketed_sync_seconds)))

@@ -51,10 +51,11 @@ struct CalibrateOptions {
   // base cluster's. Not fitted: it is a property of the hardware (V100 SXM2: 6 NVLink2 links).
   int ring_links_per_gpu = -1;
   // Inter-node algorithm per collective (index: Collective). Default: what NCCL runs between
-  // nodes: its tree for all-reduce (hierarchical traffic), its ring for all-gather and
-  // reduce-scatter (NCCL has no tree for them).
+  // nodes (DefaultInterNodeAlgorithm).
   std::array<InterNodeAlgorithm, kNumCollectives> algorithms = {
-      InterNodeAlgorithm::kHierarchical, InterNodeAlgorithm::kRing, InterNodeAlgorithm::kRing};
+      DefaultInterNodeAlgorithm(Collective::kAllReduce),
+      DefaultInterNodeAlgorithm(Collective::kAllGather),
+      DefaultInterNodeAlgorithm(Collective::kReduceScatter)};
   // Fit each network level's pipelining coefficient beside its latency and bandwidth
   // (costmodel/collective.h: the bus bandwidth's ramp over message sizes).
   bool collective_pipeline = true;

@@ -109,7 +109,7 @@ std::string ClusterToToml(const ClusterSpec& cluster, const std::string& header)
   toml::table collectives;
   for (Collective kind : kAllCollectives) {
     const CollectiveCalibration& c = cluster.collectives[static_cast<int>(kind)];
-    if (c.launch_seconds == 0 && c.inter_node_algorithm == InterNodeAlgorithm::kHierarchical) {
+    if (c.launch_seconds == 0 && c.inter_node_algorithm == DefaultInterNodeAlgorithm(kind)) {
       continue;
     }
     collectives.insert(

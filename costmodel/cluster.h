@@ -28,6 +28,14 @@ std::optional<Collective> ParseCollectiveName(const std::string& name);
 //                  for all-gather and reduce-scatter): the NICs carry (n-1)/n of the buffer.
 enum class InterNodeAlgorithm { kHierarchical, kRing };
 const char* InterNodeAlgorithmName(InterNodeAlgorithm algorithm);  // "hierarchical" | "ring"
+// What NCCL runs between nodes, the default of a cluster file and of `stratos calibrate`: its
+// tree for all-reduce (kHierarchical: the tree's NIC traffic), its ring for all-gather and
+// reduce-scatter (kRing: NCCL has no tree for them; tuning.cc prices their nRanks - 1 ring steps,
+// nNodes - 1 of them between nodes).
+constexpr InterNodeAlgorithm DefaultInterNodeAlgorithm(Collective kind) {
+  return kind == Collective::kAllReduce ? InterNodeAlgorithm::kHierarchical
+                                        : InterNodeAlgorithm::kRing;
+}
 std::optional<InterNodeAlgorithm> ParseInterNodeAlgorithmName(const std::string& name);
 
 // GEMM efficiency as a function of the GEMM's shape, fitted from matmul profiles by
@@ -164,6 +172,14 @@ struct CollectiveCalibration {
   double launch_seconds = 0;  // fixed cost of every call (launch, synchronization), >= 0
   InterNodeAlgorithm inter_node_algorithm = InterNodeAlgorithm::kHierarchical;
 };
+// One CollectiveCalibration per collective (index: Collective): no launch cost and
+// DefaultInterNodeAlgorithm.
+constexpr std::array<CollectiveCalibration, kNumCollectives> DefaultCollectiveCalibrations() {
+  std::array<CollectiveCalibration, kNumCollectives> defaults{};
+  for (Collective kind : kAllCollectives)
+    defaults[static_cast<int>(kind)].inter_node_algorithm = DefaultInterNodeAlgorithm(kind);
+  return defaults;
+}
 
 // What a calibrated cluster description was fitted on (empty source: not calibrated).
 struct CalibrationInfo {
@@ -181,8 +197,9 @@ struct ClusterSpec {
   // [0] intra-node, [1] inter-node by default; node groups and group links may name others.
   std::vector<NetworkLevel> networks;
   std::vector<GroupLink> group_links;
-  // Per collective (index: Collective); defaults reproduce the uncalibrated model.
-  std::array<CollectiveCalibration, kNumCollectives> collectives;
+  // Per collective (index: Collective); defaults: no launch cost, NCCL's inter-node algorithms.
+  std::array<CollectiveCalibration, kNumCollectives> collectives =
+      DefaultCollectiveCalibrations();
   CalibrationInfo calibration;
 
   // Most devices a cluster may have (nodes x GPUs per node over all groups): 2^20, far above

@@ -56,7 +56,8 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   pipeline_us_per_sqrt_MB = 0.3   #   optional, >= 0, default 0: collective.h's pipelining term
 //   [collective.all_gather]         # optional, per collective:
 //   launch_us = 38                  #   >= 0, default 0: fixed cost per call
-//   inter_node_algorithm = "ring"   #   "hierarchical" (default) | "ring" (costmodel/collective.h)
+//   inter_node_algorithm = "ring"   #   "hierarchical" | "ring" (costmodel/collective.h); default:
+//                                   #   NCCL's (cluster.h DefaultInterNodeAlgorithm)
 //   [calibration]                   # optional: what the calibrated keys were fitted on
 //   source = "..."                  #   required in the table
 //   collective_rows = 1200          #   optional, >= 0

@@ -205,23 +205,51 @@ latency_us = 10
 
 // The pre-calibration collective formula, copied from cost_model.cc as it was before the
 // calibrated keys existed, but for the inter-node latency of an all-reduce (factor 2): NCCL's
-// tree, 2 floor(log2 k) steps for k nodes (collective.h; it charged 2 (k - 1) then).
+// tree, 2 floor(log2 k) steps for k nodes (collective.h; it charged 2 (k - 1) then), and for
+// all-gather and reduce-scatter (factor 1) across nodes NCCL's flat ring through all n = k x gpn
+// ranks (cluster.h DefaultInterNodeAlgorithm; hierarchical before 2026-11-28): (n - 1)/n of the
+// buffer over each GPU's intra-node link and each node's NICs, n - k intra-node and k - 1
+// inter-node steps.
 double OldRingCollectiveSeconds(const ClusterSpec& cluster, double bytes, double factor, int nodes,
                                 int gpn, int concurrent, bool with_latency) {
   if (bytes <= 0 && !with_latency) return 0.0;
+  const bool flat_ring = factor == 1.0 && nodes > 1;
+  const int n = nodes * gpn;
   double seconds = 0.0;
   if (gpn > 1) {
     const NetworkLevel& level = cluster.IntraNode();
-    seconds += factor * (gpn - 1) / gpn * bytes / level.EffectiveBandwidth();
-    if (with_latency) seconds += factor * (gpn - 1) * level.latency_seconds;
+    if (flat_ring) {
+      seconds += factor * (n - 1) / n * bytes / level.EffectiveBandwidth();
+      if (with_latency) seconds += factor * nodes * (gpn - 1) * level.latency_seconds;
+    } else {
+      seconds += factor * (gpn - 1) / gpn * bytes / level.EffectiveBandwidth();
+      if (with_latency) seconds += factor * (gpn - 1) * level.latency_seconds;
+    }
   }
   if (nodes > 1) {
     const NetworkLevel& level = cluster.InterNode();
-    seconds += concurrent * factor * (nodes - 1) / nodes * bytes / level.EffectiveBandwidth();
+    const int ring = flat_ring ? n : nodes;  // ranks of the ring the NICs carry
+    seconds += concurrent * factor * (ring - 1) / ring * bytes / level.EffectiveBandwidth();
     const double steps = factor == 2.0 ? 2.0 * std::floor(std::log2(nodes)) : nodes - 1.0;
     if (with_latency) seconds += steps * level.latency_seconds;
   }
   return seconds;
+}
+
+TEST_CASE("a cluster file without [collective] runs NCCL's inter-node algorithms, and the "
+          "writer leaves them out") {
+  const ClusterSpec cluster = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb-datasheet"));
+  CHECK(cluster.collectives[0].inter_node_algorithm == InterNodeAlgorithm::kHierarchical);
+  CHECK(cluster.collectives[1].inter_node_algorithm == InterNodeAlgorithm::kRing);
+  CHECK(cluster.collectives[2].inter_node_algorithm == InterNodeAlgorithm::kRing);
+  CHECK(ClusterToToml(cluster, "").find("[collective") == std::string::npos);
+  ClusterSpec hierarchical = cluster;
+  hierarchical.collectives[1].inter_node_algorithm = InterNodeAlgorithm::kHierarchical;
+  const std::string text = ClusterToToml(hierarchical, "");
+  CHECK(text.find("[collective.all_gather]") != std::string::npos);
+  CHECK(text.find("[collective.reduce_scatter]") == std::string::npos);
+  CHECK(ParseClusterToml(text, "c.toml").collectives[1].inter_node_algorithm ==
+        InterNodeAlgorithm::kHierarchical);
 }
 
 TEST_CASE("without calibrated keys collectives cost exactly what they did before calibration") {

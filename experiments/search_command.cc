@@ -259,26 +259,35 @@ int RunSearch(const SearchArgs& args) {
   for (const Outcome& o : outcomes)
     if (o.result.summary.lower_bound_seconds)
       bound = std::max(bound, *o.result.summary.lower_bound_seconds);
-  fmt::print("\n{:<11} {:<17} {:>12} {:>9} {:>7} {:>13} {:>12} {:>10} {:>11} {:>8}\n",
-             "algorithm", "status", "iteration s", "TFLOP/s", "MFU %", "headroom GiB", "bound s",
-             "search s", "evaluations", "gap %");
+  // TFLOP/s and MFU are per GPU the plan uses: the GPUs column shows a plan that leaves some of
+  // the cluster idle (a uniform plan whose stages do not fill it).
+  fmt::print("\n{:<11} {:<17} {:>12} {:>6} {:>9} {:>7} {:>13} {:>12} {:>10} {:>11} {:>8}\n",
+             "algorithm", "status", "iteration s", "GPUs", "TFLOP/s", "MFU %", "headroom GiB",
+             "bound s", "search s", "evaluations", "gap %");
+  bool idle_gpus = false;
   for (const Outcome& o : outcomes) {
     const SearchSummary& summary = o.result.summary;
     if (o.estimate) {
       const Estimate& e = *o.estimate;
-      fmt::print("{:<11} {:<17} {:>12.4f} {:>9.1f} {:>7.1f} {:>13.2f} {:>12} {:>10.3f} {:>11} {:>8.2f}\n",
+      idle_gpus = idle_gpus || e.num_devices < problem.NumDevices();
+      fmt::print("{:<11} {:<17} {:>12.4f} {:>6} {:>9.1f} {:>7.1f} {:>13.2f} {:>12} {:>10.3f} {:>11} "
+                 "{:>8.2f}\n",
                  o.algorithm, TerminationTypeName(summary.termination), e.iteration_seconds,
-                 e.tflops_per_gpu, 100 * e.mfu, MinHeadroomBytes(e) / kGiB,
+                 e.num_devices, e.tflops_per_gpu, 100 * e.mfu, MinHeadroomBytes(e) / kGiB,
                  summary.lower_bound_seconds ? fmt::format("{:.4f}", *summary.lower_bound_seconds)
                                              : std::string("-"),
                  summary.wall_seconds, summary.evaluations,
                  100 * (e.iteration_seconds / best - 1));
     } else {
-      fmt::print("{:<11} {:<17} {:>12} {:>9} {:>7} {:>13} {:>12} {:>10.3f} {:>11} {:>8}\n",
+      fmt::print("{:<11} {:<17} {:>12} {:>6} {:>9} {:>7} {:>13} {:>12} {:>10.3f} {:>11} {:>8}\n",
                  o.algorithm, TerminationTypeName(summary.termination), "-", "-", "-", "-", "-",
-                 summary.wall_seconds, summary.evaluations, "-");
+                 "-", summary.wall_seconds, summary.evaluations, "-");
     }
   }
+  if (idle_gpus)
+    fmt::print("(TFLOP/s and MFU per GPU the plan uses; a plan on fewer than the {} GPUs leaves the "
+               "rest idle)\n",
+               problem.NumDevices());
 
   if (bound > 0 && std::isfinite(best))
     fmt::print("best plan {:.4f} s, best proven lower bound {:.4f} s: {}\n", best, bound,
@@ -336,6 +345,7 @@ int RunSearch(const SearchArgs& args) {
       entry["predicted_iteration_seconds"] = o.estimate->iteration_seconds;
       entry["tflops_per_gpu"] = o.estimate->tflops_per_gpu;
       entry["mfu"] = o.estimate->mfu;
+      entry["devices_used"] = o.estimate->num_devices;
       entry["gap_to_best"] = o.estimate->iteration_seconds / best - 1;
       entry["plan"] = plan_json;
       plan_json["algorithm"] = o.algorithm;

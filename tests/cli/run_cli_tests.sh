@@ -47,9 +47,19 @@ expect "a subcommand's help lists them too" 0 "exit codes: 0 success" -- "$STRAT
 expect "version prints LibTorch" 0 "LibTorch" -- "$STRATOS" version
 
 expect "search dp+grid on a real model writes summary.json" 0 "gap %" -- \
-  "$STRATOS" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
-  --algo dp,grid --time-limit 60 --no-progress --output-dir "$WORK/search"
+  bash -c 'set -o pipefail; "$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 1 --global-batch 64 \
+  --algo dp,grid --time-limit 60 --no-progress --output-dir "$1" | tee "$1.out"' \
+  "$STRATOS" "$WORK/search"
 expect "summary.json has the results" 0 '"predicted_iteration_seconds"' -- cat "$WORK/search/summary.json"
+expect "the table gives the GPUs each plan uses" 0 "^dp +optimal +[0-9.]+ +8 " -- \
+  cat "$WORK/search.out"
+# 5 nodes of 8 GPUs, global batch 64: the optimum uses 32 GPUs (DP must divide the batch).
+expect "a plan that leaves GPUs idle is flagged under the table" 0 \
+  "^dp +optimal +0\.2782 +32 .*a plan on fewer than the 40 GPUs leaves the rest idle" -- \
+  bash -c 'set -o pipefail; "$0" search --model gpt3-1.3b --cluster dgx-a100-80gb --nodes 5 --global-batch 64 \
+    --algo dp --no-progress --output-dir "$1" | tr "\n" " " | sed "s/  */ /g; s/ dp optimal/\ndp optimal/"' \
+  "$STRATOS" "$WORK/idle"
+expect "summary.json gives the GPUs the plan uses" 0 '"devices_used": 32' -- cat "$WORK/idle/summary.json"
 expect "each plan is written" 0 '"schema": "stratos.plan/2"' -- cat "$WORK/search/plans/dp.json"
 expect "each trace is a Chrome trace" 0 '"traceEvents"' -- cat "$WORK/search/traces/dp.trace.json"
 expect "a written plan evaluates" 0 "predicted iteration" -- \

@@ -264,6 +264,10 @@ int RunExperiment(const ExperimentRunOptions& options) {
       setrlimit(RLIMIT_AS, &limit);
       const int null = open("/dev/null", O_WRONLY);
       if (null >= 0) dup2(null, STDOUT_FILENO);
+      // The runner's own binary, even if its path was rebuilt or replaced since the run began
+      // (/proc/self/exe names the inode this process runs): every cell of a run runs the same
+      // code, and a rebuild during a long run neither fails nor mixes its cells.
+      execv("/proc/self/exe", argv.data());
       execv(argv[0], argv.data());
       _exit(127);
     }

@@ -723,6 +723,18 @@ expect "experiment run: resumed results equal the uninterrupted run's (24 distin
   python3 "$WORK/same_results.py" "$WORK/exp-full/results.csv" "$WORK/exp-part/results.csv"
 expect "experiment run: cells finished before the stop were not run again" 0 "" -- \
   sh -c 'cd "$0/cells" && md5sum --quiet -c "$1"' "$WORK/exp-part" "$WORK/exp-part.md5"
+# A rebuild during a long run: the cells run the runner's own binary, not what its path holds
+# by then (the binary replaced by `false` after the run started: cells that exec'd the path
+# would end "exited with 1 without a result").
+cp "$STRATOS" "$WORK/stratos-moved"
+"$WORK/stratos-moved" experiment run "$WORK/exp.toml" --output-dir "$WORK/exp-moved" --jobs 1 \
+  --max-cells 4 >/dev/null 2>&1 &
+moved_run=$!
+sleep 1
+cp /bin/false "$WORK/stratos-new" && mv -f "$WORK/stratos-new" "$WORK/stratos-moved"
+wait $moved_run
+expect "experiment run: a binary replaced under a running experiment does not fail its cells" 0 \
+  "^4$" -- sh -c 'grep -l "\"status\": \"ok\"" "$0"/cells/*.json | wc -l' "$WORK/exp-moved"
 sed 's/seeds = \[0, 1\]/seeds = [0, 1, 2]/' "$WORK/exp.toml" >"$WORK/exp2.toml"
 expect_one_line_error "experiment run: a changed spec is refused" "holds the results of another spec" -- \
   "$STRATOS" experiment run "$WORK/exp2.toml" --output-dir "$WORK/exp-full"

@@ -170,6 +170,8 @@ struct NetworkLevel {
 // Per-collective constants that do not belong to one network level.
 struct CollectiveCalibration {
   double launch_seconds = 0;  // fixed cost of every call (launch, synchronization), >= 0
+  // A lone value's default is all-reduce's; a cluster's entries start from
+  // DefaultCollectiveCalibrations() (NCCL's ring for all-gather and reduce-scatter).
   InterNodeAlgorithm inter_node_algorithm = InterNodeAlgorithm::kHierarchical;
 };
 // One CollectiveCalibration per collective (index: Collective): no launch cost and

@@ -135,9 +135,13 @@ std::string CostModel::CheckStructure(const StageConfig& c) const {
   if (c.data_parallel * c.tensor_parallel != c.NumDevices())
     return fmt::format("data_parallel {} x tensor_parallel {} != {} devices of the mesh",
                        c.data_parallel, c.tensor_parallel, c.NumDevices());
-  if (c.mesh_gpus_per_node % c.tensor_parallel != 0)
-    return fmt::format("tensor_parallel {} must divide the mesh's {} GPUs per node (TP stays "
-                       "inside a node)",
+  // TP inside a node divides its GPUs; a TP group over several nodes takes whole nodes
+  // (TensorParallelLayout), so that data_parallel x tensor_parallel = devices then also makes
+  // it divide the mesh's nodes.
+  if (c.tensor_parallel <= c.mesh_gpus_per_node ? c.mesh_gpus_per_node % c.tensor_parallel != 0
+                                                : c.tensor_parallel % c.mesh_gpus_per_node != 0)
+    return fmt::format("tensor_parallel {} must divide the mesh's {} GPUs per node or be a "
+                       "multiple of them (a TP group spanning nodes takes whole nodes)",
                        c.tensor_parallel, c.mesh_gpus_per_node);
   const ModelSpec& model = problem_.model;
   if (model.num_attention_heads > 0 && model.num_attention_heads % c.tensor_parallel != 0)
@@ -163,6 +167,12 @@ std::string CostModel::CheckConfig(const StageConfig& c, int m) const {
   return "";
 }
 
+GroupLayout TensorParallelLayout(const StageConfig& c) {
+  const int tp = c.tensor_parallel, gpn = c.mesh_gpus_per_node;
+  if (tp <= gpn) return {1, tp, gpn / tp};
+  return {tp / gpn, gpn, 1};
+}
+
 // Ring collective over `nodes` x `gpn` GPUs, `concurrent` such groups sharing each node's NICs.
 // `factor` = 2 for all-reduce, 1 for all-gather / reduce-scatter (bytes moved per rank are
 // factor * (n-1)/n of the buffer; nccl-tests doc/PERFORMANCE.md). The formula, with its
@@ -186,8 +196,10 @@ double CostModel::AllGatherSeconds(double bytes, int nodes, int gpn, int concurr
 
 namespace {
 
-// Layout of the DP groups of a stage: TP is innermost, so a DP group has mesh_gpus_per_node / tp
-// ranks in each of the mesh's nodes, and tp DP groups share each node.
+// Layout of the DP groups of a stage: TP is innermost (Megatron-LM's rank order), so with TP
+// inside a node a DP group has mesh_gpus_per_node / tp ranks in each of the mesh's nodes and tp
+// DP groups share each node; with a TP group spanning k = tp / mesh_gpus_per_node nodes a DP
+// group has one rank in every k-th node, and each node's GPUs all sit in different DP groups.
 struct DpLayout {
   int nodes;
   int gpus_per_node;
@@ -195,7 +207,9 @@ struct DpLayout {
 };
 
 DpLayout DataParallelLayout(const StageConfig& c) {
-  return {c.mesh_nodes, c.mesh_gpus_per_node / c.tensor_parallel, c.tensor_parallel};
+  const int tp = c.tensor_parallel, gpn = c.mesh_gpus_per_node;
+  if (tp <= gpn) return {c.mesh_nodes, gpn / tp, tp};
+  return {c.mesh_nodes / (tp / gpn), 1, gpn};
 }
 
 // DP gradient synchronization of a stage once per iteration (Rajbhandari et al. SC'20 §5, §7):
@@ -391,8 +405,9 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // leaves the critical path.
   if (tp > 1 && layer.tp_allreduces_per_forward > 0) {
     const double message_bytes = b * std::max(layer.input_bytes, layer.output_bytes);
-    const double one = RingCollectiveSeconds(cluster, message_bytes, 2.0, 1, tp,
-                                             c.mesh_gpus_per_node / tp, true);
+    const GroupLayout group = TensorParallelLayout(c);
+    const double one = RingCollectiveSeconds(cluster, message_bytes, 2.0, group.nodes,
+                                             group.gpus_per_node, group.concurrent_groups, true);
     const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
     const double exposed = 1.0 - training.tp_comm_overlap_fraction;
     terms.tp_comm_seconds = exposed * (passes * layer.tp_allreduces_per_forward * one);
@@ -548,8 +563,10 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
   // (Megatron-LM's gather_split_1d_tensor; with sequence parallelism the layers take it split).
   if (training.pp_scatter_gather && !training.sequence_parallel && tp > 1 &&
       boundary_bytes_per_sample > 0) {
-    const double gather = RingCollectiveSeconds(cluster, b * boundary_bytes_per_sample, 1.0, 1,
-                                                tp, c.mesh_gpus_per_node / tp, true);
+    const GroupLayout group = TensorParallelLayout(c);
+    const double gather =
+        RingCollectiveSeconds(cluster, b * boundary_bytes_per_sample, 1.0, group.nodes,
+                              group.gpus_per_node, group.concurrent_groups, true);
     terms.tp_comm_seconds += (forward_sends + backward_sends) * gather;
     terms.forward_seconds += backward_sends * gather;
   }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "costmodel/collective.h"
 #include "costmodel/problem.h"
 #include "costmodel/stage_config.h"
 
@@ -128,6 +129,13 @@ inline constexpr double kLogitCastForwardBytes = 2 + 4;
 inline constexpr double kCrossEntropyForwardBytesPerLogit = 4 + 8 + 8 + 4 + 8;
 inline constexpr double kCrossEntropyBackwardBytesPerLogit = 8 + 6;
 
+// Where a stage's TP groups sit, TP innermost (Megatron-LM's rank order): tp <= the mesh's GPUs
+// per node g: one node, tp of its GPUs, g / tp groups sharing each node; tp a multiple of g: tp / g
+// whole nodes, g GPUs in each, one group per node, so its collectives cross the NICs (Narayanan
+// et al. SC'21 §5.4 measure TP across nodes, Figure 13). For a config that passes
+// CostModel::CheckStructure.
+GroupLayout TensorParallelLayout(const StageConfig& config);
+
 // Compute time of one pass of `samples` sequences through layer `layer_index` of `model` on one
 // of `tensor_parallel` ranks of `device` (per device, seconds; FLOPs per device): the forward,
 // its backward without recomputation, and what `recompute` adds. GEMM FLOPs at the device's
@@ -162,7 +170,8 @@ class CostModel {
   const Problem& problem() const { return problem_; }
 
   // Whether `config` can run with this microbatch count at all (mesh fits the cluster,
-  // DP divides the microbatch, TP divides the heads and the node). Empty string if valid,
+  // DP divides the microbatch, TP divides the heads and either divides the mesh's GPUs per node
+  // or takes whole nodes, TensorParallelLayout). Empty string if valid,
   // otherwise the rule broken, e.g. "data_parallel 3 does not divide the microbatch of 8 samples".
   std::string CheckConfig(const StageConfig& config, int num_microbatches) const;
   // The rules of CheckConfig that do not depend on the microbatch count (a node group the

@@ -12,7 +12,7 @@ namespace stratos {
 struct SpaceOptions {
   int min_stages = 1;
   int max_stages = 0;            // 0: min(layers, devices, 16)
-  int max_tensor_parallel = 0;   // 0: gpus per node
+  int max_tensor_parallel = 0;   // 0: gpus per node; above it, TP groups of whole nodes too
   int max_data_parallel = 0;     // 0: unbounded
   bool allow_zero = true;        // ZeRO 1-3 as options (ZeRO 0 always)
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
@@ -66,7 +66,9 @@ struct SearchSpace {
   // Mesh sizes: 1, 2, 4, ... up to gpus_per_node, then k * gpus_per_node for k = 1, 2, 4, ...
   // up to the node count (powers of two, as Megatron-LM and most published plans use), in each
   // node group, with the configurations of group g carrying node_group = g.
-  // For each mesh: every DP x TP with TP <= max_tensor_parallel dividing the node and the heads,
+  // For each mesh: every DP x TP with TP <= max_tensor_parallel dividing the node and the heads
+  // (and, with max_tensor_parallel above the GPUs per node, TP of 2, 4, ... whole nodes on the
+  // multi-node meshes: TensorParallelLayout),
   // ZeRO 0 (and 1-3 when DP > 1 and allowed), every allowed recompute mode, and every allowed
   // gradient compression where CheckStructure accepts it (DP > 1, ZeRO 0-1). Throws InputError
   // naming space.node_groups for a name the cluster does not have.

@@ -165,6 +165,27 @@ expect_one_line_error "inf in a TOML model names file, key, value, rule" \
 expect_one_line_error "a plan that does not fit the problem names the key" \
   "--micro-batch = 1: micro-batch x dp = 3 must divide the global batch 512" -- \
   "$STRATOS" evaluate --model gpt3-6.7b --nodes 2 --global-batch 512 --tp 1 --pp 1 --dp 3 --micro-batch 1
+# Tensor parallelism across nodes (Narayanan et al. SC'21 Figure 13 measures TP 16 and 32 on
+# nodes of 8): a TP group larger than a node takes whole nodes and its all-reduces cross the NICs.
+expect "evaluate prices a TP group spanning two nodes" 0 \
+  "s0: mesh 2x8 dp1 tp16 zero0 recompute=full" -- \
+  "$STRATOS" evaluate --model gpt3-175b --nodes 8 --global-batch 64 --tp 16 --pp 4 --dp 1 \
+  --micro-batch 1 --recompute full
+"$STRATOS" evaluate --model gpt3-175b --nodes 8 --global-batch 64 --tp 16 --pp 4 --dp 1 \
+  --micro-batch 1 --json "$WORK/tp16.json" >/dev/null
+python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1]))["plan"], open(sys.argv[2], "w"))' \
+  "$WORK/tp16.json" "$WORK/tp16_plan.json"
+expect "export --to megatron writes a TP group spanning nodes" 0 "predicted iteration: 17\.5707 s" -- \
+  "$STRATOS" export --model gpt3-175b --nodes 8 --plan "$WORK/tp16_plan.json" --to megatron \
+  --output "$WORK/export_tp16"
+expect "its launch script sets TP 16" 0 "--tensor-model-parallel-size 16" -- \
+  cat "$WORK/export_tp16/megatron_args.sh"
+expect "import reads it back at the same estimate" 0 "your configuration: 17\.5707 s/iteration" -- \
+  "$STRATOS" import --from megatron "$WORK/export_tp16/megatron_args.sh" --model gpt3-175b --nodes 8
+expect_one_line_error "a TP group neither inside a node nor of whole nodes names the rule" \
+  "tensor_parallel 12 must divide the mesh's 8 GPUs per node or be a multiple of them" -- \
+  "$STRATOS" evaluate --model gpt3-175b --nodes 3 --global-batch 64 --tp 12 --pp 1 --dp 2 \
+  --micro-batch 1
 # Heterogeneous clusters: each stage is priced on its own group (the one-line refusal before
 # that is gone); the groups, their counts and a stage's group come from flags checked with
 # one-line errors; dp searches them, the searchers that do not yet decline.

@@ -1,6 +1,7 @@
 // The cost model pinned to published formulas and hand-computed numbers.
 #include <doctest/doctest.h>
 
+#include <tuple>
 #include <utility>
 
 #include "costmodel/compression.h"
@@ -469,6 +470,51 @@ TEST_CASE("a stage that does not fit reports which stage and by how much") {
   const std::string message = e.MemoryViolation();
   CHECK(message.find("stage 0") != std::string::npos);
   CHECK(message.find("GiB over") != std::string::npos);
+}
+
+TEST_CASE("a TP group larger than a node takes whole nodes: its all-reduces cross the NICs and "
+          "its DP groups hold one GPU per node") {
+  // 4 nodes of 4 GPUs, 100 GB/s inside a node and 10 GB/s between nodes; TP 8 over pairs of
+  // nodes, DP 2: the DP group of rank r is {r, r + 8}, nodes 0 and 2 (or 1 and 3), and all four
+  // GPUs of a node are in different DP groups.
+  Problem problem = GptProblem(1024, 16, 512, 2, 4);
+  problem.cluster.node_groups[0].count = 4;
+  problem.cluster.networks.push_back({"ib", 10e9, 0.0, 1.0, "test"});
+  const CostModel cost_model(problem);
+  const StageConfig across{4, 4, 2, 8, 0, Recompute::kNone, {}};
+  const StageConfig inside{1, 4, 1, 4, 0, Recompute::kNone, {}};
+  REQUIRE(cost_model.CheckConfig(across, 2) == "");
+  const GroupLayout tp = TensorParallelLayout(across);
+  CHECK(std::make_tuple(tp.nodes, tp.gpus_per_node, tp.concurrent_groups) ==
+        std::make_tuple(2, 4, 1));
+  const GroupLayout tp4 = TensorParallelLayout(inside);
+  CHECK(std::make_tuple(tp4.nodes, tp4.gpus_per_node, tp4.concurrent_groups) ==
+        std::make_tuple(1, 4, 1));
+  const GroupLayout tp2 = TensorParallelLayout(StageConfig{1, 4, 2, 2, 0, Recompute::kNone, {}});
+  CHECK(std::make_tuple(tp2.nodes, tp2.gpus_per_node, tp2.concurrent_groups) ==
+        std::make_tuple(1, 2, 2));
+
+  // 2 all-reduces forward and 2 backward of the block's output, each over the two nodes.
+  const int m = 2;
+  const double b = cost_model.ReplicaMicrobatchSize(across, m);
+  const double message = b * problem.model.layers[1].output_bytes;
+  const StageTerms block = cost_model.LayerTerms(1, across, m);
+  CHECK(block.tp_comm_seconds ==
+        doctest::Approx(4 * CollectiveSeconds(problem.cluster, Collective::kAllReduce, message,
+                                              GroupLayout{2, 4, 1})));
+  // ... slower than the same all-reduce over NVLink inside one node.
+  CHECK(block.tp_comm_seconds > 4 * CollectiveSeconds(problem.cluster, Collective::kAllReduce,
+                                                      message, GroupLayout{1, 4, 1}));
+  // The DP all-reduce (ZeRO-0) of the block's 1/8 of the gradients: 2 nodes, one rank on each,
+  // the node's 4 DP groups sharing its NICs.
+  const double params = problem.model.layers[1].stored_param_count / 8;
+  CHECK(block.dp_sync_seconds ==
+        doctest::Approx(CollectiveSeconds(problem.cluster, Collective::kAllReduce,
+                                          params * problem.training.grad_dtype_bytes,
+                                          GroupLayout{2, 1, 4}, false)));
+  // TP 6 on nodes of 4 GPUs neither divides a node nor takes whole nodes.
+  CHECK(cost_model.CheckConfig(StageConfig{3, 4, 2, 6, 0, Recompute::kNone, {}}, 2)
+            .find("multiple of them") != std::string::npos);
 }
 
 TEST_CASE("CheckConfig names the broken rule") {

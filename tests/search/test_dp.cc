@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -337,6 +338,37 @@ TEST_CASE("the search space's microbatch counts are the batch's divisors, up to 
   // 2^31 - 1 is prime; counting to it overflowed an int and divided by zero.
   problem.training.global_batch_size = 2147483647;
   CHECK(SearchSpace::Build(problem).num_microbatches == std::vector<int>{1, 2147483647});
+}
+
+TEST_CASE("max_tensor_parallel above the node adds TP groups of whole nodes to the space, and "
+          "the DP searches them") {
+  const Problem problem = testing::ZooProblem("gpt3-1.3b", "dgx-a100-80gb", 2);
+  auto max_tp = [](const SearchSpace& space, int mesh_nodes) {
+    int most = 0;
+    for (const StageConfig& c : space.configs)
+      if (c.mesh_nodes == mesh_nodes) most = std::max(most, c.tensor_parallel);
+    return most;
+  };
+  const SearchSpace inside = SearchSpace::Build(problem);
+  CHECK(max_tp(inside, 2) == 8);
+  SpaceOptions wide;
+  wide.max_tensor_parallel = 16;
+  const SearchSpace across = SearchSpace::Build(problem, wide);
+  CHECK(max_tp(across, 1) == 8);
+  CHECK(max_tp(across, 2) == 16);
+  CHECK(across.configs.size() > inside.configs.size());
+  // A larger space: the DP's proven optimum can only improve, and its plan evaluates to it.
+  DpSearcher dp;
+  SearchOptions options;
+  const SearchResult plain = dp.Search(problem, options);
+  options.space = wide;
+  const SearchResult widened = dp.Search(problem, options);
+  REQUIRE(plain.plan.has_value());
+  REQUIRE(widened.plan.has_value());
+  CHECK(widened.summary.termination == TerminationType::kOptimal);
+  CHECK(widened.summary.best_iteration_seconds <= plain.summary.best_iteration_seconds);
+  CHECK(Evaluate(problem, *widened.plan).iteration_seconds ==
+        doctest::Approx(widened.summary.best_iteration_seconds).epsilon(1e-9));
 }
 
 }  // namespace stratos

@@ -34,6 +34,7 @@ struct SearchArgs {
   double memory_limit_gib = 0;     // per searcher's tables; 0: half the physical memory
   int seed = 0;
   int max_stages = 0;              // 0: automatic (the flag takes >= 1)
+  int max_tensor_parallel = 0;     // 0: GPUs per node (the flag takes >= 1)
   std::string virtual_stages = "1";  // comma list: model chunks per rank (space.virtual_stages)
   std::string grad_compressions = "none";  // comma list: per-stage options of the space
   std::string output_dir = "out/search";

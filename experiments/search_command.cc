@@ -96,6 +96,10 @@ void AddSearchFlags(CLI::App* command, SearchArgs& args) {
   command->add_option("--max-stages", args.max_stages,
                       "most pipeline stages (default: min(layers, devices, 16))")
       ->check(cli::IntAtLeast(1));
+  command->add_option("--max-tp", args.max_tensor_parallel,
+                      "largest tensor-parallel degree to search (default: GPUs per node); above "
+                      "it, TP groups of 2, 4, ... whole nodes too")
+      ->check(cli::IntAtLeast(1));
   command
       ->add_option("--virtual-stages", args.virtual_stages,
                    "model chunks per pipeline rank to offer, comma list, e.g. 1,2,4: > 1 is the "
@@ -197,6 +201,7 @@ int RunSearch(const SearchArgs& args) {
     options.seed = args.seed;
     options.progress = args.progress;
     options.space.max_stages = args.max_stages;
+    options.space.max_tensor_parallel = args.max_tensor_parallel;
     setups.back()->Set("space.virtual_stages", args.virtual_stages,
                        "command line: --virtual-stages");
     options.space.grad_compressions =

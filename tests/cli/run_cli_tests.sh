@@ -182,6 +182,12 @@ expect "its launch script sets TP 16" 0 "--tensor-model-parallel-size 16" -- \
   cat "$WORK/export_tp16/megatron_args.sh"
 expect "import reads it back at the same estimate" 0 "your configuration: 17\.5707 s/iteration" -- \
   "$STRATOS" import --from megatron "$WORK/export_tp16/megatron_args.sh" --model gpt3-175b --nodes 8
+expect "search --max-tp 16 searches TP groups of whole nodes too: the DP's optimum stays TP 8" 0 \
+  "^dp +optimal +14\.4858 " -- \
+  "$STRATOS" search --model gpt3-175b --nodes 8 --global-batch 64 --algo dp --max-tp 16 \
+  --output-dir "$WORK/max_tp"
+expect_one_line_error "search --max-tp 0 names the flag and the rule" "--max-tp = 0: must be >= 1" -- \
+  "$STRATOS" search --max-tp 0 --algo dp --output-dir "$WORK/max_tp0"
 expect_one_line_error "a TP group neither inside a node nor of whole nodes names the rule" \
   "tensor_parallel 12 must divide the mesh's 8 GPUs per node or be a multiple of them" -- \
   "$STRATOS" evaluate --model gpt3-175b --nodes 3 --global-batch 64 --tp 12 --pp 1 --dp 2 \

@@ -196,20 +196,15 @@ double CostModel::AllGatherSeconds(double bytes, int nodes, int gpn, int concurr
 
 namespace {
 
-// Layout of the DP groups of a stage: TP is innermost (Megatron-LM's rank order), so with TP
-// inside a node a DP group has mesh_gpus_per_node / tp ranks in each of the mesh's nodes and tp
-// DP groups share each node; with a TP group spanning k = tp / mesh_gpus_per_node nodes a DP
-// group has one rank in every k-th node, and each node's GPUs all sit in different DP groups.
-struct DpLayout {
-  int nodes;
-  int gpus_per_node;
-  int concurrent;
-};
-
-DpLayout DataParallelLayout(const StageConfig& c) {
-  const int tp = c.tensor_parallel, gpn = c.mesh_gpus_per_node;
-  if (tp <= gpn) return {c.mesh_nodes, gpn / tp, tp};
-  return {c.mesh_nodes / (tp / gpn), 1, gpn};
+// Layout of the DP groups of a stage, the complement of its TP groups (TensorParallelLayout, TP
+// innermost): a DP group has one rank in each of the node sets a TP group spans (mesh_nodes /
+// its nodes of them) and as many ranks per node as TP groups share a node; the TP group's ranks
+// in a node each sit in a different DP group, all sharing the node's NICs. TP inside a node:
+// mesh_gpus_per_node / tp ranks in every node, tp groups per node; TP over k whole nodes: one
+// rank in every k-th node, mesh_gpus_per_node groups per node.
+GroupLayout DataParallelLayout(const StageConfig& c) {
+  const GroupLayout tp = TensorParallelLayout(c);
+  return {c.mesh_nodes / tp.nodes, tp.concurrent_groups, tp.gpus_per_node};
 }
 
 // DP gradient synchronization of a stage once per iteration (Rajbhandari et al. SC'20 §5, §7):
@@ -219,27 +214,24 @@ DpLayout DataParallelLayout(const StageConfig& c) {
 // collective priced as its own kind (collective.h CollectiveSeconds: a calibrated cluster fits
 // each kind apart). With bytes 0 and with_latency, the latency and launch terms alone.
 // One reduce-scatter of `grad_bytes` over the DP group (ZeRO-2/3's per-microbatch ones too).
-double ReduceScatterSeconds(const ClusterSpec& cluster, double grad_bytes, const DpLayout& g,
+double ReduceScatterSeconds(const ClusterSpec& cluster, double grad_bytes, const GroupLayout& g,
                             bool with_latency) {
-  return CollectiveSeconds(cluster, Collective::kReduceScatter, grad_bytes,
-                           GroupLayout{g.nodes, g.gpus_per_node, g.concurrent}, with_latency);
+  return CollectiveSeconds(cluster, Collective::kReduceScatter, grad_bytes, g, with_latency);
 }
 
 // The gradient reduction: ZeRO-0's all-reduce, ZeRO-1/2/3's reduce-scatter (what buckets carry).
 double DpReduceSeconds(const ClusterSpec& cluster, int zero_stage, double grad_bytes,
-                       const DpLayout& g, bool with_latency) {
+                       const GroupLayout& g, bool with_latency) {
   if (zero_stage == 0)
-    return CollectiveSeconds(cluster, Collective::kAllReduce, grad_bytes,
-                             GroupLayout{g.nodes, g.gpus_per_node, g.concurrent}, with_latency);
+    return CollectiveSeconds(cluster, Collective::kAllReduce, grad_bytes, g, with_latency);
   return ReduceScatterSeconds(cluster, grad_bytes, g, with_latency);
 }
 
 // ZeRO-1/2's all-gather of the updated parameters after the optimizer step; 0 otherwise.
 double DpGatherSeconds(const ClusterSpec& cluster, int zero_stage, double param_bytes,
-                       const DpLayout& g, bool with_latency) {
+                       const GroupLayout& g, bool with_latency) {
   if (zero_stage == 0 || zero_stage >= 3) return 0.0;
-  return CollectiveSeconds(cluster, Collective::kAllGather, param_bytes,
-                           GroupLayout{g.nodes, g.gpus_per_node, g.concurrent}, with_latency);
+  return CollectiveSeconds(cluster, Collective::kAllGather, param_bytes, g, with_latency);
 }
 
 // A DP synchronization `reduce_seconds` + `gather_seconds` into `terms`, its exposed part
@@ -451,7 +443,7 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // Compressing and decompressing run on the device's cores after the last backward, so their
   // time (CompressionWorkOf) is exposed in full, not hidden behind the backward pass.
   if (dp > 1 && params > 0 && c.grad_compression.kind != GradCompression::kNone) {
-    const DpLayout g = DataParallelLayout(c);
+    const GroupLayout g = DataParallelLayout(c);
     double all_reduce_bytes = 0, all_gather_bytes = 0, work_seconds = 0;
     for (const GradientTensorShape& shape : LayerGradientShapes(problem_.model, layer, tp)) {
       const CompressedMessage message = MessageBytes(c.grad_compression, shape, gb);
@@ -466,17 +458,17 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     const double reduce_factor = c.zero_stage == 1 && cast ? 1.0 : 2.0;
     const double sync_seconds =
         RingCollectiveSeconds(cluster, all_reduce_bytes, reduce_factor, g.nodes, g.gpus_per_node,
-                              g.concurrent, false) +
+                              g.concurrent_groups, false) +
         RingCollectiveSeconds(cluster, dp * all_gather_bytes, 1.0, g.nodes, g.gpus_per_node,
-                              g.concurrent, false) +
+                              g.concurrent_groups, false) +
         (c.zero_stage == 1 ? RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
-                                                   g.gpus_per_node, g.concurrent, false)
+                                                   g.gpus_per_node, g.concurrent_groups, false)
                            : 0.0);
     terms.dp_sync_seconds = sync_seconds + work_seconds;
     terms.dp_sync_exposed_seconds =
         (1.0 - training.dp_overlap_fraction) * sync_seconds + work_seconds;
   } else if (dp > 1 && params > 0) {
-    const DpLayout g = DataParallelLayout(c);
+    const GroupLayout g = DataParallelLayout(c);
     const double grad_bytes = params * gb;
     SetDpSync(training, training.dp_bucket_bytes > 0,
               DpReduceSeconds(cluster, c.zero_stage, grad_bytes, g, false),
@@ -487,7 +479,7 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
           share * ReduceScatterSeconds(cluster, grad_bytes, g, false);
     if (c.zero_stage == 3) {
       const double gather = RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
-                                                  g.gpus_per_node, g.concurrent, true);
+                                                  g.gpus_per_node, g.concurrent_groups, true);
       const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
       terms.zero3_gather_seconds = passes * gather;
       terms.forward_seconds += gather;
@@ -574,7 +566,7 @@ StageTerms CostModel::StageOverhead(const StageConfig& c, int m, bool first_stag
   // Latency of the bucketed DP gradient synchronization, once per iteration; with buckets
   // (TrainingSpec::dp_bucket_bytes, uncompressed gradients) the reduction of the last one.
   if (c.data_parallel > 1) {
-    const DpLayout g = DataParallelLayout(c);
+    const GroupLayout g = DataParallelLayout(c);
     const bool bucketed =
         training.dp_bucket_bytes > 0 && c.grad_compression.kind == GradCompression::kNone;
     SetDpSync(training, bucketed, DpReduceSeconds(cluster, c.zero_stage, 0.0, g, true),

@@ -132,8 +132,8 @@ inline constexpr double kCrossEntropyBackwardBytesPerLogit = 8 + 6;
 // Where a stage's TP groups sit, TP innermost (Megatron-LM's rank order): tp <= the mesh's GPUs
 // per node g: one node, tp of its GPUs, g / tp groups sharing each node; tp a multiple of g: tp / g
 // whole nodes, g GPUs in each, one group per node, so its collectives cross the NICs (Narayanan
-// et al. SC'21 §5.4 measure TP across nodes, Figure 13). For a config that passes
-// CostModel::CheckStructure.
+// et al. SC'21 §5.4 measure TP across nodes, Figure 13). Counts of nodes and GPUs. For a config
+// that passes CostModel::CheckStructure; others are not checked and give a meaningless layout.
 GroupLayout TensorParallelLayout(const StageConfig& config);
 
 // Compute time of one pass of `samples` sequences through layer `layer_index` of `model` on one

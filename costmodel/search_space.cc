@@ -106,13 +106,13 @@ SearchSpace SearchSpace::Build(const Problem& problem, const SpaceOptions& optio
       if (gpus_per_node % g == 0) meshes.push_back({1, g});
     for (int n = 1; n <= num_nodes; n *= 2) meshes.push_back({n, gpus_per_node});
     // TP inside a node by default; a larger max_tensor_parallel adds TP groups of whole nodes
-    // on the multi-node meshes (TensorParallelLayout).
+    // on the multi-node meshes (TensorParallelLayout). CheckStructure drops the TP degrees that
+    // neither divide a node nor take whole nodes.
     const int max_tp =
         options.max_tensor_parallel > 0 ? options.max_tensor_parallel : gpus_per_node;
     for (auto [nodes, gpn] : meshes) {
       space.mesh_sizes.push_back(nodes * gpn);
       for (int tp = 1; tp <= std::min(max_tp, nodes * gpn); tp *= 2) {
-        if (tp <= gpn ? gpn % tp != 0 : tp % gpn != 0) continue;
         const int dp = nodes * gpn / tp;
         if (options.max_data_parallel > 0 && dp > options.max_data_parallel) continue;
         for (int zero = 0; zero <= ((dp > 1 && options.allow_zero) ? 3 : 0); ++zero) {

@@ -96,7 +96,8 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
   SpaceOptions& space = search_.space;
   t.Int("space.min_stages", &space.min_stages, "fewest pipeline stages, >= 1");
   t.Int("space.max_stages", &space.max_stages, "most pipeline stages; 0 = min(layers, devices, 16)");
-  t.Int("space.max_tensor_parallel", &space.max_tensor_parallel, "largest TP; 0 = GPUs per node; above it, TP groups of whole nodes too");
+  t.Int("space.max_tensor_parallel", &space.max_tensor_parallel,
+        "largest TP; 0 = GPUs per node; above it, TP groups of whole nodes too");
   t.Int("space.max_data_parallel", &space.max_data_parallel, "largest DP; 0 = unbounded");
   t.Bool("space.allow_zero", &space.allow_zero, "ZeRO 1-3 as options");
   t.Int("space.max_num_microbatches", &space.max_num_microbatches,

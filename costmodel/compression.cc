@@ -248,6 +248,34 @@ std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
   return shapes;
 }
 
+std::vector<double> LayerParameterTensorElements(const ModelSpec& model, const LayerSpec& layer,
+                                                 int tp) {
+  if (layer.block_operator) {  // one operator's weight (and bias): a submodule
+    if (layer.stored_param_count <= 0) return {};
+    return {layer.stored_param_count / tp};
+  }
+  const std::vector<GradientTensorShape> shapes = LayerGradientShapes(model, layer, tp);
+  const size_t matrices = LayerWeightMatrixRows(model, layer.kind).size();
+  int vectors = 0;  // the vector tensors of model.cc's parameter counts
+  const bool bert = model.family == "bert", llama = model.family == "llama";
+  switch (layer.kind) {
+    case LayerKind::kEmbedding: vectors = bert ? 3 : 0; break;
+    case LayerKind::kTransformer: vectors = llama ? 2 : 8; break;
+    case LayerKind::kHead: vectors = bert ? 5 : (llama ? 1 : 2); break;
+    case LayerKind::kExplicit: break;
+  }
+  std::vector<double> elements;
+  for (const GradientTensorShape& shape : shapes) {
+    const double n = shape.Elements();
+    if (elements.size() < matrices || vectors <= 1) {
+      elements.push_back(n);
+    } else {
+      elements.insert(elements.end(), vectors, n / vectors);
+    }
+  }
+  return elements;
+}
+
 namespace {
 
 std::string Trim(const std::string& text) {

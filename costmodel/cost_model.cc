@@ -248,6 +248,21 @@ void SetDpSync(const TrainingSpec& training, bool bucketed, double reduce_second
   }
 }
 
+// ZeRO-3's all-gathers of one layer's parameters (`param_bytes` per element) on one TP rank in
+// one pass, over the DP group `g`: one collective of all of them (Zero3Gather::kLayer) or one
+// per parameter tensor (kTensor, LayerParameterTensorElements), each with its latency and launch.
+double Zero3GatherSeconds(const ClusterSpec& cluster, const ModelSpec& model,
+                          const LayerSpec& layer, int tp, double param_bytes, Zero3Gather unit,
+                          const GroupLayout& g) {
+  if (unit == Zero3Gather::kLayer)
+    return CollectiveSeconds(cluster, Collective::kAllGather,
+                             layer.stored_param_count / tp * param_bytes, g, true);
+  double seconds = 0.0;
+  for (double elements : LayerParameterTensorElements(model, layer, tp))
+    seconds += CollectiveSeconds(cluster, Collective::kAllGather, elements * param_bytes, g, true);
+  return seconds;
+}
+
 // Bytes per element of the tied embeddings' gradient all-reduce (TrainingSpec).
 double TiedEmbeddingGradBytes(const TrainingSpec& training) {
   return training.tied_embedding_grad_bytes > 0 ? training.tied_embedding_grad_bytes
@@ -435,7 +450,7 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // all-reduce for ZeRO 0; reduce-scatter of the gradients + all-gather of the updated
   // parameters for ZeRO 1-2; reduce-scatter only for
   // ZeRO-3, which instead all-gathers the parameters in every forward and backward pass (1.5x
-  // volume; Rajbhandari et al. SC'20 §7). With gradient compression (ZeRO 0-1 only,
+  // volume; Rajbhandari et al. SC'20 §7), a layer or a tensor at a time (Zero3GatherSeconds). With gradient compression (ZeRO 0-1 only,
   // costmodel/compression.h) each of the layer's gradient tensors is exchanged in its compressed
   // form: ring all-reduce of its MessageBytes, or an all-gather of n messages; ZeRO-1 then
   // all-gathers the updated parameters, and its half-precision casts, being linear,
@@ -478,8 +493,8 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
       terms.zero_reduce_scatter_seconds =
           share * ReduceScatterSeconds(cluster, grad_bytes, g, false);
     if (c.zero_stage == 3) {
-      const double gather = RingCollectiveSeconds(cluster, params * pb, 1.0, g.nodes,
-                                                  g.gpus_per_node, g.concurrent_groups, true);
+      const double gather =
+          Zero3GatherSeconds(cluster, problem_.model, layer, tp, pb, training.zero3_gather, g);
       const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
       terms.zero3_gather_seconds = passes * gather;
       terms.forward_seconds += gather;

@@ -19,6 +19,10 @@ const char* RecomputeName(Recompute recompute) {
   }
 }
 
+const char* Zero3GatherName(Zero3Gather unit) {
+  return unit == Zero3Gather::kLayer ? "layer" : "tensor";
+}
+
 Schedule ParseSchedule(const std::string& text, const std::string& where) {
   if (text == "gpipe") return Schedule::kGpipe;
   if (text == "1f1b") return Schedule::kOneFOneB;
@@ -31,6 +35,13 @@ Recompute ParseRecompute(const std::string& text, const std::string& where) {
   if (text == "full") return Recompute::kFull;
   ThrowInputError(where, "recompute", fmt::format("\"{}\"", text),
                   "must be \"none\", \"selective\" or \"full\"");
+}
+
+Zero3Gather ParseZero3Gather(const std::string& text, const std::string& where) {
+  if (text == "tensor") return Zero3Gather::kTensor;
+  if (text == "layer") return Zero3Gather::kLayer;
+  ThrowInputError(where, "zero3_gather", fmt::format("\"{}\"", text),
+                  "must be \"tensor\" or \"layer\"");
 }
 
 void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where) {

@@ -9,12 +9,16 @@ namespace stratos {
 
 enum class Schedule { kGpipe, kOneFOneB };
 enum class Recompute { kNone, kSelective, kFull };
+// ZeRO-3's unit of parameter gathering (TrainingSpec::zero3_gather).
+enum class Zero3Gather { kTensor, kLayer };
 
 const char* ScheduleName(Schedule schedule);        // "gpipe" | "1f1b"
 const char* RecomputeName(Recompute recompute);     // "none" | "selective" | "full"
+const char* Zero3GatherName(Zero3Gather unit);      // "tensor" | "layer"
 // Throw InputError naming `where` and the allowed values for anything else.
 Schedule ParseSchedule(const std::string& text, const std::string& where);
 Recompute ParseRecompute(const std::string& text, const std::string& where);
+Zero3Gather ParseZero3Gather(const std::string& text, const std::string& where);
 
 struct TrainingSpec {
   int global_batch_size = 512;        // samples (sequences) per optimizer step
@@ -70,6 +74,16 @@ struct TrainingSpec {
   // 2026-11-28); false: once per iteration, as a framework that keeps the whole gradient buffer
   // does.
   bool zero_reduce_every_microbatch = true;
+  // How ZeRO-3 gathers a layer's parameters in each pass (forward, its recomputation, backward).
+  // kTensor: one all-gather per parameter tensor, as DeepSpeed's ZeRO-3 partitions every
+  // nn.Parameter on its own and all-gathers it when its submodule runs (DeepSpeed's
+  // runtime/zero/partition_parameters.py, _allgather_param; later versions coalesce a
+  // submodule's weight and bias into one call, which this unit counts as two): a GPT block pays
+  // 12 collectives' latency and launch, and a ring all-gather's steps grow with the DP size.
+  // kLayer: one all-gather of the whole layer (PyTorch FSDP's per-block units, as torchtitan
+  // wraps them; stratos's runtime). The bytes are the same (compression.h
+  // LayerParameterTensorElements lists the tensors).
+  Zero3Gather zero3_gather = Zero3Gather::kTensor;
   // Tensor parallelism uses Megatron sequence parallelism (activations split by TP everywhere).
   bool sequence_parallel = true;
 

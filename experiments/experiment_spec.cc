@@ -128,7 +128,7 @@ nlohmann::json ReadTraining(const TomlTableReader& family) {
     family.Fail("training", "must be a table, e.g. { dp_overlap = 1, dp_bucket_MiB = 25 }");
   TomlTableReader r(*node->as_table(), family.KeyPath("training"), family.Where());
   r.AllowOnly({"dp_overlap", "dp_bucket_MiB", "tp_comm_overlap", "pp_comm_overlap",
-               "sequence_parallel", "zero_reduce_every_microbatch"});
+               "sequence_parallel", "zero_reduce_every_microbatch", "zero3_gather"});
   nlohmann::json out = nlohmann::json::object();
   for (const char* key : {"dp_overlap", "tp_comm_overlap", "pp_comm_overlap"}) {
     if (const auto v = r.Number(key)) {
@@ -139,6 +139,11 @@ nlohmann::json ReadTraining(const TomlTableReader& family) {
   if (const auto v = r.NonNegative("dp_bucket_MiB")) out["dp_bucket_MiB"] = *v;
   for (const char* key : {"sequence_parallel", "zero_reduce_every_microbatch"})
     if (const auto v = r.Bool(key)) out[key] = *v;
+  if (const auto v = r.String("zero3_gather")) {
+    if (*v != "tensor" && *v != "layer")
+      r.Fail("zero3_gather", "must be \"tensor\" or \"layer\"");
+    out["zero3_gather"] = *v;
+  }
   return out;
 }
 
@@ -326,6 +331,8 @@ void ApplyFamilyTraining(const nlohmann::json& options, TrainingSpec* training) 
       training->sequence_parallel = value.get<bool>();
     } else if (key == "zero_reduce_every_microbatch") {
       training->zero_reduce_every_microbatch = value.get<bool>();
+    } else if (key == "zero3_gather") {
+      training->zero3_gather = ParseZero3Gather(value.get<std::string>(), "experiment cell");
     } else {
       ThrowInputError("experiment cell", "training." + key, value.dump(), "unknown key");
     }

@@ -33,6 +33,12 @@ void AddProblemFlags(CLI::App* command, ProblemArgs& args) {
       ->check(cli::NumberIn(0, 1))
       ->capture_default_str();
   AddDpBucketFlag(command, args);
+  command
+      ->add_option("--zero3-gather", args.zero3_gather,
+                   "ZeRO-3's parameter all-gathers: one per parameter tensor (DeepSpeed) or one "
+                   "per layer (PyTorch FSDP, torchtitan)")
+      ->check(cli::OneOf({"tensor", "layer"}))
+      ->capture_default_str();
 }
 
 void AddDpBucketFlag(CLI::App* command, ProblemArgs& args) {
@@ -60,6 +66,8 @@ Problem LoadProblem(const ProblemArgs& args) {
   problem.training.global_batch_size = args.global_batch_size;
   problem.training.schedule = ParseSchedule(args.schedule, "command line: --schedule");
   SetDpOverlap(args, &problem.training);
+  problem.training.zero3_gather =
+      ParseZero3Gather(args.zero3_gather, "command line: --zero3-gather");
   return problem;
 }
 

@@ -20,10 +20,11 @@ struct ProblemArgs {
   std::string schedule = "1f1b";
   double dp_overlap = 0.0;                // share of DP sync hidden behind backward
   double dp_bucket_mib = 0.0;             // DP gradient bucket, MiB; 0: no buckets
+  std::string zero3_gather = "tensor";    // TrainingSpec::zero3_gather: "tensor" | "layer"
 };
 
-// Adds --model, --cluster, --nodes, --global-batch, --seq-length, --schedule, --dp-overlap and
-// --dp-bucket-mb to `command`, bound to `args`, each value checked while parsing
+// Adds --model, --cluster, --nodes, --global-batch, --seq-length, --schedule, --dp-overlap,
+// --dp-bucket-mb and --zero3-gather to `command`, bound to `args`, each value checked while parsing
 // (experiments/cli_rules.h).
 void AddProblemFlags(CLI::App* command, ProblemArgs& args);
 // Adds --dp-bucket-mb alone (commands that take the rest of the problem elsewhere).

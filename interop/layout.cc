@@ -103,16 +103,27 @@ Target ParseTarget(const std::string& text, const std::string& where) {
 TrainingSpec TrainingForTarget(Target target, const TrainingSpec& training) {
   TrainingSpec out = training;
   if (target == Target::kMegatron && training.param_dtype_bytes == 2) out.grad_dtype_bytes = 4;
+  if (target == Target::kDeepSpeed) out.zero3_gather = Zero3Gather::kTensor;
+  if (target == Target::kTorchtitan) out.zero3_gather = Zero3Gather::kLayer;
   return out;
 }
 
 std::string TargetTrainingChange(Target target, const TrainingSpec& training) {
   const TrainingSpec out = TrainingForTarget(target, training);
-  if (out.grad_dtype_bytes == training.grad_dtype_bytes) return "";
-  return fmt::format(
-      "priced as {} runs it: gradients accumulated and reduced in fp32 ({} bytes per parameter, "
-      "not {}; Megatron-LM's --bf16 without --grad-reduce-in-bf16)",
-      TargetName(target), out.grad_dtype_bytes, training.grad_dtype_bytes);
+  std::string changes;
+  if (out.grad_dtype_bytes != training.grad_dtype_bytes)
+    changes = fmt::format(
+        "gradients accumulated and reduced in fp32 ({} bytes per parameter, not {}; "
+        "Megatron-LM's --bf16 without --grad-reduce-in-bf16)",
+        out.grad_dtype_bytes, training.grad_dtype_bytes);
+  if (out.zero3_gather != training.zero3_gather)
+    changes += fmt::format("{}ZeRO-3 parameters all-gathered a {} at a time ({})",
+                           changes.empty() ? "" : "; ", Zero3GatherName(out.zero3_gather),
+                           out.zero3_gather == Zero3Gather::kLayer
+                               ? "FSDP's per-block units"
+                               : "DeepSpeed's per-parameter gathers");
+  if (changes.empty()) return "";
+  return fmt::format("priced as {} runs it: {}", TargetName(target), changes);
 }
 
 bool ParallelLayout::EvenBlocks() const {

@@ -86,6 +86,7 @@ TrainingSpec RuntimeTraining(int global_batch_size, Schedule schedule, const std
   training.dp_bucket_bytes = sync.overlap ? static_cast<double>(sync.bucket_bytes) : 0.0;
   training.dp_overlap_fraction = 0.0;
   training.zero_reduce_every_microbatch = true;
+  training.zero3_gather = Zero3Gather::kLayer;  // one gather per layer (ParameterGatherer)
   training.pp_scatter_gather = true;  // 1/tp per TP rank, then a TP all-gather (pipeline_step.h)
   training.sequence_parallel = false;
   return training;

@@ -113,6 +113,53 @@ TEST_CASE("ZeRO-3 holds the largest layer's gathered parameters and gradient and
                          small_vocab.training.grad_dtype_bytes)));
 }
 
+TEST_CASE("ZeRO-3 all-gathers a parameter tensor at a time (DeepSpeed): a GPT block's 12 each pay "
+          "the latency; a layer at a time (FSDP) once") {
+  // One block of h = 1024 (12 h^2 + 13 h bf16 parameters) on a DP group of 4 GPUs of one node
+  // at 100 GB/s with 1 us per ring step: an all-gather of B bytes takes 3/4 B / 100 GB/s + 3 us.
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.cluster.networks[0].latency_seconds = 1e-6;
+  const double h = 1024, params = 12 * h * h + 13 * h;
+  const LayerSpec& block = problem.model.layers[1];
+  // The block's tensors: qkv, out, fc1, fc2 weights, then 8 vectors (4 biases, 2 LayerNorms'
+  // weight and bias) sharing the 13 h other elements; a llama block: 5 matrices and 2 norms.
+  const std::vector<double> tensors = LayerParameterTensorElements(problem.model, block, 1);
+  REQUIRE(tensors.size() == 12);
+  CHECK(tensors[0] == 3 * h * h);
+  CHECK(tensors[2] == 4 * h * h);
+  CHECK(tensors[11] == doctest::Approx(13 * h / 8));
+  double sum = 0;
+  for (double n : tensors) sum += n;
+  CHECK(sum == doctest::Approx(params));
+  CHECK(LayerParameterTensorElements(problem.model, block, 2).size() == 12);
+  CHECK(LayerParameterTensorElements(problem.model, problem.model.layers[0], 1).size() == 2);
+  CHECK(LayerParameterTensorElements(problem.model, problem.model.layers.back(), 1).size() == 3);
+  ModelSpec llama = problem.model;
+  llama.family = "llama";
+  BuildTransformerLayers(llama);
+  CHECK(LayerParameterTensorElements(llama, llama.layers[1], 1).size() == 7);
+  LayerSpec op = block;  // an operator of an operator-granularity block: one submodule
+  op.block_operator = true;
+  CHECK(LayerParameterTensorElements(problem.model, op, 2) == std::vector<double>{params / 2});
+
+  const double bandwidth = 3.0 / 4 * params * 2 / 100e9;
+  auto gather = [&](Zero3Gather unit, Recompute recompute) {
+    problem.training.zero3_gather = unit;
+    return CostModel(problem).LayerTerms(1, Config(4, 1, 3, recompute), 1).zero3_gather_seconds;
+  };
+  // Forward and backward: two gathers of the block per microbatch; full recomputation a third.
+  CHECK(gather(Zero3Gather::kLayer, Recompute::kNone) == doctest::Approx(2 * (bandwidth + 3e-6)));
+  CHECK(gather(Zero3Gather::kTensor, Recompute::kNone) ==
+        doctest::Approx(2 * (bandwidth + 12 * 3e-6)));
+  CHECK(gather(Zero3Gather::kTensor, Recompute::kFull) ==
+        doctest::Approx(3 * (bandwidth + 12 * 3e-6)));
+  // The default is DeepSpeed's.
+  CHECK(TrainingSpec{}.zero3_gather == Zero3Gather::kTensor);
+  CHECK(ParseZero3Gather("layer", "test") == Zero3Gather::kLayer);
+  CHECK_THROWS_WITH_AS(ParseZero3Gather("block", "flags"),
+                       doctest::Contains("must be \"tensor\" or \"layer\""), InputError);
+}
+
 TEST_CASE("ZeRO-2/3 reduce-scatter every microbatch's gradients: m - 1 reduce-scatters (their "
           "exposed share) on top of the iteration's last one") {
   // One block of h = 1024 (12 h^2 + 13 h parameters, fp32 gradients) on a DP group of 4 GPUs of

@@ -181,6 +181,7 @@ tp_comm_overlap = 0.5
 pp_comm_overlap = 1
 sequence_parallel = false
 zero_reduce_every_microbatch = false
+zero3_gather = "layer"
 [[family]]
 name = "plain"
 models = ["gpt3-1.3b"]
@@ -204,6 +205,7 @@ algorithm = "dp"
   CHECK(t.pp_comm_overlap_fraction == 1.0);
   CHECK_FALSE(t.sequence_parallel);
   CHECK_FALSE(t.zero_reduce_every_microbatch);
+  CHECK(t.zero3_gather == Zero3Gather::kLayer);
   // A family without the table trains with the defaults, and its cells' keys do not name it
   // (results of specs written before the table keep their keys).
   const TrainingSpec defaults;
@@ -264,6 +266,10 @@ TEST_CASE("experiment spec: errors name the file, the key, the value and the rul
         "spec.toml: family[0].training.dp_overlap = 1.5: must be in [0, 1]");
   CHECK(SpecError(family + "training = { dp_bucket_MiB = -1 }\n" + searcher) ==
         "spec.toml: family[0].training.dp_bucket_MiB = -1: must be >= 0");
+  const std::string gather_error =
+      SpecError(family + "training = { zero3_gather = \"block\" }\n" + searcher);
+  CHECK(gather_error.find("spec.toml: family[0].training.zero3_gather") == 0);
+  CHECK(gather_error.find("must be \"tensor\" or \"layer\"") != std::string::npos);
   CHECK(SpecError(family + "training = { dp_overlap_fraction = 1 }\n" + searcher)
             .find("spec.toml: family[0].training.dp_overlap_fraction: unknown key") == 0);
   CHECK(SpecError(family + "training = 1\n" + searcher)

@@ -138,6 +138,8 @@ TEST_CASE("the runtime's DP gradient sync is priced as its synchronizer runs it"
   CHECK(bucketed.training.dp_bucket_bytes == 25 << 20);
   CHECK(bucketed.training.dp_overlap_fraction == 0);
   CHECK(bucketed.training.zero_reduce_every_microbatch);
+  // ZeRO-3 gathers a layer at a time (ParameterGatherer), not DeepSpeed's tensor at a time.
+  CHECK(bucketed.training.zero3_gather == Zero3Gather::kLayer);
   CHECK(RuntimeProblem(model, plan, 8, 0, "h200-node", "bf16", true).training.dp_bucket_bytes ==
         1 << 20);
   // Without overlap the whole reduction runs after the backward pass.

@@ -249,12 +249,13 @@ void SetDpSync(const TrainingSpec& training, bool bucketed, double reduce_second
 }
 
 // ZeRO-3's all-gathers of one layer's parameters (`param_bytes` per element) on one TP rank in
-// one pass, over the DP group `g`: one collective of all of them (Zero3Gather::kLayer) or one
-// per parameter tensor (kTensor, LayerParameterTensorElements), each with its latency and launch.
+// one pass, over the DP group `g`: one collective of all of them (Zero3Gather::kLayer and
+// kLayerPrefetch) or one per parameter tensor (kTensor, LayerParameterTensorElements), each with
+// its latency and launch.
 double Zero3GatherSeconds(const ClusterSpec& cluster, const ModelSpec& model,
                           const LayerSpec& layer, int tp, double param_bytes, Zero3Gather unit,
                           const GroupLayout& g) {
-  if (unit == Zero3Gather::kLayer)
+  if (unit != Zero3Gather::kTensor)
     return CollectiveSeconds(cluster, Collective::kAllGather,
                              layer.stored_param_count / tp * param_bytes, g, true);
   double seconds = 0.0;
@@ -495,9 +496,16 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     if (c.zero_stage == 3) {
       const double gather =
           Zero3GatherSeconds(cluster, problem_.model, layer, tp, pb, training.zero3_gather, g);
-      const int passes = 2 + ((recomputes && c.recompute == Recompute::kFull) ? 1 : 0);
-      terms.zero3_gather_seconds = passes * gather;
-      terms.forward_seconds += gather;
+      // Each pass's gather, or with prefetch what the pass's compute leaves of it.
+      const bool prefetch = training.zero3_gather == Zero3Gather::kLayerPrefetch;
+      const auto exposed = [&](double compute_seconds) {
+        return prefetch ? std::max(0.0, gather - compute_seconds) : gather;
+      };
+      const double forward = exposed(compute.forward_seconds);
+      terms.zero3_gather_seconds = forward + exposed(compute.backward_seconds);
+      if (recomputes && c.recompute == Recompute::kFull)
+        terms.zero3_gather_seconds += exposed(compute.recompute_seconds);
+      terms.forward_seconds += forward;
     }
   }
   // Buckets hide the reduction behind the last microbatch's backward pass, recomputation

@@ -20,7 +20,11 @@ const char* RecomputeName(Recompute recompute) {
 }
 
 const char* Zero3GatherName(Zero3Gather unit) {
-  return unit == Zero3Gather::kLayer ? "layer" : "tensor";
+  switch (unit) {
+    case Zero3Gather::kLayer: return "layer";
+    case Zero3Gather::kLayerPrefetch: return "layer-prefetch";
+    default: return "tensor";
+  }
 }
 
 Schedule ParseSchedule(const std::string& text, const std::string& where) {
@@ -40,8 +44,9 @@ Recompute ParseRecompute(const std::string& text, const std::string& where) {
 Zero3Gather ParseZero3Gather(const std::string& text, const std::string& where) {
   if (text == "tensor") return Zero3Gather::kTensor;
   if (text == "layer") return Zero3Gather::kLayer;
+  if (text == "layer-prefetch") return Zero3Gather::kLayerPrefetch;
   ThrowInputError(where, "zero3_gather", fmt::format("\"{}\"", text),
-                  "must be \"tensor\" or \"layer\"");
+                  "must be \"tensor\", \"layer\" or \"layer-prefetch\"");
 }
 
 void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where) {

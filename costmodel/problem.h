@@ -10,11 +10,11 @@ namespace stratos {
 enum class Schedule { kGpipe, kOneFOneB };
 enum class Recompute { kNone, kSelective, kFull };
 // ZeRO-3's unit of parameter gathering (TrainingSpec::zero3_gather).
-enum class Zero3Gather { kTensor, kLayer };
+enum class Zero3Gather { kTensor, kLayer, kLayerPrefetch };
 
 const char* ScheduleName(Schedule schedule);        // "gpipe" | "1f1b"
 const char* RecomputeName(Recompute recompute);     // "none" | "selective" | "full"
-const char* Zero3GatherName(Zero3Gather unit);      // "tensor" | "layer"
+const char* Zero3GatherName(Zero3Gather unit);  // "tensor" | "layer" | "layer-prefetch"
 // Throw InputError naming `where` and the allowed values for anything else.
 Schedule ParseSchedule(const std::string& text, const std::string& where);
 Recompute ParseRecompute(const std::string& text, const std::string& where);
@@ -80,8 +80,12 @@ struct TrainingSpec {
   // runtime/zero/partition_parameters.py, _allgather_param; later versions coalesce a
   // submodule's weight and bias into one call, which this unit counts as two): a GPT block pays
   // 12 collectives' latency and launch, and a ring all-gather's steps grow with the DP size.
-  // kLayer: one all-gather of the whole layer (PyTorch FSDP's per-block units, as torchtitan
-  // wraps them; stratos's runtime). The bytes are the same (compression.h
+  // kLayer: one all-gather of the whole layer, waited for before the layer runs (stratos's
+  // runtime, ParameterGatherer). kLayerPrefetch: one per layer, each issued while the layer
+  // before it computes (PyTorch FSDP's per-block units as torchtitan wraps them, with FSDP's
+  // forward and backward prefetch): a pass pays only what the layer's own compute in that pass
+  // does not hide, max(0, gather - compute) (uniform blocks: the layer before computes as long).
+  // kTensor and kLayer are paid in full. The bytes are the same for all three (compression.h
   // LayerParameterTensorElements lists the tensors).
   Zero3Gather zero3_gather = Zero3Gather::kTensor;
   // Tensor parallelism uses Megatron sequence parallelism (activations split by TP everywhere).

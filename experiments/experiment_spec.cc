@@ -140,8 +140,8 @@ nlohmann::json ReadTraining(const TomlTableReader& family) {
   for (const char* key : {"sequence_parallel", "zero_reduce_every_microbatch"})
     if (const auto v = r.Bool(key)) out[key] = *v;
   if (const auto v = r.String("zero3_gather")) {
-    if (*v != "tensor" && *v != "layer")
-      r.Fail("zero3_gather", "must be \"tensor\" or \"layer\"");
+    if (*v != "tensor" && *v != "layer" && *v != "layer-prefetch")
+      r.Fail("zero3_gather", "must be \"tensor\", \"layer\" or \"layer-prefetch\"");
     out["zero3_gather"] = *v;
   }
   return out;

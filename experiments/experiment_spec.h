@@ -51,8 +51,8 @@
 //   pp_comm_overlap = 0.0             share of the pipeline sends hidden [0, 1]
 //   sequence_parallel = true          Megatron sequence parallelism with TP
 //   zero_reduce_every_microbatch = true   ZeRO-2/3 reduce-scatter every microbatch's gradients
-//   zero3_gather = "tensor"           ZeRO-3 all-gathers per parameter tensor (DeepSpeed) or
-//                                     per "layer" (FSDP)
+//   zero3_gather = "tensor"           ZeRO-3 all-gathers per parameter tensor (DeepSpeed), per
+//                                     "layer", or "layer-prefetch" (FSDP)
 // Not for generator "seed-cases" (each case fixes its problem).
 //
 // Cells are expanded in order family, instance, searcher, seed. Every error throws InputError

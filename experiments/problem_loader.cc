@@ -35,9 +35,10 @@ void AddProblemFlags(CLI::App* command, ProblemArgs& args) {
   AddDpBucketFlag(command, args);
   command
       ->add_option("--zero3-gather", args.zero3_gather,
-                   "ZeRO-3's parameter all-gathers: one per parameter tensor (DeepSpeed) or one "
-                   "per layer (PyTorch FSDP, torchtitan)")
-      ->check(cli::OneOf({"tensor", "layer"}))
+                   "ZeRO-3's parameter all-gathers: one per parameter tensor (DeepSpeed), one per "
+                   "layer, or one per layer prefetched under the layer before it (PyTorch FSDP, "
+                   "torchtitan)")
+      ->check(cli::OneOf({"tensor", "layer", "layer-prefetch"}))
       ->capture_default_str();
 }
 

@@ -20,7 +20,7 @@ struct ProblemArgs {
   std::string schedule = "1f1b";
   double dp_overlap = 0.0;                // share of DP sync hidden behind backward
   double dp_bucket_mib = 0.0;             // DP gradient bucket, MiB; 0: no buckets
-  std::string zero3_gather = "tensor";    // TrainingSpec::zero3_gather: "tensor" | "layer"
+  std::string zero3_gather = "tensor";    // TrainingSpec::zero3_gather (ParseZero3Gather)
 };
 
 // Adds --model, --cluster, --nodes, --global-batch, --seq-length, --schedule, --dp-overlap,

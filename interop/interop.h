@@ -68,7 +68,8 @@ struct ParallelLayout {
 // gradients, Adam's 8) and DDP also total 16 bytes per parameter (its fp32 reduce-scatter moves
 // twice the bytes priced). Unchanged where the parameters are not 2-byte. ZeRO-3's gathers
 // (TrainingSpec::zero3_gather): DeepSpeed's a parameter tensor at a time, torchtitan's FSDP2 a
-// block at a time (one all-gather per wrapped transformer block).
+// block at a time (one all-gather per wrapped transformer block), prefetched under the block
+// before it.
 TrainingSpec TrainingForTarget(Target target, const TrainingSpec& training);
 // What TrainingForTarget changes, as one line for the user ("" when nothing).
 std::string TargetTrainingChange(Target target, const TrainingSpec& training);

@@ -104,7 +104,7 @@ TrainingSpec TrainingForTarget(Target target, const TrainingSpec& training) {
   TrainingSpec out = training;
   if (target == Target::kMegatron && training.param_dtype_bytes == 2) out.grad_dtype_bytes = 4;
   if (target == Target::kDeepSpeed) out.zero3_gather = Zero3Gather::kTensor;
-  if (target == Target::kTorchtitan) out.zero3_gather = Zero3Gather::kLayer;
+  if (target == Target::kTorchtitan) out.zero3_gather = Zero3Gather::kLayerPrefetch;
   return out;
 }
 
@@ -117,11 +117,11 @@ std::string TargetTrainingChange(Target target, const TrainingSpec& training) {
         "Megatron-LM's --bf16 without --grad-reduce-in-bf16)",
         out.grad_dtype_bytes, training.grad_dtype_bytes);
   if (out.zero3_gather != training.zero3_gather)
-    changes += fmt::format("{}ZeRO-3 parameters all-gathered a {} at a time ({})",
-                           changes.empty() ? "" : "; ", Zero3GatherName(out.zero3_gather),
-                           out.zero3_gather == Zero3Gather::kLayer
-                               ? "FSDP's per-block units"
-                               : "DeepSpeed's per-parameter gathers");
+    changes += fmt::format("{}ZeRO-3 parameters all-gathered {}", changes.empty() ? "" : "; ",
+                           out.zero3_gather == Zero3Gather::kTensor
+                               ? "a tensor at a time (DeepSpeed's per-parameter gathers)"
+                               : "a layer at a time, each under the layer before it (FSDP's "
+                                 "per-block units and prefetch)");
   if (changes.empty()) return "";
   return fmt::format("priced as {} runs it: {}", TargetName(target), changes);
 }

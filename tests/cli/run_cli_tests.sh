@@ -187,15 +187,17 @@ expect "search --max-tp 16 searches TP groups of whole nodes too: the DP's optim
   "$STRATOS" search --model gpt3-175b --nodes 8 --global-batch 64 --algo dp --max-tp 16 \
   --output-dir "$WORK/max_tp"
 # ZeRO-3 at scale: DeepSpeed all-gathers each parameter tensor (a GPT block's 12 collectives per
-# pass, each with the ring's steps over the DP group); FSDP a layer at a time.
+# pass, each with the ring's steps over the DP group); FSDP a layer at a time, prefetched.
 ZERO3=(evaluate --model gpt3-175b --nodes 192 --global-batch 1536 --tp 1 --pp 1 --dp 1536
        --micro-batch 1 --zero 3 --recompute full)
 expect "ZeRO-3 on 1536 GPUs gathers a tensor at a time by default" 0 \
   "predicted iteration: 58\.6519 s" -- "$STRATOS" "${ZERO3[@]}"
 expect "--zero3-gather layer gathers a layer at a time" 0 "predicted iteration: 31\.2603 s" -- \
   "$STRATOS" "${ZERO3[@]}" --zero3-gather layer
+expect "--zero3-gather layer-prefetch hides each layer's gather under compute" 0 \
+  "predicted iteration: 19\.3978 s" -- "$STRATOS" "${ZERO3[@]}" --zero3-gather layer-prefetch
 expect_one_line_error "--zero3-gather names the flag and its values" \
-  '--zero3-gather = "block": must be one of "tensor", "layer"' -- \
+  '--zero3-gather = "block": must be one of "tensor", "layer", "layer-prefetch"' -- \
   "$STRATOS" "${ZERO3[@]}" --zero3-gather block
 expect_one_line_error "search --max-tp 0 names the flag and the rule" "--max-tp = 0: must be >= 1" -- \
   "$STRATOS" search --max-tp 0 --algo dp --output-dir "$WORK/max_tp0"

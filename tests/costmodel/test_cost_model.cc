@@ -153,11 +153,28 @@ TEST_CASE("ZeRO-3 all-gathers a parameter tensor at a time (DeepSpeed): a GPT bl
         doctest::Approx(2 * (bandwidth + 12 * 3e-6)));
   CHECK(gather(Zero3Gather::kTensor, Recompute::kFull) ==
         doctest::Approx(3 * (bandwidth + 12 * 3e-6)));
+  // Prefetched (FSDP), each pass pays what the block's compute in it does not hide: on this
+  // ideal device (100 TFLOP/s) the block's compute hides the whole gather; on a 1 GB/s link the
+  // gather outlasts each pass by its difference.
+  const LayerCompute compute = LayerComputeSeconds(problem.model, 1, problem.cluster.Device(),
+                                                   problem.training, 2, 1, Recompute::kFull);
+  REQUIRE(compute.forward_seconds > bandwidth + 3e-6);
+  CHECK(gather(Zero3Gather::kLayerPrefetch, Recompute::kFull) == 0.0);
+  problem.cluster.networks[0].bandwidth_bytes_per_second = 1e9;
+  const double slow = 3.0 / 4 * params * 2 / 1e9 + 3e-6;
+  REQUIRE(slow > compute.backward_seconds);
+  CHECK(gather(Zero3Gather::kLayerPrefetch, Recompute::kFull) ==
+        doctest::Approx(3 * slow - compute.forward_seconds - compute.backward_seconds -
+                        compute.recompute_seconds));
+  CHECK(gather(Zero3Gather::kLayer, Recompute::kFull) == doctest::Approx(3 * slow));
   // The default is DeepSpeed's.
   CHECK(TrainingSpec{}.zero3_gather == Zero3Gather::kTensor);
   CHECK(ParseZero3Gather("layer", "test") == Zero3Gather::kLayer);
+  CHECK(ParseZero3Gather("layer-prefetch", "test") == Zero3Gather::kLayerPrefetch);
+  CHECK(std::string(Zero3GatherName(Zero3Gather::kLayerPrefetch)) == "layer-prefetch");
   CHECK_THROWS_WITH_AS(ParseZero3Gather("block", "flags"),
-                       doctest::Contains("must be \"tensor\" or \"layer\""), InputError);
+                       doctest::Contains("must be \"tensor\", \"layer\" or \"layer-prefetch\""),
+                       InputError);
 }
 
 TEST_CASE("ZeRO-2/3 reduce-scatter every microbatch's gradients: m - 1 reduce-scatters (their "

@@ -269,7 +269,8 @@ TEST_CASE("experiment spec: errors name the file, the key, the value and the rul
   const std::string gather_error =
       SpecError(family + "training = { zero3_gather = \"block\" }\n" + searcher);
   CHECK(gather_error.find("spec.toml: family[0].training.zero3_gather") == 0);
-  CHECK(gather_error.find("must be \"tensor\" or \"layer\"") != std::string::npos);
+  CHECK(gather_error.find("must be \"tensor\", \"layer\" or \"layer-prefetch\"") !=
+        std::string::npos);
   CHECK(SpecError(family + "training = { dp_overlap_fraction = 1 }\n" + searcher)
             .find("spec.toml: family[0].training.dp_overlap_fraction: unknown key") == 0);
   CHECK(SpecError(family + "training = 1\n" + searcher)

@@ -344,15 +344,16 @@ TEST_CASE("Megatron-LM's bf16 training holds and reduces fp32 gradients: exports
     if (target != Target::kTorchtitan) CHECK(TargetTrainingChange(target, priced).empty());
   }
   // ZeRO-3's gathers as each runs them: DeepSpeed a parameter tensor at a time (the default),
-  // torchtitan's FSDP2 a block at a time.
+  // torchtitan's FSDP2 a block at a time, prefetched.
   REQUIRE(priced.zero3_gather == Zero3Gather::kTensor);
-  CHECK(TrainingForTarget(Target::kTorchtitan, priced).zero3_gather == Zero3Gather::kLayer);
+  CHECK(TrainingForTarget(Target::kTorchtitan, priced).zero3_gather ==
+        Zero3Gather::kLayerPrefetch);
   CHECK(Contains(TargetTrainingChange(Target::kTorchtitan, priced), "a layer at a time"));
   TrainingSpec fsdp = priced;
-  fsdp.zero3_gather = Zero3Gather::kLayer;
+  fsdp.zero3_gather = Zero3Gather::kLayerPrefetch;
   CHECK(TrainingForTarget(Target::kDeepSpeed, fsdp).zero3_gather == Zero3Gather::kTensor);
   CHECK(Contains(TargetTrainingChange(Target::kDeepSpeed, fsdp), "a tensor at a time"));
-  CHECK(TrainingForTarget(Target::kMegatron, fsdp).zero3_gather == Zero3Gather::kLayer);
+  CHECK(TrainingForTarget(Target::kMegatron, fsdp).zero3_gather == Zero3Gather::kLayerPrefetch);
   TrainingSpec fp32 = priced;
   fp32.param_dtype_bytes = fp32.grad_dtype_bytes = 4;
   CHECK(TrainingForTarget(Target::kMegatron, fp32).grad_dtype_bytes == 4);

@@ -451,9 +451,10 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // all-reduce for ZeRO 0; reduce-scatter of the gradients + all-gather of the updated
   // parameters for ZeRO 1-2; reduce-scatter only for
   // ZeRO-3, which instead all-gathers the parameters in every forward and backward pass (1.5x
-  // volume; Rajbhandari et al. SC'20 §7), a layer or a tensor at a time (Zero3GatherSeconds). With gradient compression (ZeRO 0-1 only,
-  // costmodel/compression.h) each of the layer's gradient tensors is exchanged in its compressed
-  // form: ring all-reduce of its MessageBytes, or an all-gather of n messages; ZeRO-1 then
+  // volume; Rajbhandari et al. SC'20 §7), a layer or a tensor at a time (Zero3GatherSeconds).
+  // With gradient compression (ZeRO 0-1 only, costmodel/compression.h) each of the layer's
+  // gradient tensors is exchanged in its compressed form: ring all-reduce of its MessageBytes,
+  // or an all-gather of n messages; ZeRO-1 then
   // all-gathers the updated parameters, and its half-precision casts, being linear,
   // reduce-scatter instead of all-reducing.
   // Compressing and decompressing run on the device's cores after the last backward, so their

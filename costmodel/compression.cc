@@ -256,14 +256,7 @@ std::vector<double> LayerParameterTensorElements(const ModelSpec& model, const L
   }
   const std::vector<GradientTensorShape> shapes = LayerGradientShapes(model, layer, tp);
   const size_t matrices = LayerWeightMatrixRows(model, layer.kind).size();
-  int vectors = 0;  // the vector tensors of model.cc's parameter counts
-  const bool bert = model.family == "bert", llama = model.family == "llama";
-  switch (layer.kind) {
-    case LayerKind::kEmbedding: vectors = bert ? 3 : 0; break;
-    case LayerKind::kTransformer: vectors = llama ? 2 : 8; break;
-    case LayerKind::kHead: vectors = bert ? 5 : (llama ? 1 : 2); break;
-    case LayerKind::kExplicit: break;
-  }
+  const int vectors = layer.vector_param_tensors;
   std::vector<double> elements;
   for (const GradientTensorShape& shape : shapes) {
     const double n = shape.Elements();

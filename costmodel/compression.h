@@ -172,11 +172,12 @@ std::vector<GradientTensorShape> LayerGradientShapes(const ModelSpec& model,
 std::vector<double> LayerWeightMatrixRows(const ModelSpec& model, LayerKind kind);
 // Elements of each parameter tensor of one layer on one tensor-parallel rank (what ZeRO-3
 // gathers one at a time, TrainingSpec::zero3_gather): LayerGradientShapes' weight matrices,
-// then its lumped vector split evenly over the layer's vector tensors (model.cc's parameter
-// counts): a gpt/bert block's 4 biases and 2 LayerNorms' weight and bias (8), a llama block's 2
-// RMSNorm weights; a gpt head's final LayerNorm (2), a llama head's RMSNorm (1), BERT's pooler
-// and MLM-transform biases, LayerNorm and decoder bias (5); BERT's token-type embedding and
-// embedding LayerNorm (3). Explicit layers, and an operator of an operator-granularity block
+// then its lumped vector split evenly over the layer's vector tensors
+// (LayerSpec::vector_param_tensors, which model.cc counts beside the parameters: a gpt/bert
+// block's 4 biases and 2 LayerNorms' weight and bias (8), a llama block's 2 RMSNorm weights; a
+// gpt head's final LayerNorm (2), a llama head's RMSNorm (1), BERT's pooler and MLM-transform
+// biases, LayerNorm and decoder bias (5); BERT's token-type embedding and embedding LayerNorm
+// (3)). Explicit layers, and an operator of an operator-granularity block
 // (LayerSpec::block_operator, a submodule): one tensor. Adds up to stored_param_count / tp.
 // Example: a gpt block has 12 tensors, a llama block 7 (fused qkv, out, gate, up, down, 2 norms).
 std::vector<double> LayerParameterTensorElements(const ModelSpec& model, const LayerSpec& layer,

@@ -133,6 +133,7 @@ LayerSpec Embedding(const ModelSpec& model, const Shape& x) {
   double params = x.V * x.h;                                // word embeddings
   if (model.family != "llama") params += x.P * x.h;         // learned positions
   if (model.family == "bert") params += 2 * x.h + 2 * x.h;  // token types + LayerNorm
+  if (model.family == "bert") layer.vector_param_tensors = 3;  // as HF BertEmbeddings holds them
   layer.param_count = params;
   layer.stored_param_count = params;
   layer.forward_flops = 0;  // a gather, no GEMM
@@ -160,9 +161,11 @@ LayerSpec TransformerBlock(const ModelSpec& model, const Shape& x, int index) {
   double extra = 0;
   if (llama) {
     extra = 2 * x.h;  // two RMSNorm weights, no biases
+    layer.vector_param_tensors = 2;
   } else {
     extra = (x.h + 2 * x.hkv) + x.h + x.f + x.h  // biases of qkv, o, fc1, fc2
             + 2 * (2 * x.h);                     // two LayerNorms (weight + bias)
+    layer.vector_param_tensors = 4 + 2 * 2;
   }
   layer.param_count = matmul + extra;
   layer.stored_param_count = layer.param_count;
@@ -187,12 +190,19 @@ LayerSpec Head(const ModelSpec& model, const Shape& x) {
   layer.cost_class = 2;
   const double lm_head = x.V * x.h;
   double params = 0;
-  if (model.family == "gpt") params = 2 * x.h;  // final LayerNorm
-  if (model.family == "llama") params = x.h;    // final RMSNorm
+  if (model.family == "gpt") {
+    params = 2 * x.h;  // final LayerNorm
+    layer.vector_param_tensors = 2;
+  }
+  if (model.family == "llama") {
+    params = x.h;  // final RMSNorm
+    layer.vector_param_tensors = 1;
+  }
   if (model.family == "bert") {
     // Post-LN: no final norm. Pooler (dense + bias), MLM transform (dense + bias + LayerNorm),
     // decoder bias (HF BertModel + BertForMaskedLM head).
     params = (x.h * x.h + x.h) + (x.h * x.h + x.h) + 2 * x.h + x.V;
+    layer.vector_param_tensors = 5;
   }
   layer.param_count = params + (model.tie_word_embeddings ? 0 : lm_head);
   // Megatron-LM keeps its own copy of tied word embeddings on the last pipeline stage.

@@ -38,6 +38,10 @@ struct LayerSpec {
   // Parameters the stage holding this layer stores. Differs from param_count for a head with
   // tied embeddings: like Megatron-LM, the last stage keeps its own copy of the word embeddings.
   double stored_param_count = 0;
+  // How many of the layer's parameter tensors are vectors (biases, norms' weights and biases),
+  // counted where the parameters are: ZeRO-3 gathers each tensor on its own
+  // (compression.h LayerParameterTensorElements). 0 for explicit layers.
+  int vector_param_tensors = 0;
 
   // Activation bytes kept for the backward pass, per sample, without recomputation, split as in
   // Korthikanti et al. 2022 (Table 2): for a GPT block 10 s h (LayerNorm inputs, dropout masks,

@@ -7,6 +7,11 @@
 
 namespace stratos {
 
+namespace {
+constexpr Zero3Gather kZero3Gathers[] = {Zero3Gather::kTensor, Zero3Gather::kLayer,
+                                          Zero3Gather::kLayerPrefetch};
+}  // namespace
+
 const char* ScheduleName(Schedule schedule) {
   return schedule == Schedule::kGpipe ? "gpipe" : "1f1b";
 }
@@ -27,6 +32,22 @@ const char* Zero3GatherName(Zero3Gather unit) {
   }
 }
 
+std::vector<std::string> Zero3GatherNames() {
+  std::vector<std::string> names;
+  for (Zero3Gather unit : kZero3Gathers) names.push_back(Zero3GatherName(unit));
+  return names;
+}
+
+std::string Zero3GatherRule() {
+  const std::vector<std::string> names = Zero3GatherNames();
+  std::string rule = "must be ";
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) rule += i + 1 == names.size() ? " or " : ", ";
+    rule += fmt::format("\"{}\"", names[i]);
+  }
+  return rule;
+}
+
 Schedule ParseSchedule(const std::string& text, const std::string& where) {
   if (text == "gpipe") return Schedule::kGpipe;
   if (text == "1f1b") return Schedule::kOneFOneB;
@@ -42,11 +63,9 @@ Recompute ParseRecompute(const std::string& text, const std::string& where) {
 }
 
 Zero3Gather ParseZero3Gather(const std::string& text, const std::string& where) {
-  if (text == "tensor") return Zero3Gather::kTensor;
-  if (text == "layer") return Zero3Gather::kLayer;
-  if (text == "layer-prefetch") return Zero3Gather::kLayerPrefetch;
-  ThrowInputError(where, "zero3_gather", fmt::format("\"{}\"", text),
-                  "must be \"tensor\", \"layer\" or \"layer-prefetch\"");
+  for (Zero3Gather unit : kZero3Gathers)
+    if (text == Zero3GatherName(unit)) return unit;
+  ThrowInputError(where, "zero3_gather", fmt::format("\"{}\"", text), Zero3GatherRule());
 }
 
 void ValidateTrainingSpec(const TrainingSpec& training, const std::string& where) {

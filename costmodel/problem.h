@@ -1,6 +1,7 @@
 #pragma once
 // Problem = model + cluster + training options: everything a searcher needs.
 #include <string>
+#include <vector>
 
 #include "costmodel/cluster.h"
 #include "costmodel/model.h"
@@ -15,6 +16,10 @@ enum class Zero3Gather { kTensor, kLayer, kLayerPrefetch };
 const char* ScheduleName(Schedule schedule);        // "gpipe" | "1f1b"
 const char* RecomputeName(Recompute recompute);     // "none" | "selective" | "full"
 const char* Zero3GatherName(Zero3Gather unit);  // "tensor" | "layer" | "layer-prefetch"
+// Every unit's name, in the enum's order: the one list the CLI, spec files and parser accept.
+std::vector<std::string> Zero3GatherNames();
+// "\"tensor\", \"layer\" or \"layer-prefetch\"": the rule an error message states.
+std::string Zero3GatherRule();
 // Throw InputError naming `where` and the allowed values for anything else.
 Schedule ParseSchedule(const std::string& text, const std::string& where);
 Recompute ParseRecompute(const std::string& text, const std::string& where);

@@ -140,8 +140,9 @@ nlohmann::json ReadTraining(const TomlTableReader& family) {
   for (const char* key : {"sequence_parallel", "zero_reduce_every_microbatch"})
     if (const auto v = r.Bool(key)) out[key] = *v;
   if (const auto v = r.String("zero3_gather")) {
-    if (*v != "tensor" && *v != "layer" && *v != "layer-prefetch")
-      r.Fail("zero3_gather", "must be \"tensor\", \"layer\" or \"layer-prefetch\"");
+    const std::vector<std::string> units = Zero3GatherNames();
+    if (std::find(units.begin(), units.end(), *v) == units.end())
+      r.Fail("zero3_gather", Zero3GatherRule());
     out["zero3_gather"] = *v;
   }
   return out;

@@ -38,7 +38,7 @@ void AddProblemFlags(CLI::App* command, ProblemArgs& args) {
                    "ZeRO-3's parameter all-gathers: one per parameter tensor (DeepSpeed), one per "
                    "layer, or one per layer prefetched under the layer before it (PyTorch FSDP, "
                    "torchtitan)")
-      ->check(cli::OneOf({"tensor", "layer", "layer-prefetch"}))
+      ->check(cli::OneOf(Zero3GatherNames()))
       ->capture_default_str();
 }
 

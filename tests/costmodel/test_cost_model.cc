@@ -138,6 +138,18 @@ TEST_CASE("ZeRO-3 all-gathers a parameter tensor at a time (DeepSpeed): a GPT bl
   llama.family = "llama";
   BuildTransformerLayers(llama);
   CHECK(LayerParameterTensorElements(llama, llama.layers[1], 1).size() == 7);
+  CHECK(LayerParameterTensorElements(llama, llama.layers.back(), 1).size() == 2);  // norm, lm_head
+  // BERT: word, position and token-type embeddings' LayerNorm; the head's pooler and MLM
+  // transform (dense + bias each), its LayerNorm, the decoder (tied) and its bias.
+  ModelSpec bert = problem.model;
+  bert.family = "bert";
+  BuildTransformerLayers(bert);
+  CHECK(LayerParameterTensorElements(bert, bert.layers[1], 1).size() == 12);
+  for (const LayerSpec& layer : bert.layers) {
+    double total = 0;
+    for (double n : LayerParameterTensorElements(bert, layer, 2)) total += n;
+    CHECK(total == doctest::Approx(layer.stored_param_count / 2));
+  }
   LayerSpec op = block;  // an operator of an operator-granularity block: one submodule
   op.block_operator = true;
   CHECK(LayerParameterTensorElements(problem.model, op, 2) == std::vector<double>{params / 2});
@@ -172,6 +184,10 @@ TEST_CASE("ZeRO-3 all-gathers a parameter tensor at a time (DeepSpeed): a GPT bl
   CHECK(ParseZero3Gather("layer", "test") == Zero3Gather::kLayer);
   CHECK(ParseZero3Gather("layer-prefetch", "test") == Zero3Gather::kLayerPrefetch);
   CHECK(std::string(Zero3GatherName(Zero3Gather::kLayerPrefetch)) == "layer-prefetch");
+  // One list of names, every one of which parses back to its unit.
+  CHECK(Zero3GatherNames() == std::vector<std::string>{"tensor", "layer", "layer-prefetch"});
+  for (const std::string& name : Zero3GatherNames())
+    CHECK(Zero3GatherName(ParseZero3Gather(name, "test")) == name);
   CHECK_THROWS_WITH_AS(ParseZero3Gather("block", "flags"),
                        doctest::Contains("must be \"tensor\", \"layer\" or \"layer-prefetch\""),
                        InputError);

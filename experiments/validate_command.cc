@@ -4,9 +4,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <map>
+
 #include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
+#include "experiments/problem_loader.h"
+#include "experiments/searchers.h"
+#include "validate/targets.h"
 #include "validate/validation.h"
 
 namespace stratos {
@@ -23,11 +31,50 @@ CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args) {
         ->check(cli::OutputDirectory());
     report->callback([&args, name] { args.report = name; });
   }
+  CLI::App* targets = validate->add_subcommand(
+      "targets", "the fidelity targets in one table: each report's figure against its target "
+                 "(megatron-h100, vtrain, amp, korthikanti, alpa-point) and the predicted MFU of "
+                 "make run's problem (about a minute)");
+  targets
+      ->add_option("--output-dir", args.output_dir,
+                   "where targets.json and targets.csv go (default: out/validate/targets)")
+      ->check(cli::OutputDirectory());
+  targets->callback([&args] { args.report = "targets"; });
   return validate;
 }
 
+namespace {
+
+// make run's problem (GPT-3 6.7B on 2 nodes of the zoo's dgx-a100-80gb, global batch 512; the
+// ProblemArgs defaults) searched by the DP: the MFU target's figure.
+MfuFigure MakeRunMfu() {
+  ProblemArgs problem_args;
+  problem_args.nodes = "2";
+  const Problem problem = LoadProblem(problem_args);
+  const SearchResult result = MakeSearcher("dp")->Search(problem, SearchOptions{});
+  STRATOS_CHECK(result.plan.has_value(), "the DP search found no plan for make run's problem");
+  const Estimate estimate = Evaluate(problem, *result.plan);
+  return {estimate.mfu, result.plan->Summary()};
+}
+
+ValidationReport RunTargets() {
+  std::map<std::string, nlohmann::json> summaries;
+  for (const std::string& name : FidelityTargetReports()) {
+    fmt::print("validate targets: running {}\n", name);
+    std::fflush(stdout);
+    summaries[name] = RunValidationReport(name).summary;
+  }
+  fmt::print("validate targets: searching make run's problem (--algo dp)\n");
+  std::fflush(stdout);
+  const MfuFigure mfu = MakeRunMfu();
+  return FidelityTargetsReport(CheckFidelityTargets(summaries, mfu), mfu);
+}
+
+}  // namespace
+
 int RunValidate(const ValidateArgs& args) {
-  const ValidationReport report = RunValidationReport(args.report);
+  const ValidationReport report =
+      args.report == "targets" ? RunTargets() : RunValidationReport(args.report);
   const std::string dir =
       args.output_dir.empty() ? "out/validate/" + args.report : args.output_dir;
   EnsureDirectory(dir);

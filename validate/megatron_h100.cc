@@ -14,6 +14,8 @@ namespace stratos {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Held-out MAPE the cost model is to reach on these runs, percent (validate/targets.h).
+constexpr double kHeldOutTargetPct = 5.0;
 
 std::string RowWhere(const MegatronScalingRow& row) {
   return fmt::format("megatron_h100_weak_scaling_2024.csv:{} ({})", row.line, row.model);
@@ -310,20 +312,21 @@ ValidationReport ValidateMegatronH100(const std::string& reference_path,
       {"mape_all_pct", mape_all},
       {"num_rows", rows.size()},
       {"mape_zoo_constants_all_pct", mape_zoo},
-      {"target_mape_pct", 10.0},
-      {"meets_target", mape_held <= 10.0 && mape_all <= 10.0},
+      {"target_held_out_mape_pct", kHeldOutTargetPct},
+      {"meets_target", mape_held <= kHeldOutTargetPct},
       {"interleaved", how.interleaved},
       {"flash_attention", how.flash_attention},
       {"other_schedule", other_schedule},
       {"other_attention", other_attention},
       {"other_dp_buckets", other_buckets}};
   report.headline = fmt::format(
-      "MAPE {:.1f}% on the {} held-out rows, {:.1f}% on all {} (target <= 10%) on the zoo's {} "
+      "MAPE {:.1f}% on the {} held-out rows (target <= {:.0f}%), {:.1f}% on all {} on the zoo's {} "
       "(H100 matmul efficiency {:.3f} fitted on {} and {}, datasheet MAMF 0.803; {}), "
       "communication overlap {:.2f}; the overlap fitted too: {:.3f}{}; the datasheet base {} "
       "without overlap: MAPE {:.1f}%; refitted with {} instead: held-out MAPE {:.1f}%; with {}: "
       "{:.1f}%; with {}: {:.1f}% (overlap {:.2f})",
-      mape_held, predicted_held.size(), mape_all, rows.size(), kMegatronShippedCluster,
+      mape_held, predicted_held.size(), kHeldOutTargetPct, mape_all, rows.size(),
+      kMegatronShippedCluster,
       shipped_efficiency, calibration_models[0], calibration_models[1],
       shipped_is_this_fit ? "the shipped file is this fit"
                           : "the shipped file differs from this fit: rerun stratos calibrate "

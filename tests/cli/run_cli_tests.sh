@@ -381,6 +381,11 @@ for report in megatron-h100 amp korthikanti zero alpa-point nccl; do
   expect "validate $report writes its CSV" 0 "," -- cat "$WORK/validate/$report/$report.csv"
 done
 expect "validate lists its reports" 0 "alpa-point" -- "$STRATOS" validate --help
+expect "validate targets checks every target, the MFU of make run's plan among them" 0 \
+  "^ *mfu  predicted MFU % of GPT-3 6.7B on 16 A100s  *[0-9.]*  *in \[45, 60\]" -- \
+  "$STRATOS" validate targets --output-dir "$WORK/validate/targets"
+expect "validate targets writes how many it met" 0 '"total": 9' -- \
+  cat "$WORK/validate/targets/targets.json"
 expect "calibrate --amp-profile fits the T4 on AMP's layer profile" 0 \
   "matmul_efficiency 0.5100; block curve scale 4.272; intra-node latency 338.7 us" -- \
   "$STRATOS" calibrate --amp-profile --cluster g4dn.12xlarge --name g4dn.12xlarge-calibrated \

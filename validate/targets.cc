@@ -1,0 +1,111 @@
+#include "validate/targets.h"
+
+#include <fmt/format.h>
+
+#include "costmodel/error.h"
+
+namespace stratos {
+
+namespace {
+
+// The number at `path` ("a.b") of report `name`'s summary.
+double Figure(const std::map<std::string, nlohmann::json>& summaries, const std::string& name,
+              const std::string& path) {
+  const auto it = summaries.find(name);
+  STRATOS_CHECK(it != summaries.end(), "no summary of report {}", name);
+  const nlohmann::json::json_pointer pointer("/" + path);
+  STRATOS_CHECK(it->second.contains(pointer) && it->second.at(pointer).is_number(),
+                "report {} has no figure {}", name, path);
+  return it->second.at(pointer).get<double>();
+}
+
+TargetCheck AtMost(const std::string& report, const std::string& figure, double value,
+                   double bound) {
+  return {report, figure, value, fmt::format("<= {}", bound), value <= bound};
+}
+
+TargetCheck AtLeast(const std::string& report, const std::string& figure, double value,
+                    double bound, const std::string& bound_text = "") {
+  return {report, figure, value,
+          ">= " + (bound_text.empty() ? fmt::format("{}", bound) : bound_text), value >= bound};
+}
+
+}  // namespace
+
+std::vector<std::string> FidelityTargetReports() {
+  return {"megatron-h100", "vtrain", "amp", "korthikanti", "alpa-point"};
+}
+
+std::vector<TargetCheck> CheckFidelityTargets(
+    const std::map<std::string, nlohmann::json>& summaries, const MfuFigure& mfu) {
+  std::vector<TargetCheck> checks;
+  checks.push_back(AtMost("megatron-h100", "held-out MAPE %",
+                          Figure(summaries, "megatron-h100", "mape_held_out_pct"), 5));
+  checks.push_back(AtMost("vtrain", "MAPE % of the rows not fitted",
+                          Figure(summaries, "vtrain", "mape_not_fitted_pct"), 8));
+  checks.push_back(AtLeast("vtrain", "Spearman within the worst model",
+                           Figure(summaries, "vtrain", "worst_spearman_within_model"), 0.9));
+  const double amp_own = Figure(summaries, "amp", "spearman_amp");
+  checks.push_back(AtLeast("amp", "Spearman over the trials that ran",
+                           Figure(summaries, "amp", "spearman_ours"), amp_own,
+                           fmt::format("{:.4f} (AMP's own cost model)", amp_own)));
+  checks.push_back(AtMost("amp", "our top-1's measured time / the best's",
+                          Figure(summaries, "amp", "top1_ours_among_feasible/measured_over_best"),
+                          1.03));
+  const double failed = Figure(summaries, "amp", "memory/failed_trials");
+  const double predicted = Figure(summaries, "amp", "memory/failures_predicted");
+  checks.push_back(AtLeast("amp", "failed trials predicted not to fit", predicted, failed,
+                           fmt::format("{} (all)", failed)));
+  checks.push_back(AtMost("korthikanti", "22B layer times MAPE %",
+                          Figure(summaries, "korthikanti", "time_mape_pct"), 10));
+  checks.push_back(AtMost("alpa-point", "GPT 2.6B iteration |error| %",
+                          Figure(summaries, "alpa-point", "mape_pct"), 15));
+  const double mfu_pct = 100.0 * mfu.mfu;
+  checks.push_back({"mfu", "predicted MFU % of GPT-3 6.7B on 16 A100s", mfu_pct, "in [45, 60]",
+                    mfu_pct >= 45.0 && mfu_pct <= 60.0});
+  return checks;
+}
+
+ValidationReport FidelityTargetsReport(const std::vector<TargetCheck>& checks,
+                                       const MfuFigure& mfu) {
+  ValidationReport report;
+  report.name = "targets";
+  report.title =
+      "the cost model's fidelity targets on the given data: each report's figure against its "
+      "target, and the predicted MFU of make run's problem";
+  report.assumptions = {
+      "each figure is the report of that name as `stratos validate <report>` computes it, on the "
+      "rows it does not fit",
+      fmt::format("mfu: GPT-3 6.7B on 2 nodes of the zoo's dgx-a100-80gb (16 A100s), global batch "
+                  "512, at the plan `stratos search --algo dp` finds: {}",
+                  mfu.plan)};
+  report.columns = {{"report", "report", 0},
+                    {"figure", "figure", 0},
+                    {"value", "value", 4},
+                    {"rule", "target", 0},
+                    {"met", "met", 0}};
+  int met = 0;
+  for (const TargetCheck& check : checks) {
+    report.rows.push_back({{"report", check.report},
+                           {"figure", check.figure},
+                           {"value", check.value},
+                           {"rule", check.rule},
+                           {"met", check.met}});
+    met += check.met ? 1 : 0;
+  }
+  const int total = static_cast<int>(checks.size());
+  report.summary = {{"met", met},
+                    {"total", total},
+                    {"all_met", met == total},
+                    {"mfu_plan", mfu.plan}};
+  std::string missed;
+  for (const TargetCheck& check : checks)
+    if (!check.met)
+      missed += fmt::format("{}{} {} ({:.4g}, target {})", missed.empty() ? "" : "; ",
+                            check.report, check.figure, check.value, check.rule);
+  report.headline = fmt::format("{} of {} targets met{}{}", met, total,
+                                missed.empty() ? "" : "; missed: ", missed);
+  return report;
+}
+
+}  // namespace stratos

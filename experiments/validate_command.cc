@@ -1,4 +1,5 @@
-// `stratos validate <report>`: prints a validation report and writes its JSON and CSV.
+// `stratos validate <report>`: prints a validation report and writes its JSON and CSV;
+// `stratos validate targets`: every fidelity target of the reports in one table (validate/targets.h).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -7,11 +8,11 @@
 #include <cstdio>
 #include <map>
 
+#include "costmodel/error.h"
+#include "costmodel/evaluate.h"
 #include "experiments/cli_rules.h"
 #include "experiments/commands.h"
 #include "experiments/output.h"
-#include "costmodel/error.h"
-#include "costmodel/evaluate.h"
 #include "experiments/problem_loader.h"
 #include "experiments/searchers.h"
 #include "validate/targets.h"

@@ -8,7 +8,8 @@ namespace stratos {
 
 namespace {
 
-// The number at `path` ("a.b") of report `name`'s summary.
+// The number at `path` ("key" or "key/subkey", a JSON pointer without its leading "/") of report
+// `name`'s summary.
 double Figure(const std::map<std::string, nlohmann::json>& summaries, const std::string& name,
               const std::string& path) {
   const auto it = summaries.find(name);

@@ -1,5 +1,5 @@
 // `stratos validate <report>`: prints a validation report and writes its JSON and CSV;
-// `stratos validate targets`: every fidelity target of the reports in one table (validate/targets.h).
+// `stratos validate targets`: every fidelity target in one table (validate/targets.h).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 

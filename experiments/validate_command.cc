@@ -35,7 +35,7 @@ CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args) {
   CLI::App* targets = validate->add_subcommand(
       "targets", "the fidelity targets in one table: each report's figure against its target "
                  "(megatron-h100, vtrain, amp, korthikanti, alpa-point) and the predicted MFU of "
-                 "make run's problem (about a minute)");
+                 "GPT-3 6.7B on 16 A100s at the DP's plan (about a minute)");
   targets
       ->add_option("--output-dir", args.output_dir,
                    "where targets.json and targets.csv go (default: out/validate/targets)")
@@ -46,14 +46,14 @@ CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args) {
 
 namespace {
 
-// make run's problem (GPT-3 6.7B on 2 nodes of the zoo's dgx-a100-80gb, global batch 512; the
-// ProblemArgs defaults) searched by the DP: the MFU target's figure.
+// GPT-3 6.7B on 2 nodes of the zoo's dgx-a100-80gb, global batch 512 (the ProblemArgs defaults)
+// searched by the DP: the MFU target's figure.
 MfuFigure MakeRunMfu() {
   ProblemArgs problem_args;
   problem_args.nodes = "2";
   const Problem problem = LoadProblem(problem_args);
   const SearchResult result = MakeSearcher("dp")->Search(problem, SearchOptions{});
-  STRATOS_CHECK(result.plan.has_value(), "the DP search found no plan for make run's problem");
+  STRATOS_CHECK(result.plan.has_value(), "the DP search found no plan for GPT-3 6.7B on 16 A100s");
   const Estimate estimate = Evaluate(problem, *result.plan);
   return {estimate.mfu, result.plan->Summary()};
 }
@@ -65,7 +65,7 @@ ValidationReport RunTargets() {
     std::fflush(stdout);
     summaries[name] = RunValidationReport(name).summary;
   }
-  fmt::print("validate targets: searching make run's problem (--algo dp)\n");
+  fmt::print("validate targets: searching GPT-3 6.7B on 16 A100s (--algo dp)\n");
   std::fflush(stdout);
   const MfuFigure mfu = MakeRunMfu();
   return FidelityTargetsReport(CheckFidelityTargets(summaries, mfu), mfu);

@@ -73,7 +73,7 @@ ValidationReport FidelityTargetsReport(const std::vector<TargetCheck>& checks,
   report.name = "targets";
   report.title =
       "the cost model's fidelity targets on the given data: each report's figure against its "
-      "target, and the predicted MFU of make run's problem";
+      "target, and the predicted MFU of GPT-3 6.7B on 16 A100s";
   report.assumptions = {
       "each figure is the report of that name as `stratos validate <report>` computes it, on the "
       "rows it does not fit",

@@ -1,7 +1,7 @@
 #pragma once
 // The cost model's fidelity targets on the given data, checked in one place: each is a figure one
-// of the validation reports computes (ValidationReport::summary), or the predicted MFU of
-// `make run`'s problem, with the rule it must meet. `stratos validate targets` runs the reports and
+// of the validation reports computes (ValidationReport::summary), or the predicted MFU of GPT-3
+// 6.7B on 16 A100s, with the rule it must meet. `stratos validate targets` runs the reports and
 // prints the checks; a regression in any report shows there as a target newly missed.
 #include <map>
 #include <string>
@@ -22,7 +22,8 @@ struct TargetCheck {
 };
 
 // The MFU of GPT-3 6.7B on 16 A100s (2 nodes of the zoo's dgx-a100-80gb, global batch 512) at
-// the plan the DP searcher finds: `make run`'s problem and search.
+// the plan the DP searcher finds (README's `stratos search --model gpt3-6.7b --cluster
+// dgx-a100-80gb --nodes 2 --global-batch 512 --algo dp`).
 struct MfuFigure {
   double mfu = 0;    // fraction of peak
   std::string plan;  // the plan, one line (for the report)

@@ -48,7 +48,7 @@ namespace {
 
 // GPT-3 6.7B on 2 nodes of the zoo's dgx-a100-80gb, global batch 512 (the ProblemArgs defaults)
 // searched by the DP: the MFU target's figure.
-MfuFigure MakeRunMfu() {
+MfuFigure SearchedA100Mfu() {
   ProblemArgs problem_args;
   problem_args.nodes = "2";
   const Problem problem = LoadProblem(problem_args);
@@ -67,7 +67,7 @@ ValidationReport RunTargets() {
   }
   fmt::print("validate targets: searching GPT-3 6.7B on 16 A100s (--algo dp)\n");
   std::fflush(stdout);
-  const MfuFigure mfu = MakeRunMfu();
+  const MfuFigure mfu = SearchedA100Mfu();
   return FidelityTargetsReport(CheckFidelityTargets(summaries, mfu), mfu);
 }
 

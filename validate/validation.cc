@@ -11,14 +11,15 @@
 #include "validate/nccl_sweeps.h"
 #include "validate/reference_tables.h"
 #include "validate/vtrain.h"
+#include "validate/vtrain_shapes.h"
 #include "validate/zero_memory.h"
 
 namespace stratos {
 
 const std::vector<std::string>& ValidationReportNames() {
-  static const std::vector<std::string> names = {"megatron-h100", "amp",        "korthikanti",
-                                                 "zero",          "alpa-point", "vtrain",
-                                                 "nccl"};
+  static const std::vector<std::string> names = {
+      "megatron-h100", "amp", "korthikanti", "zero", "alpa-point", "vtrain", "vtrain-shapes",
+      "nccl"};
   return names;
 }
 
@@ -38,6 +39,9 @@ std::string ValidationReportDescription(const std::string& name) {
   if (name == "vtrain")
     return "predicted vs measured iteration time of vTrain's 1,440 GPT runs on one A100 node "
            "(a fifth fitted), MAPE and Spearman within each model";
+  if (name == "vtrain-shapes")
+    return "vTrain's runs not fitted by GEMM shape (hidden x TP x micro batch): signed error and "
+           "the share of peak reached in hardware FLOPs, measured and predicted";
   if (name == "nccl")
     return "measured NCCL all-reduce sweeps vs the collective model, its constants fitted on "
            "every fifth row (held-out MAPE by message size)";
@@ -54,6 +58,8 @@ ValidationReport RunValidationReport(const std::string& name) {
   if (name == "zero") return ValidateZeroMemory(ReferenceDataPath("zero_memory.csv"));
   if (name == "alpa-point") return ValidateAlpaPoint(ReferenceDataPath("alpa_measured_points.csv"));
   if (name == "vtrain") return ValidateVtrain(ReferenceDataPath("vtrain_a100_single_node.csv"));
+  if (name == "vtrain-shapes")
+    return ValidateVtrainShapes(ReferenceDataPath("vtrain_a100_single_node.csv"));
   if (name == "nccl") return ValidateNcclSweeps(ReferenceDataPath("nccl_allreduce_sweeps.csv"));
   throw InputError(fmt::format("validate: report = {}: unknown (reports: {})", name,
                                fmt::join(ValidationReportNames(), ", ")));

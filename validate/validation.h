@@ -7,7 +7,8 @@
 
 namespace stratos {
 
-// "megatron-h100", "amp", "korthikanti", "zero", "alpa-point", "vtrain", "nccl".
+// "megatron-h100", "amp", "korthikanti", "zero", "alpa-point", "vtrain", "vtrain-shapes",
+// "nccl".
 const std::vector<std::string>& ValidationReportNames();
 
 // One line per report: what it compares with what.

@@ -81,6 +81,16 @@ VtrainCase BuildVtrainCase(const VtrainRow& row, const VtrainAssumptions& how) {
   return c;
 }
 
+VtrainAssumptions ShippedVtrainAssumptions() {
+  VtrainAssumptions shipped;
+  shipped.cluster = kVtrainShippedCluster;
+  ClusterSpec cluster = ZooCluster(shipped.cluster, 1);
+  const DeviceSpec& device = PricedDevice(cluster);
+  shipped.layer_curve = device.layer_curve;
+  shipped.matmul_curve = device.matmul_curve;
+  return shipped;
+}
+
 double PredictVtrainMs(const VtrainRow& row, const VtrainAssumptions& how) {
   const VtrainCase c = BuildVtrainCase(row, how);
   return Evaluate(c.problem, c.plan).iteration_seconds * 1e3;
@@ -211,14 +221,7 @@ ValidationReport ValidateVtrain(const std::string& reference_path, const VtrainA
       FitVtrainConstants(fit_rows, how, VtrainFitForm::kEfficiency).constants;
   // The zoo's A100 as shipped (`stratos calibrate --vtrain-csv`, the same rule): its errors on
   // the rows not fitted, and whether its constants are this fit's.
-  VtrainAssumptions shipped;
-  shipped.cluster = kVtrainShippedCluster;
-  {
-    ClusterSpec cluster = ZooCluster(shipped.cluster, 1);
-    const DeviceSpec& device = PricedDevice(cluster);
-    shipped.layer_curve = device.layer_curve;
-    shipped.matmul_curve = device.matmul_curve;
-  }
+  const VtrainAssumptions shipped = ShippedVtrainAssumptions();
   auto close = [](double a, double b) {
     return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
   };

@@ -50,6 +50,10 @@ int VtrainPaddedVocab(int tensor_parallel);
 // or degrees that do not fit.
 VtrainCase BuildVtrainCase(const VtrainRow& row, const VtrainAssumptions& how);
 
+// The zoo's A100 as shipped (kVtrainShippedCluster) with its own fitted constants: the
+// assumptions that price the rows as `stratos calibrate --vtrain-csv` left the file.
+VtrainAssumptions ShippedVtrainAssumptions();
+
 // Predicted iteration time of a row, milliseconds.
 double PredictVtrainMs(const VtrainRow& row, const VtrainAssumptions& how);
 

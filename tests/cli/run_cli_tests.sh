@@ -370,10 +370,11 @@ validate_pattern() {
     korthikanti) echo "recompute overhead full" ;;
     zero) echo "agree up to the printed rounding" ;;
     alpa-point) echo "predicted .* s vs measured 2.465 s" ;;
+    vtrain-shapes) echo "the largest per-GPU GEMMs \\(h 2048, TP 1, micro batch 8\\) reach [0-9.]*% of peak" ;;
     nccl) echo "held-out MAPE from 1 MiB: .*4 nodes x 8 B200 [^;]*: model [0-9.]*%" ;;
   esac
 }
-for report in megatron-h100 amp korthikanti zero alpa-point nccl; do
+for report in megatron-h100 amp korthikanti zero alpa-point vtrain-shapes nccl; do
   expect "validate $report prints its headline" 0 "$(validate_pattern "$report")" -- \
     "$STRATOS" validate "$report" --output-dir "$WORK/validate/$report"
   expect "validate $report writes its JSON" 0 "\"headline\"" -- \

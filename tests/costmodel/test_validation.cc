@@ -27,6 +27,7 @@
 #include "validate/report.h"
 #include "validate/validation.h"
 #include "validate/vtrain.h"
+#include "validate/vtrain_shapes.h"
 #include "validate/zero_memory.h"
 
 using namespace stratos;
@@ -370,6 +371,53 @@ TEST_CASE("vTrain report: rows not fitted within the 8% MAPE and 0.9 Spearman ta
   CHECK(report.summary["shipped_constants_equal_this_fit"] == true);
   CHECK(report.summary["shipped_mape_not_fitted_pct"].get<double>() ==
         doctest::Approx(report.summary["mape_not_fitted_pct"].get<double>()).epsilon(1e-9));
+}
+
+TEST_CASE("vTrain by shape: hardware FLOPs counted by hand, groups cover the rows not fitted") {
+  const std::vector<VtrainRow> rows = ReadVtrain(ReferenceDataPath("vtrain_a100_single_node.csv"));
+  // Line 2: global batch 16, hidden 1024, 24 layers, sequence 1024, TP 1, PP 2, vocabulary 50,304:
+  // each block's forward 24 s h^2 + 4 s^2 h per sample, run forward, again in the full
+  // recomputation and twice in backward; the head's 2 s h V forward and twice that backward.
+  const VtrainCase c = BuildVtrainCase(rows[0], ShippedVtrainAssumptions());
+  const double s = 1024, h = 1024, V = 50304;
+  const double by_hand = 16 * (24 * 4 * (24 * s * h * h + 4 * s * s * h) + 3 * 2 * s * h * V);
+  CHECK(IterationHardwareFlops(c.plan, Evaluate(c.problem, c.plan)) ==
+        doctest::Approx(by_hand).epsilon(1e-12));
+
+  const ValidationReport report = RunValidationReport("vtrain-shapes");
+  CHECK(report.summary["rows_not_fitted"] == 1152);
+  CHECK(report.rows.size() == 32);  // 2 hidden sizes x 4 TP x 4 micro batches
+  int rows_in_groups = 0;
+  for (const nlohmann::json& group : report.rows) {
+    rows_in_groups += group["rows"].get<int>();
+    REQUIRE(group["unpipelined_rows"].get<int>() > 0);
+    CHECK(group["measured_hfu_pct"].get<double>() > 0);
+    CHECK(group["measured_hfu_pct"].get<double>() < 100);
+    CHECK(group["predicted_hfu_pct"].get<double>() > 0);
+  }
+  CHECK(rows_in_groups == 1152);
+  const nlohmann::json& largest = report.summary["largest_gemm_group"];
+  CHECK(largest["hidden"] == 2048);
+  CHECK(largest["tp"] == 1);
+  CHECK(largest["micro_batch"] == 8);
+  // A group's mean error is the mean over its rows of the vtrain report's own predictions.
+  const std::vector<size_t> fitted = VtrainCalibrationRows(rows);
+  double bias = 0;
+  int n = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const VtrainRow& row = rows[i];
+    if (std::find(fitted.begin(), fitted.end(), i) != fitted.end() || row.hidden_size != 2048 ||
+        row.tensor_parallel != 1 || row.micro_batch != 8)
+      continue;
+    bias += PredictVtrainMs(row, ShippedVtrainAssumptions()) / row.iteration_ms - 1;
+    ++n;
+  }
+  CHECK(n == largest["rows"].get<int>());
+  CHECK(largest["bias_pct"].get<double>() == doctest::Approx(100 * bias / n).epsilon(1e-9));
+  CHECK(report.summary["most_too_fast_group"]["bias_pct"].get<double>() <=
+        largest["bias_pct"].get<double>());
+  CHECK(report.summary["most_too_slow_group"]["bias_pct"].get<double>() >=
+        largest["bias_pct"].get<double>());
 }
 
 namespace {

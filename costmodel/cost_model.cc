@@ -309,6 +309,30 @@ double ActivationMemoryScale(const TrainingSpec& training) {
 
 }  // namespace
 
+BlockElementwiseBytes UnfusedBlockElementwiseBytes(const ModelSpec& model, int tensor_parallel,
+                                                   bool sequence_parallel,
+                                                   bool materialized_attention) {
+  if (model.family == "llama")
+    throw InputError(fmt::format(
+        "model {}: training.fused_elementwise_kernels = false: the unfused count is Megatron-LM "
+        "v1.1.5's GPT/BERT block (LayerNorm, GeLU, dropout); a llama block has none",
+        model.name));
+  STRATOS_CHECK(model.hidden_size > 0 && model.seq_length > 0 && tensor_parallel >= 1,
+                "transformer shape h={} s={} tp={}", model.hidden_size, model.seq_length,
+                tensor_parallel);
+  const double h = model.hidden_size, s = model.seq_length, tp = tensor_parallel;
+  const double f = model.ffn_hidden_size > 0 ? model.ffn_hidden_size : 4 * h;
+  const double replicated_divisor = (sequence_parallel && tensor_parallel > 1) ? tp : 1;
+  const double scores_per_token = materialized_attention ? model.num_attention_heads * s : 0.0;
+  BlockElementwiseBytes bytes;
+  bytes.attention_forward = s * 14 * scores_per_token / tp;
+  bytes.forward =
+      s * (38 * h / replicated_divisor + (4 * h + 8 * f) / tp) + bytes.attention_forward;
+  bytes.backward =
+      s * (38 * h / replicated_divisor + (10 * h + 8 * f) / tp + 16 * scores_per_token / tp);
+  return bytes;
+}
+
 LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
                                  const DeviceSpec& device, const TrainingSpec& training,
                                  double samples, int tensor_parallel, Recompute recompute,
@@ -353,11 +377,23 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
       b * ActivationBytesPerSample(layer, tp, training.sequence_parallel, Recompute::kNone) -
       stored_softmax_bytes;
   const double hbm = device.hbm_bytes_per_second;
+  // The block's memory-bound kernels, fused (each stored byte written forward, read and written
+  // backward) or one PyTorch kernel per op (UnfusedBlockElementwiseBytes).
+  double forward_bytes = full_activation_bytes, backward_bytes = 2.0 * full_activation_bytes;
+  double recompute_attention_bytes = b * layer.activation_attention_bytes / tp;
+  if (!training.fused_elementwise_kernels && layer.kind == LayerKind::kTransformer &&
+      !layer.block_operator) {
+    const BlockElementwiseBytes unfused = UnfusedBlockElementwiseBytes(
+        model, tp, training.sequence_parallel, layer.activation_attention_bytes > 0);
+    forward_bytes = b * unfused.forward;
+    backward_bytes = b * unfused.backward;
+    recompute_attention_bytes = b * unfused.attention_forward;
+  }
   out.loss_forward_seconds = logits * kCrossEntropyForwardBytesPerLogit / hbm;
-  out.forward_seconds = gemm_seconds + full_activation_bytes / hbm +
+  out.forward_seconds = gemm_seconds + forward_bytes / hbm +
                         logits * (kHalfLogitBytes + kLogitCastForwardBytes) / hbm +
                         out.loss_forward_seconds;
-  out.backward_seconds = gemm_backward_seconds + 2.0 * full_activation_bytes / hbm +
+  out.backward_seconds = gemm_backward_seconds + backward_bytes / hbm +
                          logits * kCrossEntropyBackwardBytesPerLogit / hbm;
   if (recomputes && recompute == Recompute::kFull) {
     out.recompute_flops = out.forward_flops;
@@ -365,8 +401,7 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
   }
   if (recomputes && recompute == Recompute::kSelective) {
     out.recompute_flops = layer.attention_flops * b / tp;
-    out.recompute_seconds =
-        attention_seconds + b * layer.activation_attention_bytes / tp / hbm;
+    out.recompute_seconds = attention_seconds + recompute_attention_bytes / hbm;
   }
   // A whole transformer block (not one of its operators) on a device with a calibrated block
   // curve (cluster.h LayerCurve): each pass through it; a full recomputation is one more forward

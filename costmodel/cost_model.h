@@ -129,6 +129,37 @@ inline constexpr double kLogitCastForwardBytes = 2 + 4;
 inline constexpr double kCrossEntropyForwardBytesPerLogit = 4 + 8 + 8 + 4 + 8;
 inline constexpr double kCrossEntropyBackwardBytesPerLogit = 8 + 6;
 
+// HBM traffic of one GPT or BERT block's memory-bound kernels when each op is its own PyTorch
+// kernel, bytes per sample on one of `tensor_parallel` ranks (TrainingSpec::
+// fused_elementwise_kernels = false): Megatron-LM v1.1.5's ParallelTransformerLayer without
+// --scaled-upper-triang-masked-softmax-fusion, --bias-gelu-fusion and --bias-dropout-fusion (AMP's
+// ds_pretrain_gpt2_pipe.sh passes none; its vendored megatron/model/transformer.py and
+// fused_softmax.py), counted kernel by kernel at 2 bytes per element and 1 per dropout-mask
+// element, per token of hidden size h, MLP width f, a heads and sequence s:
+//   forward:  replicated 38 h (split by tp only with sequence parallelism): two LayerNorms (read,
+//             write: 4 h each) and two bias-dropout-adds (bias add 4 h, dropout 4 h + its mask h,
+//             residual add 6 h); sharded 4 h + 8 f (/ tp): the context's permute copy (4 h), the
+//             bias add and GeLU as two kernels (4 f each); attention 14 a s (/ tp, materialized
+//             scores only): masked_fill_ in place (read 2 + mask 1, write 2), softmax (2 + 2) and
+//             dropout (2 + 2 + mask 1) over every score.
+//   backward: replicated 38 h: two LayerNorm backwards (read grad and input, write: 6 h each), two
+//             dropout backwards (read grad and mask, write: 5 h each), the two bias gradients
+//             (read 2 h each), the two residual junctions' gradient adds (6 h each); sharded
+//             10 h + 8 f (/ tp): GeLU backward (6 f), the fc1 bias gradient (2 f), the permute's
+//             copy back (4 h), the QKV bias gradient (6 h); attention 16 a s (/ tp): dropout (5),
+//             softmax (read output and grad, write: 6) and masked_fill (5) backwards.
+// The GEMMs' operands and the attention core's score write and read are priced with the GEMMs
+// (AttentionCoreSeconds). `attention_forward` is the forward's attention part, what selective
+// recomputation runs again. Requires a transformer shape; throws InputError for the llama family.
+struct BlockElementwiseBytes {
+  double forward = 0;
+  double backward = 0;
+  double attention_forward = 0;
+};
+BlockElementwiseBytes UnfusedBlockElementwiseBytes(const ModelSpec& model, int tensor_parallel,
+                                                   bool sequence_parallel,
+                                                   bool materialized_attention);
+
 // Where a stage's TP groups sit, TP innermost (Megatron-LM's rank order): tp <= the mesh's GPUs
 // per node g: one node, tp of its GPUs, g / tp groups sharing each node; tp a multiple of g: tp / g
 // whole nodes, g GPUs in each, one group per node, so its collectives cross the NICs (Narayanan
@@ -140,8 +171,10 @@ GroupLayout TensorParallelLayout(const StageConfig& config);
 // of `tensor_parallel` ranks of `device` (per device, seconds; FLOPs per device): the forward,
 // its backward without recomputation, and what `recompute` adds. GEMM FLOPs at the device's
 // matmul curve (or scalar efficiency) plus the activation-traffic roofline (a head's logits
-// through the cast and the cross entropy's passes, kCrossEntropyForwardBytesPerLogit); with
-// use_layer_curve and a device whose layer_curve is set, a transformer block's passes go through
+// through the cast and the cross entropy's passes, kCrossEntropyForwardBytesPerLogit; a block's
+// kernels unfused with training.fused_elementwise_kernels = false, UnfusedBlockElementwiseBytes,
+// which throws InputError for a llama block); with use_layer_curve and a device whose
+// layer_curve is set, a transformer block's passes go through
 // that curve (cluster.h LayerCurve). The compute part of CostModel::LayerTerms; also what
 // `stratos calibrate` fits the block curve against (use_layer_curve = false).
 struct LayerCompute {

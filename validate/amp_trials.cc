@@ -77,6 +77,9 @@ Problem AmpProblem(const AmpAssumptions& how) {
   // DeepSpeed's FP16_Optimizer (no ZeRO): fp32 master weights, their fp32 gradients, Adam m, v.
   training.optimizer_state_bytes_per_param = 16;
   training.sequence_parallel = false;  // Megatron-LM v1.1.5 has none
+  // ds_pretrain_gpt2_pipe.sh passes none of v1.1.5's --scaled-upper-triang-masked-softmax-fusion,
+  // --bias-gelu-fusion, --bias-dropout-fusion: every elementwise op of a block is its own kernel.
+  training.fused_elementwise_kernels = false;
   // The example's pipeline casts the fp16 logits to fp32 (fp16_to_fp32, its last layer) and its
   // mpu.vocab_parallel_cross_entropy subtracts the maximum and exponentiates that copy in place
   // (AMP's vendored megatron/mpu/cross_entropy.py): at the peak the fp16 logits beside the fp32
@@ -530,6 +533,13 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
       "beside their fp32 copy, which the loss exponentiates in place into the softmax it keeps "
       "(6 bytes per logit at the peak), 1F1B, TP innermost "
       "then DP then PP (DeepSpeed's pipe/data/model topology), DP sync not overlapped",
+      "kernels: the example's script passes none of v1.1.5's fusion flags "
+      "(--scaled-upper-triang-masked-softmax-fusion, --bias-gelu-fusion, --bias-dropout-fusion), "
+      "so a block's masked_fill_, softmax, dropout, bias adds, GeLU and residual adds each stream "
+      "their tensors through HBM (costmodel/cost_model.h UnfusedBlockElementwiseBytes: 38 h "
+      "replicated, 4 h + 8 f and 14 a s per token forward; counted from AMP's vendored "
+      "megatron/model/transformer.py, nothing fitted); the LayerNorms, bias-dropout-adds and "
+      "residual adds run whole on every TP rank",
       "layer_partition: boundaries into AMP's 30-entry list [embed2h, noop, 24 blocks, noop, noop, "
       "embed2v, noop] (src/cost_homo.py), mapped to our [embedding, 24 blocks, head]; a stage of "
       "AMP no-op entries only has no layer of ours and is reported as not representable",

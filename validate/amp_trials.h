@@ -68,7 +68,8 @@ int AmpBoundaryToLayer(int amp_boundary);
 
 // The GPT-2 problem of AMP's homogeneous experiment (h 1024, s 1024, 24 layers, 16 heads,
 // vocabulary 52256, global batch 32, fp16 with DeepSpeed's FP16 optimizer, fp32 gradient
-// all-reduce) on 4 nodes of `how.cluster`.
+// all-reduce, the block's elementwise kernels unfused as the example's script runs them:
+// TrainingSpec::fused_elementwise_kernels = false) on 4 nodes of `how.cluster`.
 Problem AmpProblem(const AmpAssumptions& how);
 
 // The T4 matmul efficiency at which our forward time of one GPT-2 block at micro-batch 1

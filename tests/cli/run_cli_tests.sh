@@ -388,7 +388,7 @@ expect "validate targets checks every target, GPT-3 6.7B's MFU on 16 A100s among
 expect "validate targets writes how many it met" 0 '"total": 9' -- \
   cat "$WORK/validate/targets/targets.json"
 expect "calibrate --amp-profile fits the T4 on AMP's layer profile" 0 \
-  "matmul_efficiency 0.5100; block curve scale 4.272; intra-node latency 338.7 us" -- \
+  "matmul_efficiency 0.5100; block curve scale 2.904; intra-node latency 323.5 us" -- \
   "$STRATOS" calibrate --amp-profile --cluster g4dn.12xlarge --name g4dn.12xlarge-calibrated \
   --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/t4-amp.toml"
 expect "the shipped g4dn.12xlarge-calibrated is what calibrate --amp-profile writes" 0 "" -- \

@@ -315,6 +315,62 @@ TEST_CASE("the head's logits go through HBM in the cast and the cross entropy's 
             .loss_forward_seconds == 0);
 }
 
+TEST_CASE("unfused elementwise kernels (Megatron-LM v1.1.5 without its fusions): a GPT block's "
+          "HBM traffic counted by hand, replicated over TP ranks") {
+  // h = 1024, f = 4096, a = 16, s = 512, TP 2, no sequence parallelism; HBM 1 TB/s (GptProblem).
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  problem.training.sequence_parallel = false;
+  const double h = 1024, f = 4096, s = 512, scores = 16 * s;  // scores per token
+  const BlockElementwiseBytes bytes = UnfusedBlockElementwiseBytes(problem.model, 2, false, true);
+  // Forward: 38 h replicated (two LayerNorms, two bias-dropout-adds), 4 h + 8 f and 14 a s on
+  // this rank's half (permute copy, bias add and GeLU; masked_fill_, softmax, dropout).
+  CHECK(bytes.forward == doctest::Approx(s * (38 * h + (4 * h + 8 * f) / 2 + 14 * scores / 2)));
+  CHECK(bytes.attention_forward == doctest::Approx(s * 14 * scores / 2));
+  // Backward: 38 h replicated, 10 h + 8 f and 16 a s on the half.
+  CHECK(bytes.backward == doctest::Approx(s * (38 * h + (10 * h + 8 * f) / 2 + 16 * scores / 2)));
+  // Sequence parallelism splits the replicated part too; FlashAttention streams no scores.
+  CHECK(UnfusedBlockElementwiseBytes(problem.model, 2, true, true).forward ==
+        doctest::Approx(s * (19 * h + (4 * h + 8 * f) / 2 + 14 * scores / 2)));
+  CHECK(UnfusedBlockElementwiseBytes(problem.model, 2, false, false).attention_forward == 0);
+
+  // The block's passes: the fused roofline (stored bytes once forward, twice backward) replaced
+  // by these counts, the GEMMs and the attention core unchanged; selective recomputation runs
+  // the attention's forward kernels again.
+  const DeviceSpec& device = problem.cluster.Device();
+  const Recompute selective = Recompute::kSelective;
+  const LayerCompute fused =
+      LayerComputeSeconds(problem.model, 1, device, problem.training, 2.0, 2, selective);
+  problem.training.fused_elementwise_kernels = false;
+  const LayerCompute unfused =
+      LayerComputeSeconds(problem.model, 1, device, problem.training, 2.0, 2, selective);
+  const LayerSpec& block = problem.model.layers[1];
+  const double stored =
+      2.0 * (block.activation_replicated_bytes + (block.activation_sharded_bytes +
+                                                  block.activation_attention_bytes) / 2);
+  CHECK(unfused.forward_seconds - fused.forward_seconds ==
+        doctest::Approx((2.0 * bytes.forward - stored) / 1e12));
+  CHECK(unfused.backward_seconds - fused.backward_seconds ==
+        doctest::Approx((2.0 * bytes.backward - 2 * stored) / 1e12));
+  const double stored_scores = 2.0 * block.activation_attention_bytes / 2;
+  CHECK(unfused.recompute_seconds - fused.recompute_seconds ==
+        doctest::Approx((2.0 * bytes.attention_forward - stored_scores) / 1e12));
+  CHECK(unfused.forward_flops == fused.forward_flops);
+  // The head keeps its own count; a llama block has no unfused count.
+  const int head = problem.NumLayers() - 1;
+  problem.training.fused_elementwise_kernels = true;
+  const Recompute none = Recompute::kNone;
+  const double head_fused =
+      LayerComputeSeconds(problem.model, head, device, problem.training, 1.0, 1, none)
+          .forward_seconds;
+  problem.training.fused_elementwise_kernels = false;
+  CHECK(LayerComputeSeconds(problem.model, head, device, problem.training, 1.0, 1, none)
+            .forward_seconds == head_fused);
+  ModelSpec llama = problem.model;
+  llama.family = "llama";
+  CHECK_THROWS_WITH_AS(UnfusedBlockElementwiseBytes(llama, 1, false, true),
+                       doctest::Contains("a llama block has none"), InputError);
+}
+
 TEST_CASE("activation bytes per transformer layer follow Korthikanti et al. Table 2") {
   const int h = 1024, a = 16, s = 512, t = 4;
   Problem problem = GptProblem(h, a, s, 2, 8);

@@ -255,12 +255,13 @@ TEST_CASE("AMP report: AMP's own Spearman from the file, ours at the 0.8 target 
   CHECK(report.summary["num_feasible"] == 47);
   CHECK(report.summary["spearman_amp"].get<double>() == doctest::Approx(0.935).epsilon(0.001));
   CHECK(report.summary["spearman_ours"].get<double>() >= 0.8);
-  // With the head priced from its own profile entry: near AMP's own model's ranking (Spearman
-  // 0.929 against its 0.935; 0.9348 before the tied embeddings' all-reduce between the first
-  // and the last stage was priced, 2026-11-28), the top-1 the measured best; every GEMM at the
-  // block's efficiency ranks far worse.
-  CHECK(report.summary["spearman_ours"].get<double>() >= 0.925);
-  CHECK(report.summary["kendall_tau_b_ours"].get<double>() >= 0.775);
+  // With the head priced from its own profile entry and the block's kernels unfused as the
+  // example runs them: above AMP's own model's ranking (Spearman 0.953 against its 0.935; 0.929
+  // with the fused kernels' traffic, before 2026-12-01), the top-1 the measured best; every GEMM
+  // at the block's efficiency ranks far worse.
+  CHECK(report.summary["spearman_ours"].get<double>() >=
+        report.summary["spearman_amp"].get<double>());
+  CHECK(report.summary["kendall_tau_b_ours"].get<double>() >= 0.8);
   CHECK(report.summary["top1_ours_among_feasible"]["measured_over_best"].get<double>() <= 1.03);
   CHECK(report.summary["block_only"]["spearman_ours"].get<double>() <
         report.summary["spearman_ours"].get<double>() - 0.05);

@@ -95,13 +95,14 @@ struct TrainingSpec {
   Zero3Gather zero3_gather = Zero3Gather::kTensor;
   // Tensor parallelism uses Megatron sequence parallelism (activations split by TP everywhere).
   bool sequence_parallel = true;
-  // A transformer block's memory-bound kernels as the framework runs them. true: fused, as
-  // Megatron-LM since v2 runs them by default (masked softmax, bias + GeLU, bias + dropout + add),
-  // Megatron-DeepSpeed and Megatron-Core: each stored activation streams through HBM once forward
-  // and twice backward (cost_model.h LayerComputeSeconds). false: one PyTorch kernel per op, as
-  // Megatron-LM v1.1.5 runs a GPT or BERT block without its --*-fusion flags (AMP's example):
-  // cost_model.h UnfusedBlockElementwiseBytes. Whole blocks only (a block split into operators
-  // keeps the fused count); Llama blocks (RMSNorm, SwiGLU) have no unfused count and are refused.
+  // A transformer block's memory-bound kernels as the framework runs them. true: fused, as later
+  // Megatron-LM runs them by default (masked softmax, bias + GeLU, bias + dropout + add; its
+  // --no-*-fusion flags turn them off), Megatron-DeepSpeed and Megatron-Core: each stored
+  // activation streams through HBM once forward and twice backward (cost_model.h
+  // LayerComputeSeconds). false: one PyTorch kernel per op, as Megatron-LM v1.1.5 runs a GPT or
+  // BERT block without its --*-fusion flags (AMP's example): cost_model.h
+  // UnfusedBlockElementwiseBytes. Whole blocks only (a block split into operators keeps the
+  // fused count); Llama blocks (RMSNorm, SwiGLU) have no unfused count and are refused.
   bool fused_elementwise_kernels = true;
 
   // The options below model what Megatron-Core does beyond the plain schedule. Their defaults

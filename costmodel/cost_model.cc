@@ -333,6 +333,12 @@ BlockElementwiseBytes UnfusedBlockElementwiseBytes(const ModelSpec& model, int t
   return bytes;
 }
 
+double FlashAttentionComputedShare(const ModelSpec& model) {
+  if (model.family == "bert" || model.seq_length <= 0) return 1.0;
+  const double s = model.seq_length;
+  return (s + 1) / (2 * s);
+}
+
 LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
                                  const DeviceSpec& device, const TrainingSpec& training,
                                  double samples, int tensor_parallel, Recompute recompute,
@@ -367,6 +373,16 @@ LayerCompute LayerComputeSeconds(const ModelSpec& model, int layer_index,
     gemm_seconds = out.forward_flops / flops_per_second;
     gemm_backward_seconds = ratio * out.forward_flops / flops_per_second;
     attention_seconds = layer.attention_flops * b / tp / flops_per_second;
+  }
+  // FlashAttention: the scores a causal mask hides are not computed, and the backward recomputes
+  // the ones that are (FlashAttentionComputedShare, kFlashAttentionBackwardToForward).
+  if (layer.kind == LayerKind::kTransformer && layer.attention_flops > 0 &&
+      layer.activation_attention_bytes == 0) {
+    const double dense_forward = gemm_seconds - attention_seconds;
+    const double dense_backward = gemm_backward_seconds - ratio * attention_seconds;
+    attention_seconds *= FlashAttentionComputedShare(model);
+    gemm_seconds = dense_forward + attention_seconds;
+    gemm_backward_seconds = dense_backward + kFlashAttentionBackwardToForward * attention_seconds;
   }
   // What the forward writes: its stored activations, read and written again in backward. A
   // head's logits instead: the half-precision logits written, their fp32 cast and the cross

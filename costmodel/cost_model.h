@@ -160,6 +160,16 @@ BlockElementwiseBytes UnfusedBlockElementwiseBytes(const ModelSpec& model, int t
                                                    bool sequence_parallel,
                                                    bool materialized_attention);
 
+// FlashAttention (Dao et al. NeurIPS'22; FlashAttention-2, Dao 2023), the attention of a block
+// whose scores are never stored (UseFlashAttention), computes per head only the scores a causal
+// mask keeps: FlashAttentionComputedShare, (s + 1) / (2 s) of the s^2 for a causal model
+// (FlashAttention-2 §3.1.1 skips the score tiles above the diagonal; counted here by element, not
+// by tile), all of them for a bidirectional one (BERT). Its backward recomputes the scores from Q
+// and K before the four gradient products (FlashAttention Algorithm 4): five s x s x d GEMMs per
+// head against the forward's two, kFlashAttentionBackwardToForward times the forward.
+inline constexpr double kFlashAttentionBackwardToForward = 2.5;
+double FlashAttentionComputedShare(const ModelSpec& model);
+
 // Where a stage's TP groups sit, TP innermost (Megatron-LM's rank order): tp <= the mesh's GPUs
 // per node g: one node, tp of its GPUs, g / tp groups sharing each node; tp a multiple of g: tp / g
 // whole nodes, g GPUs in each, one group per node, so its collectives cross the NICs (Narayanan
@@ -173,7 +183,9 @@ GroupLayout TensorParallelLayout(const StageConfig& config);
 // matmul curve (or scalar efficiency) plus the activation-traffic roofline (a head's logits
 // through the cast and the cross entropy's passes, kCrossEntropyForwardBytesPerLogit; a block's
 // kernels unfused with training.fused_elementwise_kernels = false, UnfusedBlockElementwiseBytes,
-// which throws InputError for a llama block); with use_layer_curve and a device whose
+// which throws InputError for a llama block); FlashAttention's core (a transformer layer with
+// attention FLOPs and no stored scores) at FlashAttentionComputedShare of its FLOPs forward and
+// kFlashAttentionBackwardToForward times that backward; with use_layer_curve and a device whose
 // layer_curve is set, a transformer block's passes go through
 // that curve (cluster.h LayerCurve). The compute part of CostModel::LayerTerms; also what
 // `stratos calibrate` fits the block curve against (use_layer_curve = false).

@@ -119,9 +119,9 @@ void BuildTransformerLayers(ModelSpec& model);
 // Megatron-Core with Transformer Engine and PyTorch's scaled_dot_product_attention on CUDA do:
 // the attention scores and their dropout mask (5 a s^2 bytes per sample and layer, Korthikanti
 // et al. 2022 Table 2) are never written to memory, neither stored for the backward pass nor
-// streamed through HBM. Sets each transformer block's activation_attention_bytes to 0; its FLOPs
-// are unchanged (FlashAttention's extra backward QK^T, 2 s^2 h per sample and layer, is not
-// counted).
+// streamed through HBM. Sets each transformer block's activation_attention_bytes to 0; its model
+// FLOPs are unchanged (the time of its kernel, causal tiles skipped and the scores recomputed in
+// backward: cost_model.h FlashAttentionComputedShare, kFlashAttentionBackwardToForward).
 void UseFlashAttention(ModelSpec& model);
 
 }  // namespace stratos

@@ -362,7 +362,8 @@ ValidationReport ValidateMegatronH100(const std::string& reference_path,
       "FlashAttention (Transformer Engine's fused attention in Megatron-Core): the attention "
       "scores are neither stored nor streamed through HBM, so each block's 5 a s^2 attention "
       "bytes are removed from the roofline memory term and from the stored activations; its "
-      "backward recomputation of QK^T is not counted",
+      "kernel computes the causal half of the scores and recomputes them in the backward pass "
+      "(cost_model.h FlashAttentionComputedShare, kFlashAttentionBackwardToForward)",
       "FLOPs: Megatron-LM num_floating_point_operations = 72 B s L h^2 (1 + s/(6h) + "
       "V/(12 L h)) per iteration; TFLOP/s per GPU = FLOPs / (predicted iteration seconds x GPUs)",
       "free constant: the H100 matmul efficiency (achieved share of the 989.4 TFLOP/s peak), "

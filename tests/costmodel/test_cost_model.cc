@@ -407,6 +407,50 @@ TEST_CASE("with FlashAttention a block stores no attention scores: s h 34 bytes 
   CHECK(problem.model.layers[1].attention_flops == 4.0 * s * s * h);
 }
 
+TEST_CASE("FlashAttention's kernel computes the causal half of the scores and recomputes them in "
+          "backward, hand computed; a bidirectional model computes all of them") {
+  // h = 1024, a = 16, s = 512, two samples on one rank; peak 100 TFLOP/s at efficiency 1, HBM
+  // 1 TB/s (GptProblem).
+  const int h = 1024, a = 16, s = 512;
+  Problem problem = GptProblem(h, a, s, 2, 8);
+  UseFlashAttention(problem.model);
+  const DeviceSpec& device = problem.cluster.Device();
+  const LayerSpec& block = problem.model.layers[1];
+  const double attention = 2 * 4.0 * s * s * h;         // model FLOPs of the score GEMMs
+  const double dense = 2 * block.forward_flops - attention;
+  const double stored = 2 * 34.0 * s * h;                // bytes: no scores with FlashAttention
+  const double share = (s + 1.0) / (2.0 * s);            // causal: the diagonal and below
+  CHECK(FlashAttentionComputedShare(problem.model) == doctest::Approx(share));
+  auto passes = [&] {
+    return LayerComputeSeconds(problem.model, 1, device, problem.training, 2.0, 1,
+                               Recompute::kSelective);
+  };
+  const LayerCompute causal = passes();
+  CHECK(causal.forward_seconds ==
+        doctest::Approx((dense + share * attention) / 100e12 + stored / 1e12));
+  // Backward: the dense GEMMs twice, the scores' five GEMMs against the forward's two.
+  CHECK(causal.backward_seconds ==
+        doctest::Approx((2 * dense + 2.5 * share * attention) / 100e12 + 2 * stored / 1e12));
+  // Selective recomputation reruns the kernel's forward; its FLOPs stay the model's.
+  CHECK(causal.recompute_seconds == doctest::Approx(share * attention / 100e12));
+  CHECK(causal.recompute_flops == doctest::Approx(attention));
+  CHECK(causal.forward_flops == doctest::Approx(2 * block.forward_flops));
+
+  problem.model.family = "bert";
+  CHECK(FlashAttentionComputedShare(problem.model) == 1.0);
+  const LayerCompute bidirectional = passes();
+  CHECK(bidirectional.forward_seconds ==
+        doctest::Approx((dense + attention) / 100e12 + stored / 1e12));
+  CHECK(bidirectional.backward_seconds ==
+        doctest::Approx((2 * dense + 2.5 * attention) / 100e12 + 2 * stored / 1e12));
+
+  // Stored scores (no FlashAttention): the attention core at its FLOPs, backward twice forward.
+  Problem materialized = GptProblem(h, a, s, 2, 8);
+  const LayerCompute plain = LayerComputeSeconds(materialized.model, 1, device,
+                                                 materialized.training, 2.0, 1, Recompute::kNone);
+  CHECK(plain.backward_seconds == doctest::Approx(2 * plain.forward_seconds));
+}
+
 TEST_CASE("framework buffers add their bytes per parameter to the model states, unsharded") {
   Problem problem = GptProblem(1024, 16, 512, 2, 8);
   const double params = problem.model.layers[1].stored_param_count;

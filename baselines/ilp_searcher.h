@@ -86,10 +86,11 @@
 //
 // Measured (2-core shared machine): GPT-3 6.7B (34 layers) on 64 A100s, 10 microbatch counts,
 // proven optimal in about 1 s (7 MILPs, 0 branch-and-bound nodes; DP: 0.1-0.5 s); with m = 256
-// only, where the uniform plan is 4 % off, in 6-11 s (114 nodes). Heterogeneous (dgx-h100-a100,
-// batch 512): GPT-3 1.3B on h100=1,a100=1 proven optimal in 8 s (40 units, 13 MILPs; DP 0.07 s),
-// 6.7B on h100=2,a100=2 in 32 s (DP 0.16 s); 13B on h100=4,a100=4 returns the optimum within the
-// default 60 s but cannot prove it (root LPs of 90k-220k columns take 15-35 s each; DP 0.3 s).
+// only, where the uniform plan is 4 % off, in 6-11 s (114 nodes). Heterogeneous
+// (dgx-h100-a100-datasheet, batch 512): GPT-3 1.3B on h100=1,a100=1 proven optimal in 8 s (40
+// units, 13 MILPs; DP 0.07 s), 6.7B on h100=2,a100=2 in 32 s (DP 0.16 s); 13B on h100=4,a100=4
+// returns the optimum within the default 60 s but cannot prove it (root LPs of 90k-220k columns
+// take 15-35 s each; DP 0.3 s).
 //
 // SearchSummary: algorithm "ilp"; evaluations = MILPs solved; iterations = branch-and-bound nodes;
 // termination kOptimal (every unit proven; lower_bound_seconds = best), kTimeLimit (best plan so

@@ -8,10 +8,12 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <system_error>
 #include <vector>
 
 #include "costmodel/error.h"
 #include "costmodel/toml_reader.h"
+#include "costmodel/zoo.h"
 
 namespace stratos {
 
@@ -80,7 +82,61 @@ LayerCurve ReadLayerCurve(const TomlTableReader& c) {
   return curve;
 }
 
+// The cluster files being read through [[device]] from_cluster references, outermost first: a
+// reference back to one of them is a cycle.
+thread_local std::vector<std::string> from_cluster_stack;
+
+// [[device]] from_cluster = "<zoo cluster or file>" (optional device = "<name>"): that cluster
+// file's device, whole. A relative path is taken beside the file that names it first. Errors in
+// the referenced file propagate as they are (they name it).
+DeviceSpec ReadDeviceFromCluster(const TomlTableReader& d) {
+  d.AllowOnly({"from_cluster", "device"});
+  const std::string reference = d.RequireString("from_cluster");
+  const std::filesystem::path beside =
+      std::filesystem::path(d.Where()).parent_path() / std::filesystem::path(reference);
+  std::error_code ignored;
+  const bool is_beside = std::filesystem::path(reference).is_relative() &&
+                         std::filesystem::is_regular_file(beside, ignored);
+  std::string path;
+  try {
+    path = is_beside ? beside.string() : ResolveClusterPath(reference);
+  } catch (const InputError&) {
+    d.Fail("from_cluster", fmt::format("not a file and not a zoo cluster (zoo: {})",
+                                       fmt::join(ZooClusters(), ", ")));
+  }
+  const std::string canonical = std::filesystem::weakly_canonical(path).string();
+  if (std::find(from_cluster_stack.begin(), from_cluster_stack.end(), canonical) !=
+      from_cluster_stack.end())
+    d.Fail("from_cluster", fmt::format("refers back to {}, which is being read (a cycle)", path));
+  from_cluster_stack.push_back(canonical);
+  ClusterSpec source;
+  try {
+    source = ReadClusterFile(path);
+  } catch (...) {
+    from_cluster_stack.pop_back();
+    throw;
+  }
+  from_cluster_stack.pop_back();
+  std::vector<std::string> known;
+  for (const DeviceSpec& device : source.devices) known.push_back('"' + device.name + '"');
+  const std::optional<std::string> wanted = d.String("device");
+  if (!wanted && source.devices.size() > 1)
+    d.Fail("from_cluster", fmt::format("{} has {} devices: name one with device = (known: {})",
+                                       path, source.devices.size(), fmt::join(known, ", ")));
+  const auto found =
+      std::find_if(source.devices.begin(), source.devices.end(),
+                   [&](const DeviceSpec& device) { return !wanted || device.name == *wanted; });
+  if (found == source.devices.end())
+    d.Fail("device",
+           fmt::format("names no device of {} (known: {})", path, fmt::join(known, ", ")));
+  DeviceSpec device = *found;
+  device.source = fmt::format("the device of cluster {} ({}): {}", source.name, path,
+                              device.source);
+  return device;
+}
+
 DeviceSpec ReadDevice(const TomlTableReader& d) {
+  if (d.Find("from_cluster") != nullptr) return ReadDeviceFromCluster(d);
   d.AllowOnly({"name", "peak_TFLOPS", "memory_GB", "memory_GiB", "hbm_GBps", "matmul_efficiency",
                "measured_matmul_TFLOPS", "reserved_memory_GB", "reserved_memory_GiB",
                "memory_fragmentation", "matmul_curve", "layer_curve", "source"});

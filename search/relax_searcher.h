@@ -113,7 +113,7 @@ struct RelaxOptions {
   int coarse_layers = 128;
   // Smoothed DP, heterogeneous clusters: coarse_layers there (the annealing spans every group
   // order, each edge set of a group with its neighbours' groups, so coarse cuts pay more).
-  // GPT-3 175B / 1,024 GPUs of three types (dgx-h100-a100-v100, h100=32,a100=32,v100=64,
+  // GPT-3 175B / 1,024 GPUs of three types (dgx-h100-a100-v100-datasheet, h100=32,a100=32,v100=64,
   // block level): 16.4641 s in 2.4 s at 16, 214 s at 128 (no coarse phase) before the polish;
   // the DP optimum 16.4558 s in 33.6 s.
   int heterogeneous_coarse_layers = 16;
@@ -124,10 +124,10 @@ struct RelaxOptions {
   // boundary, best value first: a majorize-minimize from the plan's levels with theta scaled by
   // 0.95, 0.9, ... 0.8 while it improves (the added devices shorten the bottleneck); the best
   // plan that beats it is polished. It stops after extend_time_fraction x the time the search
-  // took before it (> 0). GPT-3 175B on dgx-h100-a100-v100 with h100=8,a100=8,v100=16: the DP
-  // optimum, 59.29 s, in 3.1 s, where the coarse phase and the polish end at 60.88 s (2.69%
-  // above) in 2.0 s; with h100=32,a100=32,v100=64 the annealing values the V100 orders above
-  // the plan and the extension does not run.
+  // took before it (> 0). GPT-3 175B on dgx-h100-a100-v100-datasheet with h100=8,a100=8,
+  // v100=16: the DP optimum, 59.29 s, in 3.1 s, where the coarse phase and the polish end at
+  // 60.88 s (2.69% above) in 2.0 s; with h100=32,a100=32,v100=64 the annealing values the V100
+  // orders above the plan and the extension does not run.
   bool extend_groups = true;
   double extend_time_fraction = 0.5;
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
@@ -169,9 +169,9 @@ struct RelaxOptions {
   // Restart results polished (best discretized first); >= 1.
   int max_polish_starts = 6;
   // max_polish_starts on heterogeneous clusters, where the starts come from more units (each
-  // microbatch option's decode_orders orders); >= 1. GPT-3 175B on dgx-h100-a100: 9.236 s with
-  // 6, 8.983 s with 20 (h100=64,a100=64; DP optimum 8.976 s) and 31.92 s against the optimum
-  // 30.94 s (h100=16,a100=16), in about the same time.
+  // microbatch option's decode_orders orders); >= 1. GPT-3 175B on dgx-h100-a100-datasheet:
+  // 9.236 s with 6, 8.983 s with 20 (h100=64,a100=64; DP optimum 8.976 s) and 31.92 s against the
+  // optimum 30.94 s (h100=16,a100=16), in about the same time.
   int heterogeneous_max_polish_starts = 20;
   // Iterated-local-search kicks after the first descent of each polish start (none when that
   // descent ends at a local optimum an earlier start already kicked from); >= 0.

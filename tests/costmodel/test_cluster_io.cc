@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 
@@ -241,6 +242,75 @@ TEST_CASE("the user's own zoo: a cluster saved there is found by name and listed
     CHECK_THROWS_WITH_AS(UserClusterPath(bad), doctest::Contains("must be a file stem"),
                          InputError);
   setenv("STRATOS_USER_ZOO", saved.c_str(), 1);
+}
+
+TEST_CASE("a [[device]] from_cluster takes another cluster file's device whole, calibrated "
+          "curves and framework memory included") {
+  const DeviceSpec a100 = ReadClusterFile(ResolveClusterPath("dgx-a100-80gb")).Device();
+  REQUIRE(a100.matmul_curve);
+  REQUIRE(a100.layer_curve);
+  const std::string group = "[[node_group]]\ncount = 1\ngpus_per_node = 8\ndevice = \"" +
+                            a100.name + "\"\n";
+  const ClusterSpec cluster =
+      ParseClusterToml(Cluster("[[device]]\nfrom_cluster = \"dgx-a100-80gb\"\n", group), "c.toml");
+  const DeviceSpec& d = cluster.Device();
+  CHECK(d.name == a100.name);
+  CHECK(d.peak_flops == a100.peak_flops);
+  CHECK(d.memory_bytes == a100.memory_bytes);
+  CHECK(d.hbm_bytes_per_second == a100.hbm_bytes_per_second);
+  CHECK(d.matmul_efficiency == a100.matmul_efficiency);
+  CHECK(d.reserved_memory_bytes == a100.reserved_memory_bytes);
+  CHECK(d.memory_fragmentation == a100.memory_fragmentation);
+  REQUIRE(d.matmul_curve);
+  CHECK(d.matmul_curve->half_efficiency_dim == a100.matmul_curve->half_efficiency_dim);
+  CHECK(d.matmul_curve->max_efficiency == a100.matmul_curve->max_efficiency);
+  REQUIRE(d.layer_curve);
+  CHECK(d.layer_curve->forward_floor_seconds == a100.layer_curve->forward_floor_seconds);
+  CHECK(d.layer_curve->power == a100.layer_curve->power);
+  CHECK(d.source.find("the device of cluster dgx-a100-80gb (") == 0);
+  CHECK(d.source.find(a100.source) != std::string::npos);
+  // device = picks one by name; the zoo's mixed clusters take their calibrated devices so.
+  const ClusterSpec named = ParseClusterToml(
+      Cluster("[[device]]\nfrom_cluster = \"dgx-a100-80gb\"\ndevice = \"" + a100.name + "\"\n",
+              group),
+      "c.toml");
+  CHECK(named.Device().matmul_efficiency == a100.matmul_efficiency);
+  const ClusterSpec mixed = ReadClusterFile(ResolveClusterPath("dgx-h100-a100"));
+  CHECK(mixed.devices.at(1).layer_curve.has_value());
+  CHECK(mixed.devices.at(0).matmul_efficiency ==
+        ReadClusterFile(ResolveClusterPath("dgx-h100")).Device().matmul_efficiency);
+
+  // Other keys beside it, an unknown cluster, a device it does not have, several devices with
+  // none named, a cycle.
+  CheckClusterError(Cluster("[[device]]\nfrom_cluster = \"dgx-a100-80gb\"\nhbm_GBps = 1\n", group),
+                    {"c.toml", "hbm_GBps", "from_cluster"});
+  CheckClusterError(Cluster("[[device]]\nfrom_cluster = \"dgx-b200\"\n", group),
+                    {"c.toml: device[0].from_cluster = \"dgx-b200\": not a file and not a zoo "
+                     "cluster (zoo: ",
+                     "dgx-a100-80gb"});
+  CheckClusterError(
+      Cluster("[[device]]\nfrom_cluster = \"dgx-a100-80gb\"\ndevice = \"V100\"\n", group),
+      {"c.toml: device[0].device = \"V100\": names no device of ", "A100-SXM4-80GB"});
+  CheckClusterError(Cluster("[[device]]\nfrom_cluster = \"dgx-h100-a100-datasheet\"\n", group),
+                    {"device[0].from_cluster", "has 2 devices: name one with device =",
+                     "\"H100-SXM5-80GB\", \"A100-SXM4-80GB\""});
+  // A relative path is taken beside the file that names it, whatever the working directory.
+  const std::string dir = testing::ScratchDir("from_cluster");
+  std::filesystem::copy_file(ResolveClusterPath("p3.16xlarge"), dir + "/base.toml");
+  {
+    std::ofstream out(dir + "/mixed.toml");
+    out << Cluster("[[device]]\nfrom_cluster = \"base.toml\"\n",
+                   "[[node_group]]\ncount = 1\ngpus_per_node = 8\ndevice = \"V100-SXM2-16GB\"\n");
+  }
+  CHECK(ReadClusterFile(dir + "/mixed.toml").Device().source.find("the device of cluster "
+                                                                  "p3.16xlarge (" + dir) == 0);
+  const std::string loop = dir + "/loop.toml";
+  {
+    std::ofstream out(loop);
+    out << Cluster("[[device]]\nfrom_cluster = \"" + loop + "\"\n", group);
+  }
+  const std::string message = InputErrorMessage([&] { ReadClusterFile(loop); });
+  CHECK(message.find("which is being read (a cycle)") != std::string::npos);
 }
 
 TEST_CASE("an unknown zoo cluster name is an InputError listing the zoo") {

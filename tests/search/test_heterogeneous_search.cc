@@ -266,13 +266,14 @@ TEST_CASE("relax (smoothed DP over the group orders) is within 1% of the DP opti
   CHECK(crossing >= 3);
 }
 
-// GPT-3 175B at global batch 1536 on the zoo's DGX H100 + DGX A100 + p3.16xlarge with `nodes`
+// GPT-3 175B at global batch 1536 on the zoo's DGX H100 + DGX A100 + p3.16xlarge (datasheet
+// devices, as the heterogeneous ladder of README prices it) with `nodes`
 // ("h100=8,a100=8,v100=16").
 static Problem Gpt3On3Types(const std::string& nodes) {
   Problem problem;
   problem.model = ReadModelFile(ResolveModelPath("gpt3-175b"));
   problem.cluster =
-      ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100")).WithNodeCounts(nodes);
+      ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100-datasheet")).WithNodeCounts(nodes);
   problem.training.global_batch_size = 1536;
   return problem;
 }

@@ -38,12 +38,12 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   forward_floor_us = 500          #   >= 0, per block and microbatch
 //   backward_floor_us = 1200        #   >= 0
 //   power = 3                       #   >= 1
-//   [[device]]                      # or a device taken whole from another cluster file:
-//   from_cluster = "dgx-a100-80gb"  #   a zoo cluster or a file (beside this one first, then
-//                                   #   ResolveClusterPath), its
-//   device = "A100-SXM4-80GB"       #   calibrated constants included; device: optional, which
-//                                   #   of its devices (required when it has several); no other
-//                                   #   keys; references chain at most 4 files deep
+//   [[device]]                      # or a device taken whole from another cluster file, its
+//   from_cluster = "dgx-a100-80gb"  #   calibrated constants included: a zoo cluster or a file
+//   device = "A100-SXM4-80GB"       #   (beside this one first, then ResolveClusterPath); device:
+//                                   #   optional, which of its devices (required when it has
+//                                   #   several); no other keys; a file may not refer back to
+//                                   #   one that is being read (a cycle)
 //   [[node_group]]                  # at least one; several = heterogeneous cluster
 //   count = 2                       # >= 1 nodes
 //   gpus_per_node = 8               # >= 1
@@ -71,8 +71,8 @@ ClusterSpec ReadClusterFile(const std::string& path);
 //   layer_rows = 48                 #   optional, >= 0
 // Throws InputError ("<where>: <key path> = <value>: <rule>") on TOML syntax errors, unknown,
 // missing or wrongly typed keys, impossible values, duplicate or unknown device names, more
-// than 2 network levels, and a from_cluster file that cannot be read (its error quoted) or has
-// no such device.
+// than 2 network levels, and a from_cluster reference that names no file or zoo cluster, has no
+// such device or closes a cycle (an error inside the referenced file is thrown as it is).
 ClusterSpec ParseClusterToml(std::string_view text, const std::string& where);
 
 }  // namespace stratos

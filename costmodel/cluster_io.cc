@@ -108,15 +108,14 @@ DeviceSpec ReadDeviceFromCluster(const TomlTableReader& d) {
   if (std::find(from_cluster_stack.begin(), from_cluster_stack.end(), canonical) !=
       from_cluster_stack.end())
     d.Fail("from_cluster", fmt::format("refers back to {}, which is being read (a cycle)", path));
-  from_cluster_stack.push_back(canonical);
-  ClusterSpec source;
-  try {
-    source = ReadClusterFile(path);
-  } catch (...) {
-    from_cluster_stack.pop_back();
-    throw;
-  }
-  from_cluster_stack.pop_back();
+  const ClusterSpec source = [&] {
+    // The file stays on the stack while it is read, and leaves it however the read ends.
+    struct StackEntry {
+      explicit StackEntry(const std::string& file) { from_cluster_stack.push_back(file); }
+      ~StackEntry() { from_cluster_stack.pop_back(); }
+    } entry(canonical);
+    return ReadClusterFile(path);
+  }();
   std::vector<std::string> known;
   for (const DeviceSpec& device : source.devices) known.push_back('"' + device.name + '"');
   const std::optional<std::string> wanted = d.String("device");

@@ -453,7 +453,7 @@ void AddCalibrationCommands(CLI::App& app, CLI::App* validate, CalibrationComman
       "base cluster: zoo name or .toml file, or local (this machine's worker processes, sized "
       "from the profile); default: p3.16xlarge-datasheet, with --vtrain-csv "
       "dgx-a100-80gb-datasheet, with --megatron-h100-csv dgx-h100-datasheet, with --amp-profile "
-      "g4dn.12xlarge");
+      "g4dn.12xlarge-datasheet");
   commands.calibrate
       ->add_option("--holdout", c.holdout,
                    "rows not fitted, only predicted: comma list of NxG[/gS][/local|/cross], "

@@ -14,8 +14,8 @@
 namespace stratos {
 
 // The zoo's T4 cluster as shipped for AMP's runs, and its datasheet base.
-inline constexpr const char* kAmpCluster = "g4dn.12xlarge-calibrated";
-inline constexpr const char* kAmpBaseCluster = "g4dn.12xlarge";
+inline constexpr const char* kAmpCluster = "g4dn.12xlarge";
+inline constexpr const char* kAmpBaseCluster = "g4dn.12xlarge-datasheet";
 
 struct AmpAssumptions {
   // Zoo cluster, 4 nodes. Its T4 constants are used as the file gives them unless fit_profile.

@@ -389,10 +389,10 @@ expect "validate targets writes how many it met" 0 '"total": 9' -- \
   cat "$WORK/validate/targets/targets.json"
 expect "calibrate --amp-profile fits the T4 on AMP's layer profile" 0 \
   "matmul_efficiency 0.5100; block curve scale 2.904; intra-node latency 323.5 us" -- \
-  "$STRATOS" calibrate --amp-profile --cluster g4dn.12xlarge --name g4dn.12xlarge-calibrated \
+  "$STRATOS" calibrate --amp-profile --cluster g4dn.12xlarge-datasheet --name g4dn.12xlarge \
   --framework-memory-runs experiments/gpu/results/h200-2026-11-27/runs --output "$WORK/t4-amp.toml"
-expect "the shipped g4dn.12xlarge-calibrated is what calibrate --amp-profile writes" 0 "" -- \
-  diff data/clusters/g4dn.12xlarge-calibrated.toml "$WORK/t4-amp.toml"
+expect "the shipped g4dn.12xlarge is what calibrate --amp-profile writes" 0 "" -- \
+  diff data/clusters/g4dn.12xlarge.toml "$WORK/t4-amp.toml"
 
 # A failed run leaves earlier outputs intact.
 cp "$WORK/search/summary.json" "$WORK/summary.before"

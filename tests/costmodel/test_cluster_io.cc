@@ -311,6 +311,23 @@ TEST_CASE("a [[device]] from_cluster takes another cluster file's device whole, 
   }
   const std::string message = InputErrorMessage([&] { ReadClusterFile(loop); });
   CHECK(message.find("which is being read (a cycle)") != std::string::npos);
+  // A failed read leaves no file behind as "being read": once the referenced file is mended, the
+  // file that names it reads.
+  std::filesystem::copy_file(ResolveClusterPath("p3.16xlarge"), dir + "/mended.toml");
+  {
+    std::ofstream out(dir + "/mended.toml", std::ios::app);
+    out << "[unknown_table]\n";
+  }
+  {
+    std::ofstream out(dir + "/uses_mended.toml");
+    out << Cluster("[[device]]\nfrom_cluster = \"mended.toml\"\n",
+                   "[[node_group]]\ncount = 1\ngpus_per_node = 8\ndevice = \"V100-SXM2-16GB\"\n");
+  }
+  CHECK(InputErrorMessage([&] { ReadClusterFile(dir + "/uses_mended.toml"); })
+            .find("unknown_table") != std::string::npos);
+  std::filesystem::remove(dir + "/mended.toml");
+  std::filesystem::copy_file(ResolveClusterPath("p3.16xlarge"), dir + "/mended.toml");
+  CHECK(ReadClusterFile(dir + "/uses_mended.toml").Device().name == "V100-SXM2-16GB");
 }
 
 TEST_CASE("an unknown zoo cluster name is an InputError listing the zoo") {

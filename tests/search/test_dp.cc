@@ -291,7 +291,7 @@ TEST_CASE("DP benchmark on GPT ladders" * doctest::skip()) {
       {"gpt3-6.7b", "dgx-a100-80gb", 8, 512, 0},
       {"gpt3-13b", "p3.16xlarge-datasheet", 8, 1024, 0},
       {"gpt3-13b", "dgx-a100-80gb", 16, 1024, 0},
-      {"llama2-70b", "g4dn.12xlarge", 64, 1024, 0},
+      {"llama2-70b", "g4dn.12xlarge-datasheet", 64, 1024, 0},
       {"gpt3-175b", "dgx-a100-80gb", 64, 1536, 0},
       {"gpt3-175b", "dgx-a100-80gb", 128, 1536, 0},
       {"gpt3-175b", "p3.16xlarge-datasheet", 128, 1536, 126}};

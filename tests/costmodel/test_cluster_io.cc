@@ -296,11 +296,12 @@ TEST_CASE("a [[device]] from_cluster takes another cluster file's device whole, 
                      "\"H100-SXM5-80GB\", \"A100-SXM4-80GB\""});
   // A relative path is taken beside the file that names it, whatever the working directory.
   const std::string dir = testing::ScratchDir("from_cluster");
+  const std::string v100_group =
+      "[[node_group]]\ncount = 1\ngpus_per_node = 8\ndevice = \"V100-SXM2-16GB\"\n";
   std::filesystem::copy_file(ResolveClusterPath("p3.16xlarge"), dir + "/base.toml");
   {
     std::ofstream out(dir + "/mixed.toml");
-    out << Cluster("[[device]]\nfrom_cluster = \"base.toml\"\n",
-                   "[[node_group]]\ncount = 1\ngpus_per_node = 8\ndevice = \"V100-SXM2-16GB\"\n");
+    out << Cluster("[[device]]\nfrom_cluster = \"base.toml\"\n", v100_group);
   }
   CHECK(ReadClusterFile(dir + "/mixed.toml").Device().source.find("the device of cluster "
                                                                   "p3.16xlarge (" + dir) == 0);
@@ -320,8 +321,7 @@ TEST_CASE("a [[device]] from_cluster takes another cluster file's device whole, 
   }
   {
     std::ofstream out(dir + "/uses_mended.toml");
-    out << Cluster("[[device]]\nfrom_cluster = \"mended.toml\"\n",
-                   "[[node_group]]\ncount = 1\ngpus_per_node = 8\ndevice = \"V100-SXM2-16GB\"\n");
+    out << Cluster("[[device]]\nfrom_cluster = \"mended.toml\"\n", v100_group);
   }
   CHECK(InputErrorMessage([&] { ReadClusterFile(dir + "/uses_mended.toml"); })
             .find("unknown_table") != std::string::npos);

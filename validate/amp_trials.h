@@ -44,7 +44,7 @@ struct AmpAssumptions {
   // allocator, and the allocator's overhead over the tensors' peak: cluster.h
   // reserved_memory_bytes, memory_fragmentation) taken from this zoo cluster's device, where
   // they were measured; "": none (every byte of the T4 for tensors).
-  std::string framework_memory_cluster = "h200-node-calibrated";
+  std::string framework_memory_cluster = "h200-node";
 };
 
 // The T4 constants fitted on AMP's profile (AmpProblem with fit_profile, no framework memory)

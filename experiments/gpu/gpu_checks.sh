@@ -45,7 +45,10 @@ case "$GPU" in
   *H100*) CLUSTER=dgx-h100 ;;
   *) CLUSTER=dgx-a100-80gb ;;
 esac
-say "GPU: $GPU; base cluster description: $CLUSTER"
+# The zoo's file of this GPU (calibrated) and its datasheet base, which calibrate refits.
+BASE_CLUSTER=$CLUSTER
+[ -f "data/clusters/$CLUSTER-datasheet.toml" ] && BASE_CLUSTER=$CLUSTER-datasheet
+say "GPU: $GPU; cluster description: $CLUSTER (calibration base: $BASE_CLUSTER)"
 python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' | tee -a "$SUMMARY"
 
 # 1. Build.
@@ -199,8 +202,8 @@ if part profile && left; then
   "$B" profile --device cuda --dtype bf16 --parts matmul,layer --repeats 5 --threads 8 \
     --output-dir "$WORK/profile" > "$WORK/profile.log" 2>&1
   echo "profile exit $?" | tee -a "$SUMMARY"
-  "$B" calibrate --profile "$WORK/profile" --cluster "$CLUSTER" --matmul-dtype bf16 \
-    --name "$CLUSTER-calibrated" --output "$WORK/calibrated.toml" > "$WORK/calibrate.log" 2>&1
+  "$B" calibrate --profile "$WORK/profile" --cluster "$BASE_CLUSTER" --matmul-dtype bf16 \
+    --name "$CLUSTER" --output "$WORK/calibrated.toml" > "$WORK/calibrate.log" 2>&1
   echo "calibrate exit $?" | tee -a "$SUMMARY"
   tail -15 "$WORK/calibrate.log" | tee -a "$SUMMARY"
   pack
@@ -213,15 +216,13 @@ if part memory && left; then
   say "memory a PyTorch process holds outside its tensors"
   python3 experiments/gpu/framework_memory.py "$WORK/framework_memory.json" 2>&1 | tee -a "$SUMMARY"
   pack
-  say "memory of plans (2 steps of 2 microbatches each), predicted on $CLUSTER-calibrated"
-  MEMORY_CLUSTER=$CLUSTER
-  [ -f "data/clusters/$CLUSTER-calibrated.toml" ] && MEMORY_CLUSTER=$CLUSTER-calibrated
+  say "memory of plans (2 steps of 2 microbatches each), predicted on $CLUSTER"
   while read -r line; do
     read -r model name mb rc dtype _ <<<"${line%%#*}"
     [ -z "$model" ] && continue
     left || { say "budget spent: $name and later memory plans not run"; break; }
     MODEL=$model DTYPE=${dtype:-bf16} run_plan "$name" "$mb" "$rc" 2048 $((2 * mb)) \
-      "$MEMORY_CLUSTER" 2
+      "$CLUSTER" 2
     pack
   done < "${MEMORY_PLANS:-experiments/gpu/memory_plans.txt}"
   python3 - "$WORK" <<'PY' | tee -a "$SUMMARY"

@@ -549,7 +549,7 @@ expect_one_line_error "run --fp32-residual-connection in f32" 'command line: --f
 R=experiments/gpu/results/h200-2026-11-26b
 expect "run-report re-predicts measured GPU runs" 0 "run2_p_mb4_full_s2048.json +0.7224 +0.78[0-9]+ +\+8.2%" -- \
   "$STRATOS" run-report $R/runs/run2_p_mb4_full_s2048.json $R/runs/run2_p_mb2_none_s2048.json \
-  --cluster h200-node-calibrated --output-dir "$WORK/run_report"
+  --cluster h200-node --output-dir "$WORK/run_report"
 expect "run-report writes its summary with the MAPE" 0 '"mape": 0.089' -- \
   cat "$WORK/run_report/summary.json"
 expect "run-report writes each run's reports" 0 '"predicted_iteration_seconds"' -- \
@@ -561,27 +561,27 @@ expect_one_line_error "run-report refuses a file that is no measurement" \
   "$STRATOS" run-report $R/profile/profile.json --output-dir "$WORK/run_report_bad"
 expect "calibrate --matmul-dtype bf16 fits a GPU profile's GEMMs" 0 \
   "max_efficiency 0.820, half_efficiency_dim 0, overhead 30.1 us" -- \
-  "$STRATOS" calibrate --profile $R/profile --cluster h200-node --matmul-dtype bf16 \
+  "$STRATOS" calibrate --profile $R/profile --cluster h200-node-datasheet --matmul-dtype bf16 \
   --output "$WORK/h200.toml"
 expect "calibrate fits the block curve on the GPU profile's blocks" 0 \
   "forward: scale 1.322, floor 493 us; backward: scale 1.432, floor 1162 us" -- \
-  "$STRATOS" calibrate --profile $R/profile --cluster h200-node --matmul-dtype bf16 \
+  "$STRATOS" calibrate --profile $R/profile --cluster h200-node-datasheet --matmul-dtype bf16 \
   --output "$WORK/h200_again.toml"
 M=experiments/gpu/results/h200-2026-11-27
 expect "run-report compares measured and predicted peak memory of GPU runs" 0 \
   "MAPE of the predicted peak memory \(tensors\) over 10 run\(s\): 3.4%" -- \
-  "$STRATOS" run-report $M/runs/*.json --cluster h200-node-calibrated --output-dir "$WORK/run_report_memory"
+  "$STRATOS" run-report $M/runs/*.json --cluster h200-node --output-dir "$WORK/run_report_memory"
 expect "run-report's memory medians: outside the allocator and its overhead" 0 \
   '"median_fragmentation": 0.079' -- cat "$WORK/run_report_memory/summary.json"
-expect "calibrate --memory-runs writes the shipped h200-node-calibrated" 0 "" -- \
-  "$STRATOS" calibrate --profile $R/profile --cluster h200-node --matmul-dtype bf16 \
-  --name h200-node-calibrated --memory-runs $M/runs --output "$WORK/h200_memory.toml"
-expect "the shipped h200-node-calibrated is that command's output" 0 "" -- \
+expect "calibrate --memory-runs writes the shipped h200-node" 0 "" -- \
+  "$STRATOS" calibrate --profile $R/profile --cluster h200-node-datasheet --matmul-dtype bf16 \
+  --name h200-node --memory-runs $M/runs --output "$WORK/h200_memory.toml"
+expect "the shipped h200-node is that command's output" 0 "" -- \
   bash -c "diff <(grep -v -e --output '$WORK/h200_memory.toml') \
-                 <(grep -v -e --output data/clusters/h200-node-calibrated.toml)"
+                 <(grep -v -e --output data/clusters/h200-node.toml)"
 expect_one_line_error "calibrate --memory-runs refuses a file that is no measurement" \
   "profile.json: not a stratos.measurement/1 file \\(no ranks\\)" -- \
-  "$STRATOS" calibrate --profile $R/profile --cluster h200-node --matmul-dtype bf16 \
+  "$STRATOS" calibrate --profile $R/profile --cluster h200-node-datasheet --matmul-dtype bf16 \
   --memory-runs $R/profile --output "$WORK/h200_none.toml"
 expect_one_line_error "profile: unknown part" \
   '--parts = "gemm": must be one of "matmul", "layer", "collective"' -- \

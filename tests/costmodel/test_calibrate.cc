@@ -260,7 +260,7 @@ std::vector<LayerRow> GeneratedBlocks(const DeviceSpec& device, const LayerCurve
 }
 
 TEST_CASE("the layer fit recovers the block curve and its power from times it generated") {
-  DeviceSpec device = ReadClusterFile(ResolveClusterPath("h200-node")).Device();
+  DeviceSpec device = ReadClusterFile(ResolveClusterPath("h200-node-datasheet")).Device();
   device.matmul_curve = MatmulCurve{0.82, 0, 30e-6};
   const LayerCurve truth{1.08, 1.19, 510e-6, 1200e-6, 3};
   const std::vector<LayerRow> rows = GeneratedBlocks(device, truth);
@@ -281,7 +281,7 @@ TEST_CASE("the layer fit recovers the block curve and its power from times it ge
 }
 
 TEST_CASE("blocks profiled with fused attention are priced without attention scores") {
-  DeviceSpec device = ReadClusterFile(ResolveClusterPath("h200-node")).Device();
+  DeviceSpec device = ReadClusterFile(ResolveClusterPath("h200-node-datasheet")).Device();
   const std::vector<LayerRow> rows = {{2048, 16, 2048, 4, 1, "bf16", 0.0, 0.0, 0.0}};
   const auto materialized = LayerRowDeviceSeconds(rows, device, false);
   const auto fused = LayerRowDeviceSeconds(rows, device, true);
@@ -340,7 +340,7 @@ TEST_CASE("device memory constants: the driver's total and medians over the runs
 }
 
 TEST_CASE("calibrate fits the block curve on the matmul dtype's block rows") {
-  const ClusterSpec base = ReadClusterFile(ResolveClusterPath("h200-node"));
+  const ClusterSpec base = ReadClusterFile(ResolveClusterPath("h200-node-datasheet"));
   Profile profile;
   profile.info.device = base.Device().name;
   for (long long n : {1024, 2048, 4096, 8192})

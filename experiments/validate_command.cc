@@ -15,6 +15,7 @@
 #include "experiments/output.h"
 #include "experiments/problem_loader.h"
 #include "experiments/searchers.h"
+#include "interop/interop.h"
 #include "validate/targets.h"
 #include "validate/validation.h"
 
@@ -47,11 +48,14 @@ CLI::App* AddValidateCommand(CLI::App& app, ValidateArgs& args) {
 namespace {
 
 // GPT-3 6.7B on 2 nodes of the zoo's dgx-a100-80gb, global batch 512 (the ProblemArgs defaults)
-// searched by the DP: the MFU target's figure.
+// searched by the DP: the MFU target's figure. The target compares it with Megatron-class runs,
+// so the plans are priced as Megatron-LM runs them (interop.h TrainingForTarget: bf16 training
+// accumulates and reduces fp32 gradients), as `stratos search --export megatron` prices them.
 MfuFigure SearchedA100Mfu() {
   ProblemArgs problem_args;
   problem_args.nodes = "2";
-  const Problem problem = LoadProblem(problem_args);
+  Problem problem = LoadProblem(problem_args);
+  problem.training = TrainingForTarget(Target::kMegatron, problem.training);
   const SearchResult result = MakeSearcher("dp")->Search(problem, SearchOptions{});
   STRATOS_CHECK(result.plan.has_value(), "the DP search found no plan for GPT-3 6.7B on 16 A100s");
   const Estimate estimate = Evaluate(problem, *result.plan);

@@ -85,7 +85,8 @@ ValidationReport FidelityTargetsReport(const std::vector<TargetCheck>& checks,
       "each figure is the report of that name as `stratos validate <report>` computes it, on the "
       "rows it does not fit",
       fmt::format("mfu: GPT-3 6.7B on 2 nodes of the zoo's dgx-a100-80gb (16 A100s), global batch "
-                  "512, at the plan `stratos search --algo dp` finds: {}",
+                  "512, priced as Megatron-LM runs it (fp32 gradients), at the plan `stratos "
+                  "search --algo dp --export megatron` finds: {}",
                   mfu.plan)};
   report.columns = {{"report", "report", 0},
                     {"figure", "figure", 0},

@@ -387,6 +387,10 @@ expect "validate targets checks every target, GPT-3 6.7B's MFU on 16 A100s among
   "$STRATOS" validate targets --output-dir "$WORK/validate/targets"
 expect "validate targets writes how many it met" 0 '"total": 9' -- \
   cat "$WORK/validate/targets/targets.json"
+# Priced as Megatron-LM trains (fp32 gradients) the DP fits microbatch 2 (m = 16); with bf16
+# gradients it fits microbatch 4 (m = 8).
+expect "validate targets prices the MFU plan as Megatron-LM trains" 0 \
+  '"mfu_plan": "1 stage \[34 layers\] m=16 ' -- cat "$WORK/validate/targets/targets.json"
 expect "calibrate --amp-profile fits the T4 on AMP's layer profile" 0 \
   "matmul_efficiency 0.5100; block curve scale 2.904; intra-node latency 323.5 us" -- \
   "$STRATOS" calibrate --amp-profile --cluster g4dn.12xlarge-datasheet --name g4dn.12xlarge \

@@ -71,6 +71,9 @@ struct EvaluateArgs {
   int pipeline_parallel = 0;
   int data_parallel = 0;
   int micro_batch_size = 0;        // samples per DP replica per microbatch
+  // Model chunks per pipeline rank of the uniform plan: > 1 is the interleaved 1F1B schedule
+  // (costmodel/plan.h InterleavePlan of the plain plan).
+  int virtual_stages = 1;
   int zero_stage = 0;
   std::string recompute = "none";
   std::string grad_compression = "none";  // every stage; costmodel/compression.h

@@ -58,7 +58,9 @@ std::vector<int> StageGroups(const ClusterSpec& cluster, const std::string& name
 }
 
 // A Megatron-style plan: PP uniform stages, each a mesh of DP x TP devices (on a heterogeneous
-// cluster, in the node groups StageGroups gives).
+// cluster, in the node groups StageGroups gives); with --virtual-stages v > 1 each rank's layers
+// in v chunks, the interleaved 1F1B schedule (InterleavePlan). Throws InputError naming the flag
+// for a plan these flags cannot make.
 Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
   const std::string where = "command line";
   // --tp/--pp/--dp/--micro-batch are >= 1 (checked while parsing); --tp needs the others.
@@ -109,7 +111,25 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
     plan.stages.push_back({ranges[s].first, ranges[s].second, config});
   }
   ValidatePlan(problem, plan, "command line (--tp/--pp/--dp/--micro-batch)");
-  return plan;
+  const int v = args.virtual_stages;
+  if (v == 1) return plan;
+  if (args.pipeline_parallel < 2)
+    ThrowInputError(where, "--virtual-stages", v, "needs --pp >= 2 (chunks interleave ranks)");
+  if (plan.schedule != Schedule::kOneFOneB)
+    ThrowInputError(where, "--virtual-stages", v, "needs --schedule 1f1b (interleaved 1F1B)");
+  if (problem.training.virtual_pipeline_stages != 1)
+    ThrowInputError(where, "--virtual-stages", v,
+                    "the training already interleaves the pipeline (virtual_pipeline_stages)");
+  for (size_t s = 0; s < plan.stages.size(); ++s)
+    if (plan.stages[s].NumLayers() < v)
+      ThrowInputError(where, "--virtual-stages", v,
+                      fmt::format("exceeds the {} layers of pipeline rank {} (a chunk needs one)",
+                                  plan.stages[s].NumLayers(), s));
+  const std::optional<Plan> interleaved = InterleavePlan(plan, v);
+  STRATOS_CHECK(interleaved.has_value(), "InterleavePlan refused v = {} for --pp {}", v,
+                args.pipeline_parallel);
+  ValidatePlan(problem, *interleaved, "command line (--virtual-stages)");
+  return *interleaved;
 }
 
 }  // namespace

@@ -118,6 +118,13 @@ int main(int argc, char** argv) {
                    "samples per DP replica per microbatch")
       ->check(IntAtLeast(1))
       ->needs(tp);
+  evaluate_command
+      ->add_option("--virtual-stages", evaluate.virtual_stages,
+                   "model chunks per pipeline rank: > 1 is the interleaved 1F1B schedule "
+                   "(Megatron-LM's --num-layers-per-virtual-pipeline-stage L / (pp x v))")
+      ->check(IntAtLeast(1))
+      ->needs(tp)
+      ->capture_default_str();
   evaluate_command->add_option("--zero", evaluate.zero_stage, "ZeRO stage")
       ->check(IntIn(0, 3))
       ->capture_default_str();

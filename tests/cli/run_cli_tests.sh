@@ -75,6 +75,23 @@ expect "an interleaved plan is written with its virtual stages" 0 '"virtual_stag
 expect "the written interleaved plan evaluates" 0 "interleaved: 2 ranks x 4 virtual stages" -- \
   "$STRATOS" evaluate --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 \
   --global-batch 128 --plan "$WORK/search_interleaved/plans/grid.json"
+expect "evaluate --virtual-stages prices the grid's interleaved plan (2 ranks x 4 chunks) as the grid" 0 \
+  "interleaved: 2 ranks x 4 virtual stages.*predicted iteration: 3\.2293 s" -- \
+  bash -c '"$0" evaluate --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 \
+    --global-batch 128 --tp 2 --pp 2 --dp 8 --micro-batch 1 --virtual-stages 4 | tr "\n" " "' \
+  "$STRATOS"
+expect_one_line_error "evaluate --virtual-stages needs a pipeline" \
+  "command line: --virtual-stages = 2: needs --pp >= 2" -- \
+  "$STRATOS" evaluate --model gpt3-13b --nodes 4 --global-batch 128 --tp 2 --pp 1 --dp 16 \
+  --micro-batch 1 --virtual-stages 2
+expect_one_line_error "evaluate --virtual-stages above a rank's layers names the rank" \
+  "command line: --virtual-stages = 12: exceeds the 11 layers of pipeline rank 0" -- \
+  "$STRATOS" evaluate --model gpt3-13b --nodes 4 --global-batch 128 --tp 2 --pp 4 --dp 4 \
+  --micro-batch 1 --virtual-stages 12
+expect_one_line_error "evaluate --virtual-stages refuses GPipe" \
+  "command line: --virtual-stages = 2: needs --schedule 1f1b" -- \
+  "$STRATOS" evaluate --model gpt3-13b --nodes 4 --global-batch 128 --tp 2 --pp 4 --dp 4 \
+  --micro-batch 1 --virtual-stages 2 --schedule gpipe
 expect "with interleaving in the space the DP proves the optimum over interleaved plans too" 0 \
   "dp: optimal, best 3.2501 s" -- \
   "$STRATOS" search --model gpt3-13b --cluster dgx-a100-80gb-datasheet --nodes 4 --global-batch 128 \

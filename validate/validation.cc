@@ -11,6 +11,7 @@
 #include "validate/nccl_sweeps.h"
 #include "validate/reference_tables.h"
 #include "validate/vtrain.h"
+#include "validate/vtrain_extrapolation.h"
 #include "validate/vtrain_shapes.h"
 #include "validate/zero_memory.h"
 
@@ -18,8 +19,8 @@ namespace stratos {
 
 const std::vector<std::string>& ValidationReportNames() {
   static const std::vector<std::string> names = {
-      "megatron-h100", "amp", "korthikanti", "zero", "alpa-point", "vtrain", "vtrain-shapes",
-      "nccl"};
+      "megatron-h100", "amp",           "korthikanti",          "zero", "alpa-point",
+      "vtrain",        "vtrain-shapes", "vtrain-extrapolation", "nccl"};
   return names;
 }
 
@@ -42,6 +43,9 @@ std::string ValidationReportDescription(const std::string& name) {
   if (name == "vtrain-shapes")
     return "vTrain's runs not fitted by GEMM shape (hidden x TP x micro batch): signed error and "
            "the share of peak reached in hardware FLOPs, measured and predicted";
+  if (name == "vtrain-extrapolation")
+    return "vTrain's runs: the A100 constants fitted on the models of one hidden size, errors and "
+           "rank correlation on the other hidden size's models, which the fit never saw";
   if (name == "nccl")
     return "measured NCCL all-reduce sweeps vs the collective model, its constants fitted on "
            "every fifth row (held-out MAPE by message size)";
@@ -60,6 +64,8 @@ ValidationReport RunValidationReport(const std::string& name) {
   if (name == "vtrain") return ValidateVtrain(ReferenceDataPath("vtrain_a100_single_node.csv"));
   if (name == "vtrain-shapes")
     return ValidateVtrainShapes(ReferenceDataPath("vtrain_a100_single_node.csv"));
+  if (name == "vtrain-extrapolation")
+    return ValidateVtrainExtrapolation(ReferenceDataPath("vtrain_a100_single_node.csv"));
   if (name == "nccl") return ValidateNcclSweeps(ReferenceDataPath("nccl_allreduce_sweeps.csv"));
   throw InputError(fmt::format("validate: report = {}: unknown (reports: {})", name,
                                fmt::join(ValidationReportNames(), ", ")));

@@ -27,6 +27,7 @@
 #include "validate/report.h"
 #include "validate/validation.h"
 #include "validate/vtrain.h"
+#include "validate/vtrain_extrapolation.h"
 #include "validate/vtrain_shapes.h"
 #include "validate/zero_memory.h"
 
@@ -294,6 +295,18 @@ TEST_CASE("Alpa: its TFLOP formula turns the measured 2.465 s into the published
         doctest::Approx(AlpaGptFlops(row, false)).epsilon(1e-12));
 }
 
+// A vTrain table of `data_lines` under the file's header, written to a scratch directory
+// `scratch` as `file`; returns its path.
+std::string WriteVtrainTable(const std::string& scratch, const std::string& file,
+                             const std::string& data_lines) {
+  const std::string path = testing::ScratchDir(scratch) + "/" + file;
+  std::ofstream out(path);
+  out << "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+         "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
+      << data_lines;
+  return path;
+}
+
 TEST_CASE("vTrain: rows become Megatron-DeepSpeed cases; the fit recovers constants it generated") {
   const std::vector<VtrainRow> rows = ReadVtrain(ReferenceDataPath("vtrain_a100_single_node.csv"));
   REQUIRE(rows.size() == 1440);
@@ -341,13 +354,8 @@ TEST_CASE("vTrain: rows become Megatron-DeepSpeed cases; the fit recovers consta
   CHECK(curve_fit.constants.layer_curve->power == 3);
   CHECK(curve_fit.rms_relative_error < 0.01);
   // A row whose degrees do not multiply to its GPUs is refused by name.
-  const std::string bad = testing::ScratchDir("vtrain") + "/vtrain_bad.csv";
-  {
-    std::ofstream out(bad);
-    out << "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
-           "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
-           "4,16,8,1024,16,24,1024,1,1,2,372.1\n";
-  }
+  const std::string bad = WriteVtrainTable("vtrain", "vtrain_bad.csv",
+                                            "4,16,8,1024,16,24,1024,1,1,2,372.1\n");
   CHECK_THROWS_WITH_AS(ReadVtrain(bad),
                        doctest::Contains(":2: # GPUs = \"4\": must equal tensor x pipeline x data "
                                          "parallelism = 2"),
@@ -448,6 +456,49 @@ std::string WriteSweeps(const std::string& name, const ClusterSpec& cluster,
   return path;
 }
 }  // namespace
+
+TEST_CASE("vTrain extrapolation: each hidden size's fit rows are its share of the fifth; the "
+          "other size's models are checked whole, within 10% MAPE (regression check)") {
+  const std::string path = ReferenceDataPath("vtrain_a100_single_node.csv");
+  const std::vector<VtrainRow> rows = ReadVtrain(path);
+  const std::vector<size_t> h1024 = VtrainCalibrationRowsOfHidden(rows, 1024);
+  const std::vector<size_t> h2048 = VtrainCalibrationRowsOfHidden(rows, 2048);
+  for (size_t i : h1024) CHECK(rows[i].hidden_size == 1024);
+  for (size_t i : h2048) CHECK(rows[i].hidden_size == 2048);
+  std::vector<size_t> both = h1024;
+  both.insert(both.end(), h2048.begin(), h2048.end());
+  std::sort(both.begin(), both.end());
+  CHECK(both == VtrainCalibrationRows(rows));  // the fifth, split by hidden size
+  CHECK(VtrainCalibrationRowsOfHidden(rows, 4096).empty());
+
+  const ValidationReport report = ValidateVtrainExtrapolation(path);
+  REQUIRE(report.summary["fits"].size() == 2);
+  for (const nlohmann::json& fit : report.summary["fits"]) {
+    CAPTURE(fit.dump());
+    const int fitted_hidden = fit["fitted_hidden_size"];
+    CHECK(fit["fitted_rows"] ==
+          VtrainCalibrationRowsOfHidden(rows, fitted_hidden).size());
+    CHECK(fit["unseen_rows"] == 720);  // the other size's four models, every row
+    CHECK(fit["unseen_mape_pct"].get<double>() <= 10.0);
+    CHECK(fit["unseen_worst_spearman_within_model"].get<double>() >= 0.9);
+  }
+  // Fitted on the small models alone, the large ones come out slow on average: extrapolated
+  // upward in GEMM shape the curve errs slow, not fast (README "The calibrated A100").
+  CHECK(report.summary["fits"][0]["fitted_hidden_size"] == 1024);
+  CHECK(report.summary["fits"][0]["unseen_mean_error_pct"].get<double>() > 0.0);
+  for (const nlohmann::json& row : report.rows) {
+    const bool other = row["model"].get<std::string>().substr(1, 4) !=
+                       row["fitted_on"].get<std::string>().substr(1);
+    CHECK((row["seen"] == "none") == other);
+  }
+  // A table of one hidden size has nothing to extrapolate to.
+  const std::string one = WriteVtrainTable("vtrain_extrapolation", "one_size.csv",
+                                            "2,16,8,1024,16,24,1024,1,1,2,372.1\n");
+  CHECK_THROWS_WITH_AS(ValidateVtrainExtrapolation(one),
+                       doctest::Contains("one_size.csv: every row has hidden size 1024: needs "
+                                         "at least two hidden sizes"),
+                       InputError);
+}
 
 TEST_CASE("NCCL sweeps: every fifth row from the largest is fitted; the fit recovers the "
           "constants that generated the sweeps and the tree prices them exactly") {

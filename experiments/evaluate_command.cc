@@ -117,9 +117,6 @@ Plan UniformPlan(const Problem& problem, const EvaluateArgs& args) {
     ThrowInputError(where, "--virtual-stages", v, "needs --pp >= 2 (chunks interleave ranks)");
   if (plan.schedule != Schedule::kOneFOneB)
     ThrowInputError(where, "--virtual-stages", v, "needs --schedule 1f1b (interleaved 1F1B)");
-  if (problem.training.virtual_pipeline_stages != 1)
-    ThrowInputError(where, "--virtual-stages", v,
-                    "the training already interleaves the pipeline (virtual_pipeline_stages)");
   for (size_t s = 0; s < plan.stages.size(); ++s)
     if (plan.stages[s].NumLayers() < v)
       ThrowInputError(where, "--virtual-stages", v,

@@ -309,6 +309,13 @@ double ActivationMemoryScale(const TrainingSpec& training) {
 
 }  // namespace
 
+double GradientAccumulationBytesPerParam(const TrainingSpec& training) {
+  const double buffer = 2.0 * training.grad_dtype_bytes;  // read and written
+  if (training.fused_elementwise_kernels)
+    return std::max(0.0, buffer - training.param_dtype_bytes);
+  return buffer + training.param_dtype_bytes;
+}
+
 BlockElementwiseBytes UnfusedBlockElementwiseBytes(const ModelSpec& model, int tensor_parallel,
                                                    bool sequence_parallel,
                                                    bool materialized_attention) {
@@ -489,6 +496,16 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
   // The flat gradient buffer, unless ZeRO-2/3 reduce each microbatch into their shard.
   if (!(c.zero_stage >= 2 && dp > 1 && training.zero_reduce_every_microbatch))
     terms.state_bytes += params * training.grad_buffer_bytes_per_param;
+  // Gradient accumulation: each microbatch's backward adds the weight gradients it computes
+  // (param dtype) into the gradient buffer (grad dtype), a memory-bound add that reads both and
+  // writes the buffer (GradientAccumulationBytesPerParam); ZeRO-2/3 reducing every microbatch add
+  // into their shard only.
+  const double accumulated_params =
+      (c.zero_stage >= 2 && dp > 1 && training.zero_reduce_every_microbatch) ? params / dp
+                                                                            : params;
+  const double accumulation_seconds =
+      accumulated_params * GradientAccumulationBytesPerParam(training) / device.hbm_bytes_per_second;
+  terms.compute_seconds += accumulation_seconds;
   terms.activation_bytes = ActivationMemoryScale(training) * b *
                            ActivationBytesPerSample(layer, tp, training.sequence_parallel,
                                                     c.recompute);

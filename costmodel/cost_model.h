@@ -160,6 +160,16 @@ BlockElementwiseBytes UnfusedBlockElementwiseBytes(const ModelSpec& model, int t
                                                    bool sequence_parallel,
                                                    bool materialized_attention);
 
+// Bytes per parameter that one microbatch's gradient accumulation moves through HBM beyond what
+// the weight-gradient GEMM's own output write (param_dtype_bytes, priced with the GEMM) moves.
+// Fused (training.fused_elementwise_kernels, Megatron-LM's default --gradient-accumulation-fusion:
+// the GEMM's epilogue accumulates into the gradient buffer, C += A^T B): the buffer read and
+// written in place of that write, 2 grad - param bytes (6 for Megatron's fp32 main_grad under
+// bf16, 2 for fp16 gradients). Unfused (PyTorch autograd's in-place .grad add, Megatron-LM v1.1.5):
+// the fresh gradient read and the buffer read and written, 2 grad + param bytes (10, 6).
+// Charged every microbatch over the parameters a device accumulates (CostModel::LayerTerms).
+double GradientAccumulationBytesPerParam(const TrainingSpec& training);
+
 // FlashAttention (Dao et al. NeurIPS'22; FlashAttention-2, Dao 2023), the attention of a block
 // whose scores are never stored (UseFlashAttention), computes per head only the scores a causal
 // mask keeps: FlashAttentionComputedShare, (s + 1) / (2 s) of the s^2 for a causal model

@@ -326,9 +326,15 @@ TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficienc
                             layer.activation_attention_bytes / 1;
   const double forward =
       forward_flops / flops_per_second + activation / device.hbm_bytes_per_second;
+  // The backward pass also adds its weight gradients into the buffer (one microbatch's).
+  const double accumulation = layer.stored_param_count *
+                              GradientAccumulationBytesPerParam(problem.training) /
+                              device.hbm_bytes_per_second;
   CHECK(terms.forward_seconds == forward);
-  CHECK(terms.compute_seconds == forward + (2.0 * forward_flops / flops_per_second +
-                                             2.0 * activation / device.hbm_bytes_per_second));
+  CHECK(terms.compute_seconds ==
+        doctest::Approx(forward + (2.0 * forward_flops / flops_per_second +
+                                   2.0 * activation / device.hbm_bytes_per_second) +
+                        accumulation));
   // With a curve the same layer is priced by its GEMM shape: slower than the scalar's 0.9 x peak
   // when the curve says this GEMM reaches less.
   problem.cluster.devices[0].matmul_curve = MatmulCurve{0.9, 1024, 0};
@@ -346,7 +352,8 @@ TEST_CASE("without a matmul curve a layer's compute uses peak x matmul_efficienc
   const double hbm = with_curve.hbm_bytes_per_second;
   const StageTerms by_shape = CostModel(problem).LayerTerms(1, config, 8);
   CHECK(by_shape.forward_seconds == doctest::Approx(gemms + activation / hbm));
-  CHECK(by_shape.compute_seconds == doctest::Approx(3 * gemms + 3 * activation / hbm));
+  CHECK(by_shape.compute_seconds ==
+        doctest::Approx(3 * gemms + 3 * activation / hbm + accumulation));
 }
 
 TEST_CASE("a layer curve reshapes each pass of a transformer block and nothing else") {

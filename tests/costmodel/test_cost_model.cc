@@ -216,18 +216,22 @@ TEST_CASE("ZeRO-2/3 reduce-scatter every microbatch's gradients: m - 1 reduce-sc
                   .zero_reduce_scatter_seconds == 0.0);
     }
     // A one-stage plan: ZeRO-2 costs ZeRO-1's iteration plus the m - 1 earlier reduce-scatters
-    // of every layer (both end with a reduce-scatter and an all-gather of the parameters).
+    // of every layer (both end with a reduce-scatter and an all-gather of the parameters), less
+    // the gradient accumulation (2 x 4 - 2 = 6 bytes per parameter per microbatch, fused) into
+    // the 3 / 4 of the gradients that are not this rank's shard.
     Plan plan;
     plan.global_batch_size = 8;
     plan.num_microbatches = 2;
     plan.stages = {{0, problem.NumLayers(), Config(4, 1, 1, Recompute::kNone)}};
     const double zero1 = Evaluate(cost_model, plan).iteration_seconds;
     plan.stages[0].config = Config(4, 1, 2, Recompute::kNone);
-    double all_layers = 0;
-    for (const LayerSpec& layer : problem.model.layers)
+    double all_layers = 0, accumulation = 0;
+    for (const LayerSpec& layer : problem.model.layers) {
       all_layers += 3.0 / 4 * layer.stored_param_count * 4 / 100e9;
+      accumulation += 3.0 / 4 * layer.stored_param_count * 6 / 1e12;
+    }
     CHECK(Evaluate(cost_model, plan).iteration_seconds ==
-          doctest::Approx(zero1 + (1 - overlap) * all_layers));
+          doctest::Approx(zero1 + (1 - overlap) * all_layers - 2 * accumulation));
   }
   // A framework that keeps the whole gradient buffer reduces once per iteration.
   problem.training.zero_reduce_every_microbatch = false;
@@ -493,6 +497,41 @@ TEST_CASE("a flat gradient buffer counts whole, except under ZeRO-2/3 reducing e
   CHECK(testing::Contains(
       testing::InputErrorMessage([&] { ValidateTrainingSpec(problem.training, "run options"); }),
       "run options: training.grad_buffer_bytes_per_param = -4: must be >= 0"));
+}
+
+TEST_CASE("every microbatch adds its weight gradients into the gradient buffer, over the shard "
+          "under ZeRO-2/3: fused 2 grad - param bytes per parameter, unfused 2 grad + param, "
+          "hand computed") {
+  // h = 1024: a block's 12 h^2 + 13 h parameters; bf16 weights; HBM 1 TB/s (GptProblem).
+  Problem problem = GptProblem(1024, 16, 512, 2, 8);
+  const double h = 1024, block_params = 12 * h * h + 13 * h;
+  REQUIRE(problem.model.layers[1].stored_param_count == doctest::Approx(block_params));
+  for (const bool fused : {true, false}) {
+    problem.training.fused_elementwise_kernels = fused;
+    for (const double grad_bytes : {2.0, 4.0}) {
+      CAPTURE(fused);
+      CAPTURE(grad_bytes);
+      problem.training.grad_dtype_bytes = grad_bytes;
+      // Megatron's fp32 main_grad: 6 fused, 10 unfused; bf16 gradients: 2, 6.
+      const double bytes = fused ? 2 * grad_bytes - 2 : 2 * grad_bytes + 2;
+      CHECK(GradientAccumulationBytesPerParam(problem.training) == bytes);
+      const CostModel cost_model(problem);
+      // 8 samples over DP 2 in 4 microbatches: one sample per microbatch.
+      for (const int tp : {1, 2}) {
+        const double compute = LayerComputeSeconds(problem.model, 1, problem.cluster.Device(),
+                                                   problem.training, 1.0, tp, Recompute::kNone)
+                                   .TotalSeconds();
+        CHECK(cost_model.LayerTerms(1, Config(2, tp, 1, Recompute::kNone), 4).compute_seconds ==
+              doctest::Approx(compute + block_params / tp * bytes / 1e12));
+      }
+      // ZeRO-2 reducing every microbatch: each rank adds into its half of the gradients.
+      const double compute = LayerComputeSeconds(problem.model, 1, problem.cluster.Device(),
+                                                 problem.training, 1.0, 1, Recompute::kNone)
+                                 .TotalSeconds();
+      CHECK(cost_model.LayerTerms(1, Config(2, 1, 2, Recompute::kNone), 4).compute_seconds ==
+            doctest::Approx(compute + block_params / 2 * bytes / 1e12));
+    }
+  }
 }
 
 TEST_CASE("recomputation costs one forward (full) or the attention scores (selective)") {

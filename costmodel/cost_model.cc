@@ -493,19 +493,16 @@ StageTerms CostModel::LayerTerms(int layer_index, const StageConfig& c, int m) c
     default: terms.state_bytes = params * (pb + gb + kb) / dp; break;
   }
   terms.state_bytes += params * training.buffer_bytes_per_param;
-  // The flat gradient buffer, unless ZeRO-2/3 reduce each microbatch into their shard.
-  if (!(c.zero_stage >= 2 && dp > 1 && training.zero_reduce_every_microbatch))
-    terms.state_bytes += params * training.grad_buffer_bytes_per_param;
+  // ZeRO-2/3 reducing each microbatch's gradients keep no flat gradient buffer, only their shard.
+  const bool reduces_into_shard =
+      c.zero_stage >= 2 && dp > 1 && training.zero_reduce_every_microbatch;
+  if (!reduces_into_shard) terms.state_bytes += params * training.grad_buffer_bytes_per_param;
   // Gradient accumulation: each microbatch's backward adds the weight gradients it computes
-  // (param dtype) into the gradient buffer (grad dtype), a memory-bound add that reads both and
-  // writes the buffer (GradientAccumulationBytesPerParam); ZeRO-2/3 reducing every microbatch add
-  // into their shard only.
-  const double accumulated_params =
-      (c.zero_stage >= 2 && dp > 1 && training.zero_reduce_every_microbatch) ? params / dp
-                                                                            : params;
-  const double accumulation_seconds =
-      accumulated_params * GradientAccumulationBytesPerParam(training) / device.hbm_bytes_per_second;
-  terms.compute_seconds += accumulation_seconds;
+  // (param dtype) into the gradient buffer (grad dtype), or into the shard, a memory-bound add
+  // that reads both and writes the buffer (GradientAccumulationBytesPerParam).
+  const double accumulated_params = reduces_into_shard ? params / dp : params;
+  terms.compute_seconds += accumulated_params * GradientAccumulationBytesPerParam(training) /
+                           device.hbm_bytes_per_second;
   terms.activation_bytes = ActivationMemoryScale(training) * b *
                            ActivationBytesPerSample(layer, tp, training.sequence_parallel,
                                                     c.recompute);

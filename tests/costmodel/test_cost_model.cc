@@ -516,20 +516,18 @@ TEST_CASE("every microbatch adds its weight gradients into the gradient buffer, 
       const double bytes = fused ? 2 * grad_bytes - 2 : 2 * grad_bytes + 2;
       CHECK(GradientAccumulationBytesPerParam(problem.training) == bytes);
       const CostModel cost_model(problem);
-      // 8 samples over DP 2 in 4 microbatches: one sample per microbatch.
-      for (const int tp : {1, 2}) {
-        const double compute = LayerComputeSeconds(problem.model, 1, problem.cluster.Device(),
-                                                   problem.training, 1.0, tp, Recompute::kNone)
-                                   .TotalSeconds();
+      // The block's own compute at one sample per microbatch (8 samples over DP 2 in 4).
+      auto block_compute = [&](int tp) {
+        return LayerComputeSeconds(problem.model, 1, problem.cluster.Device(), problem.training,
+                                   1.0, tp, Recompute::kNone)
+            .TotalSeconds();
+      };
+      for (const int tp : {1, 2})
         CHECK(cost_model.LayerTerms(1, Config(2, tp, 1, Recompute::kNone), 4).compute_seconds ==
-              doctest::Approx(compute + block_params / tp * bytes / 1e12));
-      }
+              doctest::Approx(block_compute(tp) + block_params / tp * bytes / 1e12));
       // ZeRO-2 reducing every microbatch: each rank adds into its half of the gradients.
-      const double compute = LayerComputeSeconds(problem.model, 1, problem.cluster.Device(),
-                                                 problem.training, 1.0, 1, Recompute::kNone)
-                                 .TotalSeconds();
       CHECK(cost_model.LayerTerms(1, Config(2, 1, 2, Recompute::kNone), 4).compute_seconds ==
-            doctest::Approx(compute + block_params / 2 * bytes / 1e12));
+            doctest::Approx(block_compute(1) + block_params / 2 * bytes / 1e12));
     }
   }
 }

@@ -160,7 +160,8 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
     t.Bool("relax.extend_groups", &r.extend_groups, "heterogeneous: after the polish, decode the orders that add an unused group at every layer boundary");
     t.Double("relax.extend_time_fraction", &r.extend_time_fraction, "the group extension's time, as a fraction of the search's before it; > 0");
     t.Bool("relax.device_decode", &r.device_decode, "smoothed DP: final decode with the device budget as a DP dimension");
-    t.Int("relax.level_search_options", &r.level_search_options, "smoothed DP: level search around the best plans of the best N microbatch options, >= 0 (0: none)");
+    t.Int("relax.level_search_options", &r.level_search_options, "smoothed DP: level search around the best plans of the best N microbatch options, >= 0 (0: none; default: every one)");
+    t.Int("relax.refine_options", &r.refine_options, "smoothed DP, models over coarse_layers: refine the best N options' coarse plans at every layer boundary, >= 1");
     t.Int("relax.level_search_max_probes", &r.level_search_max_probes, "smoothed DP: probes one level-search pass decodes at most (a work bound: the same search on a loaded machine), >= 1");
     t.Int("relax.late_decodes", &r.late_decodes, "smoothed DP: device decodes also from the last N distinct decoded plans' levels, >= 0");
     t.Int("relax.decode_orders", &r.decode_orders, "smoothed DP, heterogeneous clusters: device decodes and level search on the best N node-group orders per microbatch option, >= 1");

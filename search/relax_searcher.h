@@ -85,11 +85,20 @@ struct RelaxOptions {
   // plan) get a level search: a pattern search on the levels (theta, phi) around their best
   // plan's own, majorize-minimizing from each probe, until no probe improves or the pass has
   // decoded level_search_max_probes probes (one pass; on long models a second at full
-  // resolution near the coarse plans) (>= 0; 0: none). Ablation spec, polish none, its 40
-  // non-uniform cells: 8 within 0.1% of the DP optimum with 0, 40 with 3 (at 60 steps and 15
-  // late decodes, on 20 of them: 10 with 0, 17 with 1, 20 with 3); its operator cells: 2 of 4
-  // with 0 (up to 14.8% above), 4 with 3.
-  int level_search_options = 3;
+  // resolution near the coarse plans) (>= 0; 0: none). The default reaches every option that
+  // survives the annealing on the zoo's problems: an option's plan before the level search does
+  // not predict its plan after it (GPT-3 2.7B / 4 p3.16xlarge-datasheet / 256: the option that
+  // ends best, 4.271 s, ranked 5th of 6 at 7.70 s; GPT-3 175B / 128 DGX A100 / 1536: m = 96
+  // ranked 8th of 14 at 19.23 s and ends at the DP optimum, 16.811 s), and with 3 options relax
+  // ended 0.2-0.3% above the optimum on both. A level search costs ~34 probes per option that
+  // does not improve (~0.25 s per option on the 175B problem). Ablation spec, polish none, its
+  // 40 non-uniform cells (2026-11-27, 3 options): 8 within 0.1% of the DP optimum with 0, 40 with
+  // 3; its operator cells: 2 of 4 with 0 (up to 14.8% above), 4 with 3.
+  int level_search_options = 64;
+  // Smoothed DP, models longer than coarse_layers: the microbatch options whose coarse plans are
+  // refined at every layer boundary near their cuts, the best by their plans before the level
+  // search (>= 1).
+  int refine_options = 3;
   // Probes one level-search pass decodes at most (a work bound, so that the search is the same
   // on a loaded machine; >= 1). On the ablation spec's non-uniform models the whole level
   // search converges in 106-155 probes with the default gradient phase and 141-247 after one
@@ -105,8 +114,8 @@ struct RelaxOptions {
   // Smoothed DP: models with more layers than this run the annealed phase, the majorize-minimize
   // and the level search on coarse cut positions (CoarseCutPositions: the start of each repeated
   // block, e.g. every transformer block at operator granularity, else every
-  // ceil(L / coarse_layers)-th boundary), then refine the best level_search_options (at least
-  // one) microbatch options' plans at every layer boundary near their cuts (DecodeNearPlan,
+  // ceil(L / coarse_layers)-th boundary), then refine the best refine_options microbatch
+  // options' plans at every layer boundary near their cuts (DecodeNearPlan,
   // within the widest coarse gap): majorize-minimize, then the level search. Operator-granularity
   // GPT-3 175B / 128 DGX A100 / 1536 (962 layers), polish none: the DP optimum, 16.529 s, in
   // 18 s (DP: 350 s; experiments/specs/scale-175b-ops.toml). 0: never; else >= 2.

@@ -157,6 +157,7 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
     t.Int("relax.price_starts", &r.price_starts, "smoothed DP: dual-ascent tracks per microbatch count, prices 10^-k apart, >= 1");
     t.Int("relax.coarse_layers", &r.coarse_layers, "smoothed DP: annealed phase on coarser cuts above this many layers; 0 = never, else >= 2");
     t.Int("relax.heterogeneous_coarse_layers", &r.heterogeneous_coarse_layers, "smoothed DP: coarse_layers on heterogeneous clusters; 0 = never, else >= 2");
+    t.Bool("relax.coarse_room_for_max_stages", &r.coarse_room_for_max_stages, "smoothed DP: coarse cut stride at most max(2, layers / max_stages), so the most stages fit (slower)");
     t.Bool("relax.extend_groups", &r.extend_groups, "heterogeneous: after the polish, decode the orders that add an unused group at every layer boundary");
     t.Double("relax.extend_time_fraction", &r.extend_time_fraction, "the group extension's time, as a fraction of the search's before it; > 0");
     t.Bool("relax.device_decode", &r.device_decode, "smoothed DP: final decode with the device budget as a DP dimension");

@@ -198,11 +198,14 @@ EdgeSets MakeEdgeSets(const std::vector<std::vector<int>>& position_lists) {
 
 }  // namespace
 
-std::vector<int> CoarseCutPositions(const RelaxTables& tables, int coarse_layers) {
+std::vector<int> CoarseCutPositions(const RelaxTables& tables, int coarse_layers,
+                                    int max_stages) {
   STRATOS_CHECK(coarse_layers == 0 || coarse_layers >= 2, "coarse_layers {}", coarse_layers);
+  STRATOS_CHECK(max_stages >= 0, "max_stages {}", max_stages);
   const int L = tables.num_layers;
   if (coarse_layers == 0 || L <= coarse_layers) return {};
-  const int stride = (L + coarse_layers - 1) / coarse_layers;
+  int stride = (L + coarse_layers - 1) / coarse_layers;
+  if (max_stages > 0) stride = std::min(stride, std::max(2, L / max_stages));
   std::vector<int> count(tables.num_classes, 0), first(tables.num_classes, L);
   for (int l = 0; l < L; ++l) {
     const int c = tables.layer_class[l];

@@ -80,9 +80,16 @@ struct SmoothedDpValue {
 // the most frequent cost class that occurs at most coarse_layers - 1 times, earliest first on
 // ties (the first sublayer of every transformer block at operator granularity) -- when there
 // are at least coarse_layers / 8 of them, spread evenly (no gap above twice their mean
-// spacing); else every ceil(L / coarse_layers)-th boundary. Always starts at 0 and ends at L.
-// Throws InternalError for coarse_layers < 2 (but 0).
-std::vector<int> CoarseCutPositions(const RelaxTables& tables, int coarse_layers);
+// spacing); else every stride-th boundary, stride = min(ceil(L / coarse_layers),
+// max(2, floor(L / max_stages))): so that a plan of max_stages stages has a coarse gap per stage
+// where a stride of 2 allows it (0: no such bound; GPT-3 175B, 98 layers, on h100=8,a100=16 of
+// dgx-h100-a100-datasheet: the optimum has 16 stages of 5-8 layers, which a stride of
+// ceil(98 / 16) = 7 cannot express, and relax ended 3.26% above it). A stride of 1 would leave
+// no coarse phase (GPT-3 1.3B, 24 layers, on h100=1,a100=1: 4x relax's time, the same plan).
+// Always starts at 0 and ends at L. Throws InternalError for coarse_layers < 2 (but 0) or
+// max_stages < 0.
+std::vector<int> CoarseCutPositions(const RelaxTables& tables, int coarse_layers,
+                                    int max_stages = 0);
 
 class SmoothedStageDp {
  public:

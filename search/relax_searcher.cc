@@ -343,8 +343,9 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
   // Long models: every DP cuts only at the coarse positions (each repeated block's start, else
   // every stride-th boundary); the last pass decodes near the best coarse plans at every layer
   // boundary. Levels and prices are in seconds, so they carry over between resolutions.
-  const std::vector<int> coarse_cuts = CoarseCutPositions(
-      tables, heterogeneous ? ro.heterogeneous_coarse_layers : ro.coarse_layers);
+  const std::vector<int> coarse_cuts =
+      CoarseCutPositions(tables, heterogeneous ? ro.heterogeneous_coarse_layers : ro.coarse_layers,
+                         ro.coarse_room_for_max_stages ? ph->space.max_stages : 0);
   std::vector<Track> tracks;
   for (int m = 0; m < tables.num_microbatch_options; ++m) {
     Track track;

@@ -126,6 +126,14 @@ struct RelaxOptions {
   // block level): 16.4641 s in 2.4 s at 16, 214 s at 128 (no coarse phase) before the polish;
   // the DP optimum 16.4558 s in 33.6 s.
   int heterogeneous_coarse_layers = 16;
+  // Smoothed DP: the coarse cut positions' stride is at most max(2, floor(L / max_stages)), so
+  // that a plan of the most stages has a coarse gap per stage (CoarseCutPositions). Off by
+  // default: on GPT-3 175B / dgx-h100-a100-datasheet it takes relax to the DP optimum on
+  // h100=8,a100=16 (16 stages of 5-8 layers; 3.26% above it with the 14 gaps of a stride of 7)
+  // and h100=16,a100=32 (1.14%); on the heterogeneous ladder (its relax-coarse-room variant) it
+  // reaches the same plans as the default and takes 2.1x as long on the 1,024-GPU three-type
+  // rung (6.3 s against 3.0 s) and on 13B with h100=4,a100=4 (README "Heterogeneous clusters").
+  bool coarse_room_for_max_stages = false;
   // Smoothed DP, heterogeneous clusters, after the polish: the group extension. Coarse cuts can
   // hide a node group whose GPUs hold only a layer or two per stage. When the best plan leaves a
   // group unused, the orders that add one unused group to the plan's, and that the annealing

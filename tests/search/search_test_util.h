@@ -21,6 +21,17 @@
 
 namespace stratos::testing {
 
+// A zoo model on a zoo cluster (`nodes`: a count, or counts per node group as
+// "h100=2,a100=2") at a global batch of `global_batch` sequences.
+inline Problem ZooProblem(const std::string& model, const std::string& cluster,
+                          const std::string& nodes, int global_batch) {
+  Problem problem;
+  problem.model = ReadModelFile(ResolveModelPath(model));
+  problem.cluster = ReadClusterFile(ResolveClusterPath(cluster)).WithNodeCounts(nodes);
+  problem.training.global_batch_size = global_batch;
+  return problem;
+}
+
 // |x - y| / |y|: how far a searcher's objective x is from the reference y.
 inline double RelativeGap(double x, double y) {
   return std::abs(x - y) / std::max(1e-300, std::abs(y));

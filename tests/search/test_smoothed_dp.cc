@@ -352,6 +352,14 @@ TEST_CASE("smoothed DP: coarse cut positions follow the model's repeating block 
   REQUIRE(strided.size() == 17);
   for (size_t a = 0; a + 1 < strided.size(); ++a) CHECK(strided[a] == 26 * static_cast<int>(a));
   CHECK(strided.back() == L);
+  // With at most 16 stages: a stride of floor(402 / 16) = 25, so that 16 stages fit.
+  const std::vector<int> for_16_stages = CoarseCutPositions(ops, 16, 16);
+  REQUIRE(for_16_stages.size() == 18);  // 0, 25, ..., 400 and 402
+  CHECK(for_16_stages[1] == 25);
+  CHECK(for_16_stages[16] == 400);
+  CHECK(for_16_stages.back() == L);
+  CHECK(CoarseCutPositions(ops, 16, 1000)[1] == 2);  // never below 2
+  CHECK(CoarseCutPositions(ops, 16, 8) == strided);  // the bound does not widen the stride
   // Every layer a class of its own: the stride.
   NonUniformModelOptions options;
   options.num_layers = 300;
@@ -543,15 +551,7 @@ void CheckPartEarnsItsPlace(const Problem& problem,
   CHECK(run.second.summary.best_iteration_seconds > best * (1 + above));
 }
 
-// A zoo model on `nodes` nodes of a zoo cluster at a global batch of `global_batch` sequences.
-Problem ZooProblem(const std::string& model, const std::string& cluster, int nodes,
-                   int global_batch) {
-  Problem problem;
-  problem.model = ReadModelFile(ResolveModelPath(model));
-  problem.cluster = ReadClusterFile(ResolveClusterPath(cluster)).WithNodes(nodes);
-  problem.training.global_batch_size = global_batch;
-  return problem;
-}
+using testing::ZooProblem;
 
 // The ablation spec's non-uniform instance L96-s<seed> (experiments/specs/ablation-relax.toml):
 // a seeded 96-layer model on 16 p3.16xlarge (datasheet), global batch 512.
@@ -586,7 +586,7 @@ TEST_CASE("relax: on GPT-3 175B / 128 DGX A100 / 1536, where one Adam step and t
   // The ablation's named problem (experiments/specs/ablation-relax.toml). On its non-uniform
   // models one step reaches the optimum too since the level search runs on every microbatch
   // option (README "Experiments and ablations").
-  const Problem problem = ZooProblem("gpt3-175b", "dgx-a100-80gb-datasheet", 128, 1536);
+  const Problem problem = ZooProblem("gpt3-175b", "dgx-a100-80gb-datasheet", "128", 1536);
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->iterations = 1; }, 1e-6, 0.002);
 }
 
@@ -601,14 +601,14 @@ TEST_CASE("relax: where the majorize-minimize stops 3.1% above the DP optimum (a
 TEST_CASE("relax: on GPT-3 13B / 8 p3.16xlarge / 512 the gradient phase (device decodes, level "
           "search) lands within 0.1% of the DP optimum, where its price decodes alone end over "
           "0.5% above it") {
-  const Problem problem = ZooProblem("gpt3-13b", "p3.16xlarge-datasheet", 8, 512);
+  const Problem problem = ZooProblem("gpt3-13b", "p3.16xlarge-datasheet", "8", 512);
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->device_decode = false; }, 0.001, 0.005);
 }
 
 TEST_CASE("relax: on GPT-3 2.7B / 4 p3.16xlarge / 256 the level search on every microbatch option "
           "reaches the DP optimum, where on the 3 whose plans were best before it the gradient "
           "phase ends over 1% above (the option that ends best ranked 5th of 6 before it)") {
-  const Problem problem = ZooProblem("gpt3-2.7b", "p3.16xlarge-datasheet", 4, 256);
+  const Problem problem = ZooProblem("gpt3-2.7b", "p3.16xlarge-datasheet", "4", 256);
   CheckPartEarnsItsPlace(problem, [](RelaxOptions* o) { o->level_search_options = 3; }, 1e-6,
                          0.01);
 }

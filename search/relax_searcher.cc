@@ -670,10 +670,11 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
 }
 
 // The group extension (RelaxOptions::extend_groups): the plans that fit and beat `best`
-// (best_seconds) among the exact decodes at every layer boundary of best's microbatch option,
-// along the orders that add one node group unused by `best` to its order and whose value in the
-// annealing (`values`: V^0 at its final levels) is below best_seconds, best value first. Along
-// each, majorize-minimizes from best's levels with theta scaled by 0.95, 0.9, 0.85, 0.8 while
+// (best_seconds) among the exact decodes at every layer boundary, at best's microbatch option
+// and then the others nearest it in log(count), along the orders that add one node group unused
+// by `best` to its order and whose value in the annealing (`values`: V^0 at its final levels) is
+// below best_seconds, best value first. Along each, majorize-minimizes from best's levels (the
+// bottleneck scaled to the option's microbatch) with theta scaled by 0.95, 0.9, 0.85, 0.8 while
 // the best plan decoded improves. Best first; stops at `deadline`.
 std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const SearchSpace& space,
                                               const std::map<std::vector<int>, double>& values,
@@ -714,15 +715,16 @@ std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const S
   std::vector<std::pair<double, int>> options;
   const double best_count = tables.num_microbatches[best.microbatch_option];
   for (int m = 0; m < tables.num_microbatch_options; ++m)
-    options.emplace_back(
-        m == best.microbatch_option ? -1 : std::abs(std::log(tables.num_microbatches[m] / best_count)),
-        m);
+    options.emplace_back(m == best.microbatch_option
+                             ? -1
+                             : std::abs(std::log(tables.num_microbatches[m] / best_count)),
+                         m);
   std::sort(options.begin(), options.end());
-  const SmoothedDpPoint best_levels = SmoothedStageDp(tables, best.microbatch_option, configs)
-                                          .PlanLevels(best);
+  SmoothedDpPoint best_levels;  // set by the first option, best's own
   for (const auto& [distance, option] : options) {
     if (SearchClock::now() >= deadline) break;
     const SmoothedStageDp dp(tables, option, configs);
+    if (option == best.microbatch_option) best_levels = dp.PlanLevels(best);
     // best's levels, the bottleneck scaled to this option's microbatch (a stage's time per
     // microbatch is about proportional to the microbatch size).
     SmoothedDpPoint from = best_levels;

@@ -87,11 +87,13 @@ struct RelaxOptions {
   // decoded level_search_max_probes probes (one pass; on long models a second at full
   // resolution near the coarse plans) (>= 0; 0: none). The default reaches every option that
   // survives the annealing on the zoo's problems: an option's plan before the level search does
-  // not predict its plan after it (GPT-3 2.7B / 4 p3.16xlarge-datasheet / 256: the option that
-  // ends best, 4.271 s, ranked 5th of 6 at 7.70 s; GPT-3 175B / 128 DGX A100 / 1536: m = 96
-  // ranked 8th of 14 at 19.23 s and ends at the DP optimum, 16.811 s), and with 3 options relax
-  // ended 0.2-0.3% above the optimum on both. A level search costs ~34 probes per option that
-  // does not improve (~0.25 s per option on the 175B problem). Ablation spec, polish none, its
+  // not predict its plan after it. With 3 options, GPT-3 2.7B / 4 p3.16xlarge-datasheet / 256
+  // ends 14.7% above the DP optimum with polish none (4.898 s against 4.271 s: `stratos search
+  // --algo relax,dp --option relax.polish=none --option relax.level_search_options=3`), and
+  // relax 0.2-0.3% above it on that rung and GPT-3 175B / 128 DGX A100 (experiments/specs/
+  // ladder.toml); with every option, at it. A level search decodes 34 probes per option that it
+  // does not improve (relax's median time on the ablation's non-uniform models 4.1 -> 6.1 s,
+  // README "Experiments and ablations"). Ablation spec, polish none, its
   // 40 non-uniform cells (2026-11-27, 3 options): 8 within 0.1% of the DP optimum with 0, 40 with
   // 3; its operator cells: 2 of 4 with 0 (up to 14.8% above), 4 with 3.
   int level_search_options = 64;
@@ -142,8 +144,9 @@ struct RelaxOptions {
   // 0.95, 0.9, ... 0.8 while it improves (the added devices shorten the bottleneck); the best
   // plan that beats it is polished. At the plan's microbatch count first, then at the others,
   // nearest in log(count) first (the added stages' bubble wants more microbatches: GPT-3 13B on
-  // h100=2,a100=2,v100=4, 32 -> the DP optimum's 128, 0.52% above it -> 0). It stops after extend_time_fraction x the time the search
-  // took before it (> 0). GPT-3 175B on dgx-h100-a100-v100-datasheet with h100=8,a100=8,
+  // h100=2,a100=2,v100=4, 32 -> the DP optimum's 128, 0.52% above it -> 0). It stops after
+  // extend_time_fraction x the time the search took before it (> 0), so where it ends depends
+  // on the machine's speed (that 13B case: with three searches on two cores it stops before 128). GPT-3 175B on dgx-h100-a100-v100-datasheet with h100=8,a100=8,
   // v100=16: the DP optimum, 59.29 s, in 3.1 s, where the coarse phase and the polish end at
   // 60.88 s (2.69% above) in 2.0 s; with h100=32,a100=32,v100=64 the annealing values the V100
   // orders above the plan and the extension does not run.

@@ -305,7 +305,8 @@ TEST_CASE("relax's group extension adds the node group that its coarse cuts hid 
 TEST_CASE("relax's group extension tries other microbatch counts: GPT-3 13B on h100=2,a100=2,"
           "v100=4 reaches the DP's optimum, whose V100 stages need 4x the microbatches of the "
           "best plan without them") {
-  const Problem problem = ZooProblem("gpt3-13b", "dgx-h100-a100-v100-datasheet", "h100=2,a100=2,v100=4", 512);
+  const Problem problem =
+      ZooProblem("gpt3-13b", "dgx-h100-a100-v100-datasheet", "h100=2,a100=2,v100=4", 512);
   const int v100 = 2;
   REQUIRE(problem.cluster.node_groups[v100].device == "V100-SXM2-16GB");
   const SearchResult dp = DpSearcher().Search(problem, SearchOptions{});
@@ -329,7 +330,8 @@ TEST_CASE("relax's group extension tries other microbatch counts: GPT-3 13B on h
 TEST_CASE("relax with coarse cuts that leave room for the most stages "
           "(relax.coarse_room_for_max_stages): GPT-3 175B on h100=8,a100=16 reaches the DP's "
           "optimum of 16 stages of 5-8 layers, which the default's 14 coarse gaps miss") {
-  const Problem problem = ZooProblem("gpt3-175b", "dgx-h100-a100-datasheet", "h100=8,a100=16", 1536);
+  const Problem problem =
+      ZooProblem("gpt3-175b", "dgx-h100-a100-datasheet", "h100=8,a100=16", 1536);
   const SearchResult dp = DpSearcher().Search(problem, SearchOptions{});
   RelaxOptions room;
   room.coarse_room_for_max_stages = true;

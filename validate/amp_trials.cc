@@ -52,6 +52,16 @@ int AmpBoundaryToLayer(int b) {
   return 26;
 }
 
+double AmpRunSeconds(double iteration_seconds) {
+  if (!(iteration_seconds >= 0))
+    ThrowInputError("AMP run", "iteration_seconds", iteration_seconds, "must be >= 0");
+  return kAmpRunIterations * iteration_seconds;
+}
+
+bool AmpRunRecordsTime(bool fits_memory, double iteration_seconds) {
+  return fits_memory && AmpRunSeconds(iteration_seconds) <= kAmpLauncherTimeoutSeconds;
+}
+
 Problem AmpProblem(const AmpAssumptions& how) {
   Problem problem;
   // AMP's GPT-2 (homogeneous.py model_config; 16 heads from ds_pretrain_gpt2_pipe.sh).
@@ -285,7 +295,7 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
   const int n = static_cast<int>(trials.size());
   const double kNaN = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> ours(n, kNaN), other(n, kNaN), block_only_seconds(n, kNaN);
-  std::vector<bool> fits(n, false);
+  std::vector<bool> fits(n, false), records(n, false), records_other(n, false);
   std::vector<int> feasible, all_representable, predicted_fit;
   ValidationReport report;
   for (int i = 0; i < n; ++i) {
@@ -313,6 +323,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
     other[i] = other_estimate.iteration_seconds;
     block_only_seconds[i] = Evaluate(block_only_cost_model, *plan).iteration_seconds;
     fits[i] = estimate.Fits();
+    records[i] = AmpRunRecordsTime(fits[i], ours[i]);
+    records_other[i] = AmpRunRecordsTime(other_estimate.Fits(), other[i]);
     if (fits[i]) predicted_fit.push_back(i);
     if (std::isfinite(trial.measured_seconds)) feasible.push_back(i);
     double peak = 0.0;
@@ -326,6 +338,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
     row["predicted_seconds_other_network"] = other_estimate.iteration_seconds;
     row["predicted_fits_memory"] = fits[i];
     row["predicted_peak_memory_gib"] = peak / kGiB;
+    row["predicted_run_seconds"] = AmpRunSeconds(ours[i]);
+    row["predicted_records_time"] = records[i];
     if (!fits[i]) row["note"] = estimate.MemoryViolation();
     report.rows.push_back(row);
   }
@@ -381,12 +395,21 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
   };
   // Memory: does the model foresee the trials that failed?
   int oom_caught = 0, oom_missed = 0, false_alarms = 0, failed = 0;
+  // AMP's runner: memory, or the launcher's time limit (AmpRunRecordsTime), at our prices and
+  // at the AMP-network variant's.
+  int run_caught = 0, run_false_alarms = 0, time_only = 0, other_caught = 0,
+      other_false_alarms = 0;
   for (int i : all_representable) {
     const bool ran = std::isfinite(trials[i].measured_seconds);
     if (!ran) ++failed;
     if (!ran && !fits[i]) ++oom_caught;
     if (!ran && fits[i]) ++oom_missed;
     if (ran && !fits[i]) ++false_alarms;
+    if (!ran && !records[i]) ++run_caught;
+    if (!ran && !records[i] && fits[i]) ++time_only;
+    if (ran && !records[i]) ++run_false_alarms;
+    if (!ran && !records_other[i]) ++other_caught;
+    if (ran && !records_other[i]) ++other_false_alarms;
   }
   int unrepresentable = n - static_cast<int>(all_representable.size());
 
@@ -408,7 +431,9 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                     {"rank_amp", "rank AMP", 1},
                     {"rank_predicted", "rank ours", 1},
                     {"predicted_peak_memory_gib", "peak GiB", 1},
-                    {"predicted_fits_memory", "fits", 0}};
+                    {"predicted_fits_memory", "fits", 0},
+                    {"predicted_run_seconds", "run s", 0},
+                    {"predicted_records_time", "records", 0}};
   const double efficiency = problem.cluster.Device().matmul_efficiency;
   const double intra_latency = problem.cluster.IntraNode().latency_seconds;
   report.summary = {
@@ -448,6 +473,15 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
         {"failures_predicted", oom_caught},
         {"failures_missed", oom_missed},
         {"false_alarms", false_alarms}}},
+      {"runner",
+       {{"failed_trials", failed},
+        {"failures_predicted", run_caught},
+        {"failures_predicted_by_time_limit_only", time_only},
+        {"false_alarms", run_false_alarms},
+        {"run_iterations", kAmpRunIterations},
+        {"launcher_timeout_seconds", kAmpLauncherTimeoutSeconds},
+        {"other_network_failures_predicted", other_caught},
+        {"other_network_false_alarms", other_false_alarms}}},
       {"other_network",
        {{"amp_intra_node_bandwidth", amp_network.amp_intra_node_bandwidth},
         {"spearman_ours", other_rho},
@@ -457,19 +491,23 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                ? fmt::format("{:.2f} s", trials[i].measured_seconds)
                : std::string("failed");
   };
+  const char* other_network_name =
+      amp_network.amp_intra_node_bandwidth ? "with AMP's 50 Gb/s" : "with the zoo's PCIe";
   report.headline = fmt::format(
       "over {} feasible trials: Spearman {:.3f} / Kendall tau-b {:.3f} (AMP's cost model: {:.3f} "
       "/ {:.3f}; target Spearman >= 0.8 and >= AMP's); our top-1 among feasible: trial {} "
       "measured {} vs best {} (trial {}); among all trials: trial {} ({}); among those our memory "
       "model says fit: trial {} ({}); memory model flags {} of {} failed trials, {} false alarms; "
-      "{} network inside nodes: Spearman {:.3f}; every GEMM at the block's efficiency instead "
+      "AMP's runner (out of memory, or {} iterations past its launcher's {:.0f} s) {} of {}, {} "
+      "false alarms ({} of {}, {} false alarms {} network inside nodes); {} network inside nodes: Spearman {:.3f}; every GEMM at the block's efficiency instead "
       "(no head entry): Spearman {:.3f}; T4 constants {}",
       feasible.size(), rho, tau, amp_rho, amp_tau, trials[ours_feasible].trial,
       measured_text(ours_feasible), measured_text(best), trials[best].trial,
       trials[ours_all].trial, measured_text(ours_all),
       ours_fit >= 0 ? trials[ours_fit].trial : -1, ours_fit >= 0 ? measured_text(ours_fit) : "-",
-      oom_caught, failed, false_alarms,
-      amp_network.amp_intra_node_bandwidth ? "with AMP's 50 Gb/s" : "with the zoo's PCIe",
+      oom_caught, failed, false_alarms, kAmpRunIterations, kAmpLauncherTimeoutSeconds, run_caught,
+      failed, run_false_alarms, other_caught, failed, other_false_alarms, other_network_name,
+      other_network_name,
       other_rho, block_only_rho,
       how.fit_profile ? std::string("fitted on AMP's profile in the report")
       : calibration_difference.empty()
@@ -543,6 +581,19 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
       "layer_partition: boundaries into AMP's 30-entry list [embed2h, noop, 24 blocks, noop, noop, "
       "embed2v, noop] (src/cost_homo.py), mapped to our [embedding, 24 blocks, head]; a stage of "
       "AMP no-op entries only has no layer of ours and is reported as not representable",
+      fmt::format(
+          "failed trials: AMP's runner records a time only if the run reaches iteration {} "
+          "(its vendored megatron/training.py), and its vendored DeepSpeed launcher terminates a "
+          "run after {:.0f} s (deepspeed/launcher/launch.py time_out); in AMP's log "
+          "(src/results/homogeneous_results.txt, the runner's cumulative time) trial 1 ended 31 s "
+          "after the trial before it, a crash at start-up, while trials 45, 47, 50 and 51 took "
+          "210-212 s each, the limit plus the runner's own steps (the slowest trial that recorded "
+          "a time, 48 at 4.29 s, took 193 s): they were stopped by the time limit, slow or hung "
+          "behind a rank out of memory; `runner` predicts a failure where the plan does not fit "
+          "or {} of our iterations exceed {:.0f} s (start-up excluded: a lower bound), `memory` "
+          "where it does not fit",
+          kAmpRunIterations, kAmpLauncherTimeoutSeconds, kAmpRunIterations,
+          kAmpLauncherTimeoutSeconds),
       "rank correlation over the trials whose measured time is finite; Spearman with average "
       "ranks for ties, Kendall tau-b"};
   return report;

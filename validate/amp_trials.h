@@ -97,6 +97,23 @@ LayerCurve AmpProfiledBlockCurve(const Problem& problem);
 // bandwidth of the level is kept. >= 0.
 double AmpProfiledIntraNodeLatency(const Problem& problem);
 
+// AMP's runner (DachengLi1/AMP @72eeea4) records a trial's time only if the run reaches its
+// 41st iteration: the vendored megatron/training.py runs `while iteration < 41` and writes the
+// mean of iterations 20-39, and the vendored DeepSpeed launcher (deepspeed/launcher/launch.py,
+// `time_out = 200`) terminates every process of a run after 200 s. A run that crashes (out of
+// memory) or is still running then records no time: the trial's `inf`.
+inline constexpr int kAmpRunIterations = 41;
+inline constexpr double kAmpLauncherTimeoutSeconds = 200;
+
+// Seconds a run of AMP's runner spends in its iterations at `iteration_seconds` each
+// (kAmpRunIterations of them): a lower bound on the launcher's clock, which also counts the
+// processes' start-up (not known; excluded). Throws InputError if iteration_seconds < 0.
+double AmpRunSeconds(double iteration_seconds);
+
+// Whether AMP's runner records a time for a plan: it fits in memory and its iterations end
+// within the launcher's kAmpLauncherTimeoutSeconds (AmpRunSeconds).
+bool AmpRunRecordsTime(bool fits_memory, double iteration_seconds);
+
 // The plan of one trial, or nullopt with the reason in `why` if our layer list cannot express
 // it (a stage of AMP no-op entries only).
 std::optional<Plan> AmpTrialPlan(const Problem& problem, const AmpTrialRow& trial,

@@ -272,7 +272,31 @@ TEST_CASE("AMP report: AMP's own Spearman from the file, ours at the 0.8 target 
   CHECK(report.summary["memory"]["failed_trials"] == 4);
   CHECK(report.summary["memory"]["failures_predicted"] == 2);
   CHECK(report.summary["memory"]["false_alarms"] == 0);
+  // AMP's runner also stops a run at its launcher's 200 s: trial 45's 41 iterations take 237 s
+  // at our 5.79 s; trial 50's 180 s at 4.40 s stay inside (212 s at the AMP-network variant's
+  // 5.17 s); the slowest trial that ran, 48, 162 s.
+  const nlohmann::json& runner = report.summary["runner"];
+  CHECK(runner["failed_trials"] == 4);
+  CHECK(runner["failures_predicted"] == 3);
+  CHECK(runner["failures_predicted_by_time_limit_only"] == 1);
+  CHECK(runner["false_alarms"] == 0);
+  CHECK(runner["other_network_failures_predicted"] == 4);
+  CHECK(runner["other_network_false_alarms"] == 0);
+  for (const nlohmann::json& row : report.rows) {
+    if (row["trial"] != 45 && row["trial"] != 50) continue;
+    CHECK(row["predicted_fits_memory"] == true);
+    CHECK(row["predicted_records_time"] == (row["trial"] == 50));
+  }
   CHECK(report.summary["shipped_is_fit"] == true);
+}
+
+TEST_CASE("AMP's runner: a time only for runs that fit and end their 41 iterations in 200 s") {
+  CHECK(AmpRunSeconds(4.0) == doctest::Approx(164.0));
+  CHECK(AmpRunRecordsTime(true, 4.8));          // 196.8 s
+  CHECK_FALSE(AmpRunRecordsTime(true, 4.9));    // 200.9 s
+  CHECK_FALSE(AmpRunRecordsTime(false, 1.0));   // out of memory
+  CHECK(AmpRunRecordsTime(true, 200.0 / 41));   // exactly at the limit
+  CHECK_THROWS_AS(AmpRunSeconds(-1.0), InputError);
 }
 
 TEST_CASE("Alpa: its TFLOP formula turns the measured 2.465 s into the published 37.0 TFLOP/s") {
@@ -617,7 +641,7 @@ std::map<std::string, nlohmann::json> SummariesAtTargets() {
            {{"spearman_amp", 0.935},
             {"spearman_ours", 0.935},
             {"top1_ours_among_feasible", {{"measured_over_best", 1.03}}},
-            {"memory", {{"failed_trials", 4}, {"failures_predicted", 4}}}}},
+            {"runner", {{"failed_trials", 4}, {"failures_predicted", 4}, {"false_alarms", 0}}}}},
           {"korthikanti", {{"time_mape_pct", 10.0}, {"target_time_mape_pct", 10.0}}},
           {"alpa-point", {{"mape_pct", 15.0}, {"target_mape_pct", 15.0}}}};
 }
@@ -651,7 +675,7 @@ TEST_CASE("fidelity targets: each figure against its bound, the MFU inside [45, 
     CHECK(missed == 1);
   }
   summaries["amp"]["spearman_ours"] = 0.929;
-  summaries["amp"]["memory"]["failures_predicted"] = 2;
+  summaries["amp"]["runner"]["failures_predicted"] = 3;
   summaries["vtrain"]["worst_spearman_within_model"] = 0.85;
   const std::vector<TargetCheck> some = CheckFidelityTargets(summaries, {0.612, "plan"});
   int met = 0;
@@ -664,6 +688,15 @@ TEST_CASE("fidelity targets: each figure against its bound, the MFU inside [45, 
   CHECK(report.headline.find("mfu predicted MFU % of GPT-3 6.7B on 16 A100s (61.2, target in "
                              "[45, 60])") != std::string::npos);
   CHECK(CheckFidelityTargets(summaries, {0.449, "plan"}).back().met == false);
+
+  // AMP's failures all foreseen, but a trial that ran predicted to fail: missed.
+  auto alarmed = SummariesAtTargets();
+  alarmed["amp"]["runner"]["false_alarms"] = 1;
+  const std::vector<TargetCheck> with_alarm = CheckFidelityTargets(alarmed, {0.5, "plan"});
+  for (const TargetCheck& check : with_alarm) {
+    CAPTURE(check.figure);
+    CHECK(check.met == (check.figure.find("failed trials") != 0));
+  }
 
   // A summary without a figure is a bug of the report, not of the input.
   summaries["korthikanti"].erase("time_mape_pct");

@@ -159,7 +159,7 @@ SearcherSetup::SearcherSetup(const std::string& algorithm, const std::string& wh
     t.Int("relax.heterogeneous_coarse_layers", &r.heterogeneous_coarse_layers, "smoothed DP: coarse_layers on heterogeneous clusters; 0 = never, else >= 2");
     t.Bool("relax.coarse_room_for_max_stages", &r.coarse_room_for_max_stages, "smoothed DP: coarse cut stride at most max(2, layers / max_stages), so the most stages fit (slower)");
     t.Bool("relax.extend_groups", &r.extend_groups, "heterogeneous: after the polish, decode the orders that add an unused group at every layer boundary");
-    t.Double("relax.extend_time_fraction", &r.extend_time_fraction, "the group extension's time, as a fraction of the search's before it; > 0");
+    t.Int("relax.extend_max_decodes", &r.extend_max_decodes, "heterogeneous: exact decodes the group extension runs at most (a work bound), >= 1");
     t.Bool("relax.device_decode", &r.device_decode, "smoothed DP: final decode with the device budget as a DP dimension");
     t.Int("relax.level_search_options", &r.level_search_options, "smoothed DP: level search around the best plans of the best N microbatch options, >= 0 (0: none; default: every one)");
     t.Int("relax.refine_options", &r.refine_options, "smoothed DP, models over coarse_layers: refine the best N options' coarse plans at every layer boundary, >= 1");

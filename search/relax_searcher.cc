@@ -40,8 +40,7 @@ void RelaxOptions::Validate() const {
     fail("level_search_max_probes", level_search_max_probes, "must be >= 1");
   if (coarse_layers != 0 && coarse_layers < 2)
     fail("coarse_layers", coarse_layers, "must be 0 (never) or >= 2");
-  if (!(extend_time_fraction > 0))
-    fail("extend_time_fraction", extend_time_fraction, "must be > 0");
+  if (extend_max_decodes < 1) fail("extend_max_decodes", extend_max_decodes, "must be >= 1");
   if (heterogeneous_coarse_layers != 0 && heterogeneous_coarse_layers < 2)
     fail("heterogeneous_coarse_layers", heterogeneous_coarse_layers,
          "must be 0 (never) or >= 2");
@@ -675,12 +674,13 @@ std::vector<DiscretePlan> SmoothedDpStarts(GradientPhase* ph) {
 // by `best` to its order and whose value in the annealing (`values`: V^0 at its final levels) is
 // below best_seconds, best value first. Along each, majorize-minimizes from best's levels (the
 // bottleneck scaled to the option's microbatch) with theta scaled by 0.95, 0.9, 0.85, 0.8 while
-// the best plan decoded improves. Best first; stops at `deadline`.
+// the best plan decoded improves. Best first; stops after `max_decodes` decodes or at
+// `deadline`.
 std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const SearchSpace& space,
                                               const std::map<std::vector<int>, double>& values,
                                               const DiscretePlan& best, double best_seconds,
                                               PlanPolisher& polisher, double max_work,
-                                              SearchClock::time_point deadline) {
+                                              int max_decodes, SearchClock::time_point deadline) {
   const std::vector<int> order = PlanRunOrder(tables, best);
   std::vector<std::pair<double, std::vector<int>>> extended;
   for (const std::vector<int>& candidate : space.GroupOrders()) {
@@ -721,8 +721,10 @@ std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const S
                          m);
   std::sort(options.begin(), options.end());
   SmoothedDpPoint best_levels;  // set by the first option, best's own
+  int decodes = 0;
+  const auto more = [&]() { return decodes < max_decodes && SearchClock::now() < deadline; };
   for (const auto& [distance, option] : options) {
-    if (SearchClock::now() >= deadline) break;
+    if (!more()) break;
     const SmoothedStageDp dp(tables, option, configs);
     if (option == best.microbatch_option) best_levels = dp.PlanLevels(best);
     // best's levels, the bottleneck scaled to this option's microbatch (a stage's time per
@@ -735,8 +737,9 @@ std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const S
       SmoothedDpPoint x = from;
       x.theta_seconds *= scale;
       double least = std::numeric_limits<double>::infinity();
-      for (int step = 0; step < 16 && SearchClock::now() < deadline; ++step) {
+      for (int step = 0; step < 16 && more(); ++step) {
         const DiscretePlan plan = dp.DecodeWithinDevices(x, max_work, nullptr, target);
+        ++decodes;
         if (plan.configs.empty()) break;
         const DiscreteCost cost = polisher.Cost(plan);
         if (cost.Fits()) least = std::min(least, cost.iteration_seconds);
@@ -752,7 +755,7 @@ std::vector<DiscretePlan> GroupExtensionPlans(const RelaxTables& tables, const S
     };
     for (const auto& [value, target] : extended) {
       double previous = std::numeric_limits<double>::infinity();
-      for (int k = 1; k <= 4 && SearchClock::now() < deadline; ++k) {
+      for (int k = 1; k <= 4 && more(); ++k) {
         const double least = descend(target, 1 - 0.05 * k);
         if (!(least < previous)) break;
         previous = least;
@@ -872,14 +875,10 @@ SearchResult RelaxSearcher::Search(const Problem& problem, const SearchOptions& 
   if (heterogeneous && ro.extend_groups &&
       ro.relaxation == RelaxOptions::Relaxation::kSmoothedDp && !candidates.empty() &&
       candidates.front().cost.Fits() && SearchClock::now() < deadline) {
-    const SearchClock::time_point extension_deadline = std::min(
-        deadline, SearchClock::now() + std::chrono::duration_cast<SearchClock::duration>(
-                                           std::chrono::duration<double>(
-                                               ro.extend_time_fraction * elapsed())));
     const std::vector<DiscretePlan> extended = GroupExtensionPlans(
         tables, space, phase.order_values, candidates.front().plan,
-        candidates.front().cost.iteration_seconds,
-        polisher, ro.device_decode_max_work, extension_deadline);
+        candidates.front().cost.iteration_seconds, polisher, ro.device_decode_max_work,
+        ro.extend_max_decodes, deadline);
     extension_plans = static_cast<int>(extended.size());
     if (!extended.empty()) {
       Candidate c{extended.front(), {}};

@@ -144,14 +144,15 @@ struct RelaxOptions {
   // 0.95, 0.9, ... 0.8 while it improves (the added devices shorten the bottleneck); the best
   // plan that beats it is polished. At the plan's microbatch count first, then at the others,
   // nearest in log(count) first (the added stages' bubble wants more microbatches: GPT-3 13B on
-  // h100=2,a100=2,v100=4, 32 -> the DP optimum's 128, 0.52% above it -> 0). It stops after
-  // extend_time_fraction x the time the search took before it (> 0), so where it ends depends
-  // on the machine's speed (that 13B case: with three searches on two cores it stops before 128). GPT-3 175B on dgx-h100-a100-v100-datasheet with h100=8,a100=8,
-  // v100=16: the DP optimum, 59.29 s, in 3.1 s, where the coarse phase and the polish end at
-  // 60.88 s (2.69% above) in 2.0 s; with h100=32,a100=32,v100=64 the annealing values the V100
-  // orders above the plan and the extension does not run.
+  // h100=2,a100=2,v100=4, 32 -> the DP optimum's 128, 0.52% above it -> 0, found by its 64th
+  // decode). It stops after extend_max_decodes exact decodes (a work bound: the same plans on a
+  // loaded machine), or at the search's time limit. GPT-3 175B on dgx-h100-a100-v100-datasheet
+  // with h100=8,a100=8,v100=16: the polish's best 65.09 s -> 63.04 s, 1.47% above the DP
+  // optimum (62.13 s; 1.56% at 48 decodes, 1.47% too with every count's 278); with
+  // h100=32,a100=32,v100=64 the annealing values the V100 orders above the plan and the
+  // extension does not run.
   bool extend_groups = true;
-  double extend_time_fraction = 0.5;
+  int extend_max_decodes = 72;
   // Random restarts optimized together as one tensor batch; >= 1. Their initial stage counts
   // are spread geometrically over [min_stages, max_stages].
   int restarts = 8;

@@ -390,6 +390,10 @@ TEST_CASE("relax: RelaxOptions::Validate names the option as users write it, and
   options.refine_options = 0;
   CHECK_THROWS_WITH_AS(options.Validate(), "relax.refine_options = 0: must be >= 1", InputError);
   options = RelaxOptions{};
+  options.extend_max_decodes = 0;
+  CHECK_THROWS_WITH_AS(options.Validate(), "relax.extend_max_decodes = 0: must be >= 1",
+                       InputError);
+  options = RelaxOptions{};
   options.level_search_max_probes = 0;
   CHECK_THROWS_WITH_AS(options.Validate(), "relax.level_search_max_probes = 0: must be >= 1",
                        InputError);

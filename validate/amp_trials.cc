@@ -499,8 +499,9 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
       "measured {} vs best {} (trial {}); among all trials: trial {} ({}); among those our memory "
       "model says fit: trial {} ({}); memory model flags {} of {} failed trials, {} false alarms; "
       "AMP's runner (out of memory, or {} iterations past its launcher's {:.0f} s) {} of {}, {} "
-      "false alarms ({} of {}, {} false alarms {} network inside nodes); {} network inside nodes: Spearman {:.3f}; every GEMM at the block's efficiency instead "
-      "(no head entry): Spearman {:.3f}; T4 constants {}",
+      "false alarms ({} of {}, {} false alarms {} network inside nodes); {} network inside "
+      "nodes: Spearman {:.3f}; every GEMM at the block's efficiency instead (no head entry): "
+      "Spearman {:.3f}; T4 constants {}",
       feasible.size(), rho, tau, amp_rho, amp_tau, trials[ours_feasible].trial,
       measured_text(ours_feasible), measured_text(best), trials[best].trial,
       trials[ours_all].trial, measured_text(ours_all),

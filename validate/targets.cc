@@ -66,9 +66,8 @@ std::vector<TargetCheck> CheckFidelityTargets(
   const double failed = Figure(summaries, "amp", "runner/failed_trials");
   const double predicted = Figure(summaries, "amp", "runner/failures_predicted");
   const double false_alarms = Figure(summaries, "amp", "runner/false_alarms");
-  checks.push_back({"amp",
-                    "failed trials predicted (memory or time limit)",
-                    predicted, fmt::format(">= {} (all), no false alarm (has {})", failed, false_alarms),
+  checks.push_back({"amp", "failed trials predicted (memory or time limit)", predicted,
+                    fmt::format(">= {} (all), no false alarm (has {})", failed, false_alarms),
                     predicted >= failed && false_alarms == 0});
   checks.push_back(own("korthikanti", "22B layer times MAPE %", "time_mape_pct",
                        "target_time_mape_pct", true));

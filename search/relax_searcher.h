@@ -91,9 +91,9 @@ struct RelaxOptions {
   // ends 14.7% above the DP optimum with polish none (4.898 s against 4.271 s: `stratos search
   // --algo relax,dp --option relax.polish=none --option relax.level_search_options=3`), and
   // relax 0.2-0.3% above it on that rung and GPT-3 175B / 128 DGX A100 (experiments/specs/
-  // ladder.toml); with every option, at it. A level search decodes 34 probes per option that it
-  // does not improve (relax's median time on the ablation's non-uniform models 4.1 -> 6.1 s,
-  // README "Experiments and ablations"). Ablation spec, polish none, its
+  // ladder.toml); with every option, at it. The level searches of the options that do not
+  // improve cost time (relax's median on the ablation's non-uniform models 4.1 -> 6.1 s, README
+  // "Experiments and ablations"). Ablation spec, polish none, its
   // 40 non-uniform cells (2026-11-27, 3 options): 8 within 0.1% of the DP optimum with 0, 40 with
   // 3; its operator cells: 2 of 4 with 0 (up to 14.8% above), 4 with 3.
   int level_search_options = 64;

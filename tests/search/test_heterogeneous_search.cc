@@ -271,12 +271,7 @@ TEST_CASE("relax (smoothed DP over the group orders) is within 1% of the DP opti
 // devices, as the heterogeneous ladder of README prices it) with `nodes`
 // ("h100=8,a100=8,v100=16").
 static Problem Gpt3On3Types(const std::string& nodes) {
-  Problem problem;
-  problem.model = ReadModelFile(ResolveModelPath("gpt3-175b"));
-  problem.cluster =
-      ReadClusterFile(ResolveClusterPath("dgx-h100-a100-v100-datasheet")).WithNodeCounts(nodes);
-  problem.training.global_batch_size = 1536;
-  return problem;
+  return ZooProblem("gpt3-175b", "dgx-h100-a100-v100-datasheet", nodes, 1536);
 }
 
 TEST_CASE("relax's group extension adds the node group that its coarse cuts hid (GPT-3 175B on "
@@ -317,6 +312,7 @@ TEST_CASE("relax's group extension tries other microbatch counts: GPT-3 13B on h
   RelaxOptions short_extension;
   short_extension.extend_max_decodes = 58;
   const SearchResult short_relax = RelaxSearcher(short_extension).Search(problem, SearchOptions{});
+  INFO("short: ", short_relax.summary.BriefReport());
   CHECK(short_relax.summary.best_iteration_seconds >
         dp.summary.best_iteration_seconds * (1 + 1e-3));
   INFO("dp: ", dp.summary.BriefReport(), " | relax: ", relax.summary.BriefReport(), " ",

@@ -67,12 +67,14 @@ Problem AmpProblem(const AmpAssumptions& how) {
   // AMP's GPT-2 (homogeneous.py model_config; 16 heads from ds_pretrain_gpt2_pipe.sh).
   problem.model = GptModel("gpt2-amp", 1024, 16, 24, 1024, 52256);
   problem.cluster = ZooCluster(how.cluster, kNodes);
-  if (how.amp_intra_node_bandwidth) {
+  if (how.pcie_peer_to_peer) {
     NetworkLevel& intra = problem.cluster.networks.at(0);
-    intra.name = "50 Gb/s (AMP cluster_info)";
-    intra.bandwidth_bytes_per_second = 50e9 / 8;
+    intra.name = "PCIe Gen3 peer to peer";
+    intra.bandwidth_bytes_per_second = kAmpPeerToPeerBytesPerSecond;
     intra.efficiency = 1.0;
-    intra.source = "DachengLi1/AMP src/homogeneous.py cluster_info: 50 Gb/s intra-node";
+    intra.source =
+        "half of 'all_reduce,busbw,intra-node,PCIe Gen4' = 24 GB/s in "
+        "../shared/data/reference/nccl_collective_bandwidth.csv (NVIDIA GTC24 S62129 slide 12)";
   }
   TrainingSpec& training = problem.training;
   training.global_batch_size = kGlobalBatch;
@@ -278,9 +280,9 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
     variant.fit_profile = true;
     variant.framework_memory_cluster = how.cluster;
   }
-  AmpAssumptions amp_network = variant;
-  amp_network.amp_intra_node_bandwidth = !how.amp_intra_node_bandwidth;
-  const Problem other_problem = AmpProblem(amp_network);
+  AmpAssumptions other_network = variant;
+  other_network.pcie_peer_to_peer = !how.pcie_peer_to_peer;
+  const Problem other_problem = AmpProblem(other_network);
   // Which part did the work: every GEMM at the block's one efficiency (no head entry, no block
   // curve), the model of earlier reports.
   AmpAssumptions block_only = variant;
@@ -361,6 +363,8 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
   const double other_rho = SpearmanRho(predicted_other, measured);
   const double other_tau = KendallTauB(predicted_other, measured);
   const double block_only_rho = SpearmanRho(predicted_block_only, measured);
+  const double mape = MeanAbsolutePercentError(predicted, measured);
+  const double other_mape = MeanAbsolutePercentError(predicted_other, measured);
   const std::vector<double> measured_rank = AverageRanks(measured),
                             predicted_rank = AverageRanks(predicted),
                             amp_rank = AverageRanks(amp);
@@ -396,7 +400,7 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
   // Memory: does the model foresee the trials that failed?
   int oom_caught = 0, oom_missed = 0, false_alarms = 0, failed = 0;
   // AMP's runner: memory, or the launcher's time limit (AmpRunRecordsTime), at our prices and
-  // at the AMP-network variant's.
+  // at the other intra-node link's.
   int run_caught = 0, run_false_alarms = 0, time_only = 0, other_caught = 0,
       other_false_alarms = 0;
   for (int i : all_representable) {
@@ -444,6 +448,7 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
       {"kendall_tau_b_ours", tau},
       {"spearman_amp", amp_rho},
       {"kendall_tau_b_amp", amp_tau},
+      {"mape_percent_ours", mape},
       {"target_spearman", 0.8},
       {"meets_target", rho >= 0.8 && rho >= amp_rho},
       {"t4_matmul_efficiency", efficiency},
@@ -483,33 +488,34 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
         {"other_network_failures_predicted", other_caught},
         {"other_network_false_alarms", other_false_alarms}}},
       {"other_network",
-       {{"amp_intra_node_bandwidth", amp_network.amp_intra_node_bandwidth},
+       {{"pcie_peer_to_peer", other_network.pcie_peer_to_peer},
         {"spearman_ours", other_rho},
-        {"kendall_tau_b_ours", other_tau}}}};
+        {"kendall_tau_b_ours", other_tau},
+        {"mape_percent_ours", other_mape}}}};
   auto measured_text = [&](int i) {
     return std::isfinite(trials[i].measured_seconds)
                ? fmt::format("{:.2f} s", trials[i].measured_seconds)
                : std::string("failed");
   };
   const char* other_network_name =
-      amp_network.amp_intra_node_bandwidth ? "with AMP's 50 Gb/s" : "with the zoo's PCIe";
+      other_network.pcie_peer_to_peer ? "with PCIe peer to peer (12 GB/s)"
+                                      : "with AMP's 50 Gb/s";
   report.headline = fmt::format(
-      "over {} feasible trials: Spearman {:.3f} / Kendall tau-b {:.3f} (AMP's cost model: {:.3f} "
-      "/ {:.3f}; target Spearman >= 0.8 and >= AMP's); our top-1 among feasible: trial {} "
+      "over {} feasible trials: Spearman {:.3f} / Kendall tau-b {:.3f}, MAPE {:.1f}% (AMP's cost "
+      "model, which ranks: {:.3f} / {:.3f}; target Spearman >= 0.8 and >= AMP's); our top-1 among feasible: trial {} "
       "measured {} vs best {} (trial {}); among all trials: trial {} ({}); among those our memory "
       "model says fit: trial {} ({}); memory model flags {} of {} failed trials, {} false alarms; "
       "AMP's runner (out of memory, or {} iterations past its launcher's {:.0f} s) {} of {}, {} "
-      "false alarms ({} of {}, {} false alarms {} network inside nodes); {} network inside "
-      "nodes: Spearman {:.3f}; every GEMM at the block's efficiency instead (no head entry): "
+      "false alarms ({} of {}, {} false alarms {} inside nodes); {} inside nodes: Spearman "
+      "{:.3f}, MAPE {:.1f}%; every GEMM at the block's efficiency instead (no head entry): "
       "Spearman {:.3f}; T4 constants {}",
-      feasible.size(), rho, tau, amp_rho, amp_tau, trials[ours_feasible].trial,
+      feasible.size(), rho, tau, mape, amp_rho, amp_tau, trials[ours_feasible].trial,
       measured_text(ours_feasible), measured_text(best), trials[best].trial,
       trials[ours_all].trial, measured_text(ours_all),
       ours_fit >= 0 ? trials[ours_fit].trial : -1, ours_fit >= 0 ? measured_text(ours_fit) : "-",
       oom_caught, failed, false_alarms, kAmpRunIterations, kAmpLauncherTimeoutSeconds, run_caught,
       failed, run_false_alarms, other_caught, failed, other_false_alarms, other_network_name,
-      other_network_name,
-      other_rho, block_only_rho,
+      other_network_name, other_rho, other_mape, block_only_rho,
       how.fit_profile ? std::string("fitted on AMP's profile in the report")
       : calibration_difference.empty()
           ? fmt::format("of the zoo's {} (the shipped file is `calibrate --amp-profile`'s fit)",
@@ -522,10 +528,11 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
       "vocabulary 52256, learned positions, tied embeddings; global batch 32",
       fmt::format("cluster: zoo {} x 4 nodes (4 T4 each), {}; 50 Gb/s between nodes",
                   how.cluster,
-                  how.amp_intra_node_bandwidth
-                      ? "50 Gb/s inside a node as AMP's cluster_info models"
-                      : "PCIe inside a node as in the zoo file (AMP's code models 50 Gb/s; "
-                        "reported as a variant)"),
+                  how.pcie_peer_to_peer
+                      ? "PCIe Gen3 peer to peer inside a node (12 GB/s, the link's upper bound)"
+                      : "50 Gb/s inside a node as in the zoo file and AMP's cluster_info "
+                        "(collectives through host memory; PCIe peer to peer reported as a "
+                        "variant)"),
       fmt::format("{}T4 matmul efficiency {:.4f}: our forward of the LM head at micro-batch 1 (the "
                   "logits GEMM and the logits' fp32 cast through HBM; the loss is not one of the "
                   "profiled layers) equals AMP's profiled "

@@ -16,6 +16,10 @@ namespace stratos {
 // The zoo's T4 cluster as shipped for AMP's runs, and its datasheet base.
 inline constexpr const char* kAmpCluster = "g4dn.12xlarge";
 inline constexpr const char* kAmpBaseCluster = "g4dn.12xlarge-datasheet";
+// PCIe Gen3 peer-to-peer all-reduce bus bandwidth, bytes/s: half of PCIe Gen4's 24 GB/s
+// (../shared/data/reference/nccl_collective_bandwidth.csv, NVIDIA GTC24 S62129 slide 12), Gen3
+// having half Gen4's link rate. The report's variant of the intra-node link.
+inline constexpr double kAmpPeerToPeerBytesPerSecond = 12e9;
 
 struct AmpAssumptions {
   // Zoo cluster, 4 nodes. Its T4 constants are used as the file gives them unless fit_profile.
@@ -25,9 +29,10 @@ struct AmpAssumptions {
   // (then a base such as kAmpBaseCluster): what `stratos calibrate --amp-profile` writes into
   // kAmpCluster, and how the report's variants are priced.
   bool fit_profile = false;
-  // AMP's code models 50 Gb/s inside a node as well as between nodes (homogeneous.py
-  // cluster_info); false keeps the zoo's PCIe level inside a node.
-  bool amp_intra_node_bandwidth = false;
+  // true: PCIe Gen3 peer to peer inside a node (kAmpPeerToPeerBytesPerSecond), the upper bound
+  // of the link; false keeps the zoo file's level (AMP's 50 Gb/s, collectives through host
+  // memory).
+  bool pcie_peer_to_peer = false;
   // T4 matmul efficiency: > 0 uses this value; otherwise with fit_profile it is derived from
   // AMP's profile as below, without it the cluster file's.
   double matmul_efficiency = -1;

@@ -502,9 +502,10 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                                       : "with AMP's 50 Gb/s";
   report.headline = fmt::format(
       "over {} feasible trials: Spearman {:.3f} / Kendall tau-b {:.3f}, MAPE {:.1f}% (AMP's cost "
-      "model, which ranks: {:.3f} / {:.3f}; target Spearman >= 0.8 and >= AMP's); our top-1 among feasible: trial {} "
-      "measured {} vs best {} (trial {}); among all trials: trial {} ({}); among those our memory "
-      "model says fit: trial {} ({}); memory model flags {} of {} failed trials, {} false alarms; "
+      "model, which ranks: {:.3f} / {:.3f}; target Spearman >= 0.8 and >= AMP's); our top-1 "
+      "among feasible: trial {} measured {} vs best {} (trial {}); among all trials: trial {} "
+      "({}); among those our memory model says fit: trial {} ({}); memory model flags {} of {} "
+      "failed trials, {} false alarms; "
       "AMP's runner (out of memory, or {} iterations past its launcher's {:.0f} s) {} of {}, {} "
       "false alarms ({} of {}, {} false alarms {} inside nodes); {} inside nodes: Spearman "
       "{:.3f}, MAPE {:.1f}%; every GEMM at the block's efficiency instead (no head entry): "

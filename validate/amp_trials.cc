@@ -497,9 +497,11 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
                ? fmt::format("{:.2f} s", trials[i].measured_seconds)
                : std::string("failed");
   };
-  const char* other_network_name =
-      other_network.pcie_peer_to_peer ? "with PCIe peer to peer (12 GB/s)"
-                                      : "with AMP's 50 Gb/s";
+  auto link_text = [](const Problem& p) {
+    const NetworkLevel& intra = p.cluster.IntraNode();
+    return fmt::format("{} ({:.3g} GB/s)", intra.name, intra.bandwidth_bytes_per_second / 1e9);
+  };
+  const std::string other_network_name = "with " + link_text(other_problem);
   report.headline = fmt::format(
       "over {} feasible trials: Spearman {:.3f} / Kendall tau-b {:.3f}, MAPE {:.1f}% (AMP's cost "
       "model, which ranks: {:.3f} / {:.3f}; target Spearman >= 0.8 and >= AMP's); our top-1 "
@@ -527,12 +529,12 @@ ValidationReport ValidateAmpTrials(const std::string& reference_path, const AmpA
   report.assumptions = {
       "model: GPT-2 with h 1024, s 1024, 24 layers, 16 heads (ds_pretrain_gpt2_pipe.sh), "
       "vocabulary 52256, learned positions, tied embeddings; global batch 32",
-      fmt::format("cluster: zoo {} x 4 nodes (4 T4 each), {}; 50 Gb/s between nodes",
-                  how.cluster,
+      fmt::format("cluster: zoo {} x 4 nodes (4 T4 each), {} inside a node {}; 50 Gb/s between "
+                  "nodes",
+                  how.cluster, link_text(problem),
                   how.pcie_peer_to_peer
-                      ? "PCIe Gen3 peer to peer inside a node (12 GB/s, the link's upper bound)"
-                      : "50 Gb/s inside a node as in the zoo file and AMP's cluster_info "
-                        "(collectives through host memory; PCIe peer to peer reported as a "
+                      ? "(the link's upper bound)"
+                      : "as in the zoo file (AMP's cluster_info; PCIe peer to peer reported as a "
                         "variant)"),
       fmt::format("{}T4 matmul efficiency {:.4f}: our forward of the LM head at micro-batch 1 (the "
                   "logits GEMM and the logits' fp32 cast through HBM; the loss is not one of the "
